@@ -1,4 +1,16 @@
-"""The one status vocabulary of a rollout: a str Enum plus a reason."""
+"""The one status vocabulary of a rollout: a str Enum plus a reason, and its classes.
+
+Every status belongs to exactly one class:
+
+- **policy outcomes** (``FailureClass.POLICY``): the policy's own doing: it finished
+  (and was graded), ran out of its budget, broke its sandbox's resource limits, or
+  produced a diff that does not apply. These are trainable: their Samples carry the
+  reward the rollout earned (0 for all but ``completed``).
+- **infrastructure failures** (``FailureClass.INFRASTRUCTURE``): the sandbox backend,
+  the engine, the harness CLI, the task's setup or the grader failed, or the run was
+  stopped. These never train: their Samples (if any are kept) are marked untrainable
+  and the default readers skip them; a rerun or a retry runs the rollout again.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +19,44 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict
 
 
+class FailureClass(str, Enum):
+    POLICY = "policy"  # trainable, rewarded
+    INFRASTRUCTURE = "infrastructure"  # never trainable; retried / rerun
+
+
 class RolloutStatus(str, Enum):
     """Every rollout ends with exactly one of these."""
 
     COMPLETED = "completed"  # the agent finished and was graded (reward may be 0)
-    TIMEOUT = "timeout"  # the agent or the whole rollout exceeded its budget
-    AGENT_ERROR = "agent_error"  # the CLI crashed / exited abnormally
-    SETUP_FAILED = "setup_failed"  # workspace preparation failed: never a zero reward
+    TIMEOUT = "timeout"  # the agent exceeded its own budget (policy: reward 0)
+    LIMIT_EXCEEDED = "limit_exceeded"  # the agent broke its sandbox's memory/process/disk/time limits
     PATCH_FAILED = "patch_failed"  # the model's diff could not be applied (reward 0)
-    SANDBOX_ERROR = "sandbox_error"  # the sandbox backend failed
+    AGENT_ERROR = "agent_error"  # the CLI crashed / exited abnormally (not known to be the model's doing)
+    SETUP_FAILED = "setup_failed"  # workspace preparation failed: never a zero reward
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox backend (or farm itself) failed
     ENGINE_ERROR = "engine_error"  # the inference engine failed
-    CANCELLED = "cancelled"  # the run was stopped
+    GRADING_ERROR = "grading_error"  # the grader's infrastructure failed (not the model's tests)
+    INTERRUPTED = "interrupted"  # the run was stopped (signal) while it ran: rerun it
+    CANCELLED = "cancelled"  # the rollout was cancelled (no record is kept: a rerun runs it)
+
+    @property
+    def failure_class(self) -> FailureClass:
+        return FailureClass.POLICY if self in POLICY_STATUSES else FailureClass.INFRASTRUCTURE
+
+    @property
+    def trainable(self) -> bool:
+        """May Samples of a rollout that ended so be trained on?"""
+        return self in POLICY_STATUSES
+
+    @property
+    def reruns(self) -> bool:
+        """Does a later invocation of the same run run this rollout again?"""
+        return self in (RolloutStatus.INTERRUPTED, RolloutStatus.CANCELLED)
+
+
+POLICY_STATUSES = frozenset(
+    {RolloutStatus.COMPLETED, RolloutStatus.TIMEOUT, RolloutStatus.LIMIT_EXCEEDED, RolloutStatus.PATCH_FAILED}
+)
 
 
 class Outcome(BaseModel):
@@ -27,3 +66,7 @@ class Outcome(BaseModel):
 
     status: RolloutStatus
     reason: str = ""
+
+    @property
+    def trainable(self) -> bool:
+        return self.status.trainable
