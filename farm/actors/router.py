@@ -139,8 +139,8 @@ class RouterActor:
         tasks_path = self._tasks_path
         if self._tasks is not None:
             tasks_path = str(write_tasks_jsonl(self._tasks, self._dir_path / "tasks.jsonl"))
-        if self.cfg.policy == "oracle" and not tasks_path:
-            raise EngineError("policy 'oracle' needs tasks (engine.scripted.tasks_path or RouterActor(tasks=...))")
+        if self.cfg.policy in ("oracle", "shell") and not tasks_path:
+            raise EngineError(f"policy {self.cfg.policy!r} needs tasks (engine.scripted.tasks_path or RouterActor(tasks=...))")
         self._worker_args = dict(
             policy=self.cfg.policy, tokenizer=tokenizer, seed=s.seed, tool_format=self.cfg.tool_parser,
             model_name=self.cfg.model_name, tasks_path=tasks_path, replay_path=s.replay_path,

@@ -1,6 +1,6 @@
 """``farm engine serve``: run one scripted SGLang-protocol worker.
 
-    farm engine serve --policy oracle|noop|replay|scripted --tokenizer PATH|builtin:farm-test \\
+    farm engine serve --policy oracle|noop|replay|scripted|shell --tokenizer PATH|builtin:farm-test \\
         [--tasks TASKS.jsonl] [--host H] --port N [--seed S] [--tool-format hermes|qwen3_coder] \\
         [--ttft S --tokens-per-s N --jitter F] [--error-rate F --hang-rate F --drop-rate F] \\
         [--record OUT.jsonl] [--replay REC.jsonl] [--replies REPLIES.jsonl] [--ready-file PATH]
@@ -16,7 +16,7 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="engine_command", required=True)
     p = sub.add_parser("serve", help="run a scripted worker (SGLang /generate protocol)")
-    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted"], default="oracle")
+    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted", "shell"], default="oracle")
     p.add_argument("--tokenizer", default="builtin:farm-test", help="HF tokenizer dir/name or builtin:farm-test")
     p.add_argument("--tokenizer-cache-dir", default=None, help="where builtin tokenizers are built")
     p.add_argument("--tasks", default=None, help="JSONL of farm Tasks (oracle)")

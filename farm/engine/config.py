@@ -48,7 +48,8 @@ class ScriptedConfig(_Section):
     )
     replay_path: str | None = Field(default=None, description="recorded outputs for policy=replay (JSONL)")
     replies_path: str | None = Field(
-        default=None, description="JSONL of replies for policy=scripted ({\"text\"} or {\"output_ids\"})"
+        default=None, description="JSONL of replies for policy=scripted ({\"text\"} or {\"output_ids\"}); for policy=shell, "
+        "the shell script per task ({\"task_id\", \"turns\": [[commands...], ...]})"
     )
     record_path: str | None = Field(
         default=None, description="append every finished response here (replay format); per worker '.<i>'"
@@ -95,7 +96,7 @@ class EngineConfig(_Section):
     mode: Literal["external", "router", "launch", "scripted"] = Field(
         default="scripted", description="how the router actor provides /generate"
     )
-    policy: Literal["oracle", "noop", "replay", "scripted"] = Field(
+    policy: Literal["oracle", "noop", "replay", "scripted", "shell"] = Field(
         default="oracle", description="scripted worker policy (mode=scripted)"
     )
     tokenizer: str = Field(

@@ -174,3 +174,44 @@ def test_tasks_jsonl_roundtrip_and_errors(repo_and_task, tmp_path):
     with pytest.raises(TaskLoadError) as err:
         load_tasks_jsonl(path)
     assert err.value.line == 2 and "instruction" in err.value.field
+
+
+@pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
+def test_shell_policy_plays_its_script_per_task(harness, repo_and_task, hf_tokenizer, tmp_path):
+    repo, task = repo_and_task
+    tasks_path = write_tasks_jsonl([task], tmp_path / "tasks.jsonl")
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps({"task_id": task.id, "turns": [["echo one > a.txt", "echo two > b.txt"],
+                                                                 ["cat a.txt b.txt"]]}) + "\n"
+                      + json.dumps({"task_id": "*", "turns": [["echo other"]]}) + "\n")
+    policy = make_policy("shell", tool_format="hermes", tasks_path=tasks_path, replies_path=script)
+    parser, tools, (name, arg) = get_format("hermes"), chat_tools(harness), SHELL[harness]
+    messages = [{"role": "user", "content": INSTRUCTION}]
+    played = []
+    for turn in range(4):
+        parsed = parser.parse(ask(policy, hf_tokenizer, render(hf_tokenizer, messages, tools)), tools=tools)
+        if not parsed.tool_calls:
+            break
+        assert all(c.name == name for c in parsed.tool_calls)
+        played.append([c.arguments[arg] for c in parsed.tool_calls])
+        calls = [{"id": f"c{turn}{i}", "type": "function",
+                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                 for i, c in enumerate(parsed.tool_calls)]
+        messages.append({"role": "assistant", "content": parsed.content, "tool_calls": calls})
+        messages += [{"role": "tool", "tool_call_id": call["id"], "content": run_tool(c, repo)}
+                     for c, call in zip(parsed.tool_calls, calls)]
+    assert played == [["echo one > a.txt", "echo two > b.txt"], ["cat a.txt b.txt"]]
+    assert "one\ntwo" in messages[-1]["content"]
+    # Another task gets the "*" entry.
+    other = [{"role": "user", "content": "Something else entirely."}]
+    parsed = parser.parse(ask(policy, hf_tokenizer, render(hf_tokenizer, other, tools)), tools=tools)
+    assert [c.arguments[arg] for c in parsed.tool_calls] == ["echo other"]
+
+
+def test_shell_policy_script_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "x", "turns": [[]]}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        make_policy("shell", replies_path=bad)
+    with pytest.raises(ValueError, match="needs a script"):
+        make_policy("shell")

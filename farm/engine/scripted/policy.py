@@ -56,7 +56,7 @@ def make_policy(
     replies_path: str | Path | None = None,
     replies: Sequence[str | PolicyReply] | None = None,
 ) -> Policy:
-    """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted``)."""
+    """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell``)."""
     if name == "oracle":
         from farm.engine.scripted.oracle import OraclePolicy
         from farm.engine.scripted.tasks import load_tasks_jsonl
@@ -80,4 +80,12 @@ def make_policy(
         if replies_path:
             loaded += load_replies_jsonl(replies_path)
         return ScriptedPolicy(loaded)
-    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted")
+    if name == "shell":
+        from farm.engine.scripted.shell_script import ShellScriptPolicy, load_shell_script
+        from farm.engine.scripted.tasks import load_tasks_jsonl
+
+        if replies_path is None:
+            raise ValueError("policy 'shell' needs a script (replies_path: JSONL of {task_id, turns})")
+        tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
+        return ShellScriptPolicy(tasks, load_shell_script(replies_path), tool_format=tool_format)
+    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell")
