@@ -38,7 +38,12 @@ class SandboxSpec(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="run_id, rollout_id, task_id, ...")
     image: str | None = Field(default=None, description="E2B template / image name")
     env: dict[str, str] = Field(default_factory=dict, description="env for every command")
-    timeout_s: float = Field(default=3600.0, description="sandbox lifetime budget")
+    timeout_s: float = Field(default=3600.0, description="sandbox lifetime budget (local: enforced, a breach)")
+    ro_binds: list[str] = Field(
+        default_factory=list,
+        description="host paths a local sandbox shows read-only at the same path (e.g. the harness CLI's "
+        "package); E2B ignores it",
+    )
 
 
 @runtime_checkable
@@ -93,6 +98,25 @@ class Sandbox(Protocol):
     async def upload_dir(self, local_dir: str, remote_dir: str) -> None: ...
 
     async def upload_tarball(self, local_tar: str, remote_dir: str) -> None: ...
+
+    async def isolate_network(self) -> None:
+        """One-way latch: from now on every command reaches only its own loopback (plus
+        ``forward_port``'s ports). Before it, commands use the backend's setup network
+        (local: ``sandbox.local.setup_network``). E2B: a no-op (off the cluster network)."""
+
+    async def forward_port(self, port: int) -> str | None:
+        """From now on, inside the sandbox, TCP to 127.0.0.1:``port`` reaches a unix socket
+        whose HOST path this returns (the caller listens there). Idempotent per port.
+        None when the sandbox reaches the host by URL (E2B, or a local sandbox on the
+        host network)."""
+
+    @property
+    def network_policy(self) -> dict[str, str]:
+        """Which network applied (``setup``, ``agent``, ``forwarded_ports``), for the record."""
+
+    @property
+    def breaches(self) -> list[str]:
+        """The limits this sandbox's processes ran into, as precise reasons ([] if none)."""
 
     async def close(self) -> None:
         """Kill everything and release the sandbox. Idempotent."""

@@ -1,10 +1,11 @@
 """Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure).
 
-Mount order matters (later mounts cover earlier ones):
-  1. the host ``/`` read-only;
+Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs root:
+  1. the minimal host view (``farm.sandboxes.hostview``: system runtime, selected /etc,
+     generated passwd/group, fresh /proc and /dev, tmpfs /run);
   2. the sandbox's own tmp dir at ``/tmp`` (private, persists across its commands);
-  3. a tmpfs over the sandboxes' base dir (hides every other sandbox);
-  4. extra read-only binds (e.g. an npm cache under /tmp), at the same path;
+  3. requested read-only binds (farm's Python, the harness CLI, config), same path;
+  4. the forwarded ports' socket dir at /run/farm (read-only: the sockets are the host's);
   5. the sandbox's root read-write at the same path (paths are identical in and out).
 """
 
@@ -13,13 +14,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from farm.sandboxes.config import LocalLimits
+from farm.sandboxes.hostview import ro_bind_mounts, system_mounts
+
+FORWARD_DIR = "/run/farm"  # where forwarded ports' unix sockets appear inside the jail
 
 
-def prlimit_prefix(prlimit: str, limits: LocalLimits) -> list[str]:
-    """``prlimit --data=N:N ... --`` for the configured limits ([] if none is set)."""
+def prlimit_prefix(prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
+    """``prlimit --nofile=N:N ... --`` for the configured per-process limits.
+
+    ``memory_per_process``: no cgroup holds the sandbox's memory, so ``memory_bytes``
+    becomes each process's RLIMIT_DATA (the weaker fallback).
+    """
     opts: list[str] = []
     for flag, value in (
-        ("--data", limits.memory_bytes),
+        ("--data", limits.memory_bytes if memory_per_process else None),
         ("--nofile", limits.nofile),
         ("--nproc", limits.nproc),
         ("--fsize", limits.file_size_bytes),
@@ -36,7 +44,8 @@ def bwrap_argv(
     bwrap: str,
     root: str,
     tmp_dir: str,
-    base_dir: str,
+    etc_dir: str,
+    sock_dir: str | None,
     ro_binds: Sequence[str],
     cwd: str,
     env: Mapping[str, str],
@@ -52,6 +61,7 @@ def bwrap_argv(
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
+        "--unshare-cgroup-try",
         "--hostname",
         "farm-sandbox",
     ]
@@ -63,11 +73,36 @@ def bwrap_argv(
         args += ["--unshare-net"]
     # When farm runs as root, bwrap would keep every capability in the sandbox.
     args += ["--cap-drop", "ALL"]
-    args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    args += ["--bind", tmp_dir, "/tmp", "--tmpfs", base_dir]
-    for path in ro_binds:
-        args += ["--ro-bind-try", path, path]
-    args += ["--bind", root, root, "--chdir", cwd, "--clearenv"]
+    args += system_mounts(etc_dir)
+    args += ["--bind", tmp_dir, "/tmp"]
+    args += ro_bind_mounts(ro_binds)
+    if sock_dir is not None:
+        args += ["--ro-bind", sock_dir, FORWARD_DIR]
+    args += ["--bind", root, root]
+    # bwrap's root is a tmpfs: read-only, so nothing outside root, /tmp and /run is writable.
+    args += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *argv]
+
+
+def forwarder_prefix(socat: str, ports: Sequence[int]) -> list[str]:
+    """Run inside the jail before the command: one socat per forwarded port, listening on
+    the jail's own loopback and relaying to the unix socket bound at FORWARD_DIR. The
+    command starts once every listener is up (seen in /proc/net/tcp, so no probe
+    connection reaches the gateway); the socats die with the command's PID namespace."""
+    lines = []
+    for port in ports:
+        sock = f"{FORWARD_DIR}/port-{port}.sock"
+        lines.append(
+            f"{socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{sock} </dev/null >/dev/null 2>&1 &"
+        )
+    for port in ports:
+        hex_port = f"{port:04X}"
+        lines.append(
+            f"i=0; until grep -q ' 0100007F:{hex_port} 00000000:0000 0A' /proc/net/tcp; do "
+            f"i=$((i+1)); [ $i -gt 500 ] && {{ echo 'farm: port forwarder {port} did not start' >&2; exit 125; }}; "
+            "sleep 0.01; done"
+        )
+    lines.append('exec "$@"')
+    return ["/bin/sh", "-c", "\n".join(lines), "farm-forward"]

@@ -15,20 +15,30 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class LocalLimits(BaseModel):
-    """Per-process resource limits (setrlimit via ``prlimit``) for local sandbox commands.
+    """Resource limits of a local sandbox.
 
-    ``None`` leaves a limit as inherited. There is no whole-tree memory cap: that needs
-    a writable cgroup, which this backend does not use (see README).
+    Whole-sandbox limits (every process of every command together): ``memory_bytes`` and
+    ``pids`` through a cgroup per sandbox (v2 where its controllers are delegated, else
+    v1; where neither is writable, ``memory_bytes`` falls back to a per-process
+    RLIMIT_DATA and ``pids`` is not enforced: logged, and shown in ``limits_policy``),
+    ``disk_bytes`` through a watchdog that sums the sandbox directory's allocated blocks
+    every ``disk_check_s`` (overshoot bound: write speed x interval; RLIMIT_FSIZE still
+    caps each file). The sandbox's lifetime is ``SandboxSpec.timeout_s``. A breach kills
+    the processes concerned and is recorded as the rollout's ``limit_exceeded`` reason.
+    Per-process rlimits (``prlimit``): ``nofile``, ``nproc``, ``file_size_bytes``,
+    ``cpu_seconds``. ``None`` leaves a limit unset.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     memory_bytes: int | None = Field(
-        default=8 * 1024**3,
-        ge=1 << 20,
-        description="RLIMIT_DATA per process (heap + private writable mappings); "
-        "RLIMIT_AS is not used because node reserves huge virtual ranges",
+        default=8 * 1024**3, ge=16 << 20, description="memory of the whole sandbox (cgroup; OOM-kill on breach)"
     )
+    pids: int | None = Field(default=1024, ge=16, description="processes + threads of the whole sandbox (cgroup)")
+    disk_bytes: int | None = Field(
+        default=10 * 1024**3, ge=1 << 20, description="disk used by the sandbox's directories (watchdog)"
+    )
+    disk_check_s: float = Field(default=2.0, gt=0, description="how often the disk watchdog sums usage")
     nofile: int | None = Field(default=4096, ge=16, description="RLIMIT_NOFILE: open files per process")
     nproc: int | None = Field(
         default=1024,
@@ -58,13 +68,20 @@ class LocalSandboxConfig(BaseModel):
     bwrap_path: str = Field(default="bwrap", description="bubblewrap binary (Debian package 'bubblewrap')")
     ro_binds: list[str] = Field(
         default_factory=list,
-        description="extra host paths made visible read-only at the same path (needed only for paths "
-        "under /tmp or base_dir: the rest of the host is already visible read-only)",
+        description="extra host paths shown read-only at the same path (the sandbox sees a minimal host: "
+        "system runtime, selected /etc files, farm's Python, the harness CLI; nothing else)",
     )
-    network: Literal["host", "none"] = Field(
+    network: Literal["isolated", "host"] = Field(
+        default="isolated",
+        description="the agent's network: 'isolated' = own loopback only, plus the forwarded gateway port; "
+        "'host' = the host's network, Ray and every other session included (logs a warning)",
+    )
+    setup_network: Literal["host", "isolated"] = Field(
         default="host",
-        description="'host' shares the host network (loopback reaches the gateway); 'none' unshares it",
+        description="the network of task setup (commands before isolate_network()): 'host' lets setup "
+        "install packages from the registries; the agent and the tests under grading never get it",
     )
+    uid: int = Field(default=1000, ge=1, description="the unprivileged uid/gid commands run as inside the jail")
     unshare_user: bool = Field(
         default=True,
         description="own user namespace per command (needed for exec(user=...) and per-tree RLIMIT_NPROC)",

@@ -317,6 +317,21 @@ class E2BSandbox(ClosingContext):
     def closed(self) -> bool:
         return self._closed
 
+    # --- network and limits: E2B sandboxes run off the cluster network, in their own VM ---
+    async def isolate_network(self) -> None:
+        """No-op: an E2B sandbox never shares the cluster's network."""
+
+    async def forward_port(self, port: int) -> str | None:
+        return None  # it reaches the gateway by URL
+
+    @property
+    def network_policy(self) -> dict[str, str]:
+        return {"setup": "e2b", "agent": "e2b", "forwarded_ports": ""}
+
+    @property
+    def breaches(self) -> list[str]:
+        return []  # the VM's own limits end it; no per-sandbox accounting here
+
     async def close(self) -> None:
         """Kill the E2B sandbox (retried; a sandbox already gone counts as killed)."""
         if self._close_task is None:

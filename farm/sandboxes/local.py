@@ -1,18 +1,19 @@
 """LocalSandbox: one workspace directory per sandbox, every command under bubblewrap.
 
-Layout on the host (``base_dir`` from config)::
-
-    <base_dir>/<run_id>/<sandbox_id>/labels.json   who made it (found by ``farm reap``)
-    <base_dir>/<run_id>/<sandbox_id>/root/         the only writable host path, bound at the same path
-    <base_dir>/<run_id>/<sandbox_id>/root/home/    $HOME
-    <base_dir>/<run_id>/<sandbox_id>/tmp/          bound at /tmp (private, persists across commands)
-
-Each command runs in its own bwrap jail (own PID, IPC and UTS namespaces, own user
-namespace by default, no capabilities, host ``/`` read-only, other sandboxes hidden,
-host network shared so loopback reaches the gateway) under per-process rlimits. When
-a command's main process exits, its PID namespace dies with it: nothing is left behind.
+Each command runs in its own bwrap jail: own PID, IPC, UTS and user namespaces, an
+unprivileged uid (``sandbox.local.uid``) with no capabilities, a minimal view of the
+host (``farm.sandboxes.hostview``: no home dirs, project checkout, task files, output
+dirs, Ray dirs or other sandboxes), its own /tmp. Network: task setup uses
+``setup_network`` (default: the host's, to install packages); after
+``isolate_network()`` (the rollout calls it before the agent starts, the grader before
+it applies the policy's diff) every command gets its own network namespace with only
+its loopback, where ``forward_port`` relays one port to a unix socket the gateway
+listens on. All commands of a sandbox share one cgroup (memory, pids) and a watchdog
+(disk, lifetime): a breach kills the processes and shows in ``breaches``. When a
+command's main process exits, its PID namespace dies with it: nothing is left behind.
 ``isolation: none`` runs commands directly on the host (explicit opt-in; a warning is
-logged): no jail, /tmp is the host's, only the process group is killed.
+logged): no jail, /tmp is the host's, only the process group is killed. The on-disk
+layout is in ``farm.sandboxes.local_dirs``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import json
 import logging
 import os
 import pwd
-import re
 import shlex
 import shutil
 import sys
@@ -34,21 +34,25 @@ from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError, SandboxFileNotFound
 from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
-from farm.sandboxes.bwrap import bwrap_argv, prlimit_prefix
+from farm.sandboxes.bwrap import bwrap_argv, forwarder_prefix, prlimit_prefix
+from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
+from farm.sandboxes.hostview import user_files
+from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
+    LABELS_FILE,
+    MARKER_ENV,
+    _rmtree,
+    reap,
+    remove_sandbox_dir,
+    safe_component,
+    sandbox_pids,
+)
 from farm.sandboxes.process import HostProcess
+from farm.sandboxes.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-LABELS_FILE = "labels.json"
-MARKER_ENV = "FARM_SANDBOX_ID"
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024**2
-
-
-def safe_component(value: str) -> str:
-    """A string usable as one path component (run ids become directory names)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", value)
-    return "_" if cleaned in ("", ".", "..") else cleaned
 
 
 def _describe(cmd: str | list[str]) -> str:
@@ -58,34 +62,6 @@ def _describe(cmd: str | list[str]) -> str:
 
 def _within(path: str, area: str) -> bool:
     return path == area or path.startswith(area.rstrip(os.sep) + os.sep)
-
-
-def _rmtree(path: Path) -> None:
-    def onerror(func, p, _exc_info):  # noqa: ANN001 - shutil's callback signature
-        # Read-only directories made inside the sandbox: make them writable, retry once.
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, 0o700)
-            func(p)
-        except FileNotFoundError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)
-
-
-def _remove_sandbox_dir(sb_dir: Path) -> None:
-    """Remove a sandbox directory with its labels file LAST: a process killed midway
-    (an actor dying while it closes a sandbox) leaves a directory ``reap`` still
-    recognises as the run's, never an unlabelled remnant it must leave alone."""
-    for child in sb_dir.iterdir():
-        if child.name == LABELS_FILE:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            _rmtree(child)
-        else:
-            child.unlink(missing_ok=True)
-    _rmtree(sb_dir)
 
 
 class LocalSandbox(ClosingContext):
@@ -108,10 +84,23 @@ class LocalSandbox(ClosingContext):
         self.root = str(self.dir / "root")
         self.home = str(self.dir / "root" / "home")
         self._tmp_dir = str(self.dir / "tmp")
+        self._etc_dir = str(self.dir / "etc")
+        self._sock_dir = str(self.dir / "sock")
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None
+        self._net_latched = False  # isolate_network() was called
+        self._forwards: list[int] = []
+        self._socat: str | None = None
+        self._cgroup: SandboxCgroup | None = None
+        self._watchdog = Watchdog(
+            path=str(self.dir),
+            disk_bytes=cfg.limits.disk_bytes,
+            interval_s=cfg.limits.disk_check_s,
+            lifetime_s=spec.timeout_s,
+            kill=self._kill_processes,
+        )
 
     @classmethod
     async def create(
@@ -123,8 +112,15 @@ class LocalSandbox(ClosingContext):
             log.warning(
                 "sandbox %s: sandbox.local.isolation is 'none': commands run on the host WITHOUT isolation", sb.id
             )
+        elif cfg.network == "host":
+            log.warning(
+                "sandbox %s: sandbox.local.network is 'host': the agent reaches the host network, Ray's ports "
+                "and every other rollout's gateway session",
+                sb.id,
+            )
         try:
             await asyncio.to_thread(sb._make_dirs)
+            sb._watchdog.start()
             probe = await sb.exec(["true"], timeout=60)
             if probe.exit_code != 0:
                 raise SandboxError(
@@ -154,9 +150,22 @@ class LocalSandbox(ClosingContext):
         return found
 
     def _make_dirs(self) -> None:
-        # labels.json first (atomically), so a crash mid-create leaves either an empty
-        # directory or one that ``reap`` recognises.
-        self.dir.mkdir(parents=True)
+        # The cgroup, then labels.json (atomically, naming the cgroup), then the rest: a
+        # crash mid-create leaves an empty directory or one that ``reap`` recognises.
+        for parent in (self._base_dir, str(self.dir.parent)):
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        self.dir.mkdir(mode=0o700)
+        if self._isolated:
+            limits = self._cfg.limits
+            self._cgroup = SandboxCgroup.create(
+                self.dir.parent.name, self.id, memory_bytes=limits.memory_bytes, pids=limits.pids
+            )
+            if self._cgroup is None and (limits.memory_bytes or limits.pids):
+                log.warning(
+                    "sandbox %s: no writable cgroup here: memory is limited per process (RLIMIT_DATA), "
+                    "processes per command (RLIMIT_NPROC), not per sandbox",
+                    self.id,
+                )
         info = {
             "sandbox_id": self.id,
             "labels": self.labels,
@@ -164,6 +173,7 @@ class LocalSandbox(ClosingContext):
             "isolation": self._cfg.isolation,
             "created_at": time.time(),
             "farm_pid": os.getpid(),
+            "cgroups": [str(d) for d in self._cgroup.dirs.values()] if self._cgroup else [],
         }
         staged = self.dir / f".{LABELS_FILE}.tmp"
         staged.write_text(json.dumps(info, indent=1))
@@ -171,12 +181,19 @@ class LocalSandbox(ClosingContext):
         os.makedirs(self.home)
         os.makedirs(self._tmp_dir)
         os.chmod(self._tmp_dir, 0o1777)
+        os.makedirs(self._etc_dir)
+        os.makedirs(self._sock_dir, mode=0o700)
+        passwd, group = user_files(self._cfg.uid, self.home)
+        Path(self._etc_dir, "passwd").write_text(passwd)
+        Path(self._etc_dir, "group").write_text(group)
 
     # --- commands ------------------------------------------------------------
     def _uid(self, user: str | None) -> int | None:
         if user is None:
-            return None
+            return self._cfg.uid if self._isolated and self._cfg.unshare_user else None
         if self._isolated and self._cfg.unshare_user:
+            if user == "sandbox":
+                return self._cfg.uid
             if user == "root":
                 return 0
             if user.isdigit():
@@ -190,18 +207,71 @@ class LocalSandbox(ClosingContext):
         raise SandboxError(f"exec(user={user!r}) needs sandbox.local.isolation: bwrap with unshare_user")
 
     def _ro_binds(self) -> list[str]:
-        """Configured read-only binds, plus farm's own Python environment when it is hidden.
+        """What the sandbox sees of the host beyond the system runtime, read-only: farm's
+        own Python environment (tasks run their tests with the interpreter running farm,
+        ``tasks.python: auto``), the spec's binds (the harness CLI's package) and config's."""
+        binds = [sys.prefix, sys.base_prefix, *self._spec.ro_binds]
+        binds += [os.path.expanduser(p) for p in self._cfg.ro_binds]
+        return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
 
-        Tasks run their tests with the interpreter running farm (``tasks.python: auto``);
-        when that venv lives under ``/tmp`` (a CI clone, say) the sandbox's private /tmp
-        would hide it, and every ``python -m pytest`` in the sandbox would fail.
-        """
-        binds = [os.path.expanduser(p) for p in self._cfg.ro_binds]
-        for prefix in {sys.prefix, sys.base_prefix}:
-            for path in {os.path.abspath(prefix), os.path.realpath(prefix)}:
-                if _is_under(path, "/tmp") or _is_under(path, self._base_dir):
-                    binds.append(path)
-        return binds
+    # --- network -------------------------------------------------------------
+    def _net_isolated(self) -> bool:
+        if self._cfg.network == "host":
+            return False
+        return self._net_latched or self._cfg.setup_network == "isolated"
+
+    async def isolate_network(self) -> None:
+        """From now on every command has only its own loopback (plus forwarded ports)."""
+        self._check_open()
+        self._net_latched = True
+
+    async def forward_port(self, port: int) -> str | None:
+        """Relay 127.0.0.1:``port`` inside the sandbox to a unix socket; return its host path
+        (the caller listens there). None when the sandbox shares the host network."""
+        self._check_open()
+        if not self._isolated or self._cfg.network == "host":
+            return None
+        if self._socat is None:
+            self._socat = shutil.which("socat")
+            if self._socat is None:
+                raise SandboxError("socat not found: install the 'socat' package (apt-get install socat)")
+        if port not in self._forwards:
+            self._forwards.append(port)
+        return f"{self._sock_dir}/port-{port}.sock"
+
+    @property
+    def network_policy(self) -> dict[str, str]:
+        if not self._isolated or self._cfg.network == "host":
+            return {"setup": "host", "agent": "host", "forwarded_ports": ""}
+        return {
+            "setup": self._cfg.setup_network,
+            "agent": "isolated",
+            "forwarded_ports": ",".join(map(str, self._forwards)),
+        }
+
+    # --- limits --------------------------------------------------------------
+    @property
+    def limits_policy(self) -> dict[str, str]:
+        lim = self._cfg.limits
+        return {
+            "enforced_by": self._cgroup.describe() if self._cgroup else "rlimits (no writable cgroup)",
+            "memory_bytes": str(lim.memory_bytes),
+            "pids": str(lim.pids),
+            "disk_bytes": str(lim.disk_bytes),
+            "lifetime_s": f"{self._spec.timeout_s:g}",
+        }
+
+    @property
+    def breaches(self) -> list[str]:
+        """Every limit this sandbox's processes ran into, as precise reasons ([] if none)."""
+        found = self._cgroup.breaches() if self._cgroup is not None else []
+        return found + list(self._watchdog.breaches.values())
+
+    async def _kill_processes(self) -> None:
+        """Kill every running process of the sandbox (a watchdog breach); the sandbox stays."""
+        await asyncio.gather(*(p.kill() for p in list(self._procs)), return_exceptions=True)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.kill_all)
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         merged = {
@@ -225,22 +295,30 @@ class LocalSandbox(ClosingContext):
             raise SandboxError("exec: empty command")
         workdir = os.path.normpath(os.path.join(self.root, cwd or self.root))
         inner_env = self._env(env)
-        limited = [*prlimit_prefix(self._prlimit, self._cfg.limits), *argv] if self._prlimit else argv
+        rlimits = prlimit_prefix(self._prlimit, self._cfg.limits, memory_per_process=self._cgroup is None)
+        limited = [*rlimits, *argv] if self._prlimit else argv
         if self._isolated:
             assert self._bwrap is not None
+            isolated = self._net_isolated()
+            if isolated and self._forwards:
+                assert self._socat is not None
+                limited = [*forwarder_prefix(self._socat, self._forwards), *limited]
             full = bwrap_argv(
                 bwrap=self._bwrap,
                 root=self.root,
                 tmp_dir=self._tmp_dir,
-                base_dir=self._base_dir,
+                etc_dir=self._etc_dir,
+                sock_dir=self._sock_dir if isolated and self._forwards else None,
                 ro_binds=self._ro_binds(),
                 cwd=workdir,
                 env=inner_env,
                 argv=limited,
                 uid=self._uid(user),
                 unshare_user=self._cfg.unshare_user,
-                unshare_net=self._cfg.network == "none",
+                unshare_net=isolated,
             )
+            if self._cgroup is not None:
+                full = [*self._cgroup.enter_prefix(), *full]
             host_env = {"PATH": self._cfg.path, MARKER_ENV: self.id}
             host_cwd = None
         else:
@@ -362,9 +440,12 @@ class LocalSandbox(ClosingContext):
     async def _close(self) -> None:
         procs = list(self._procs)
         try:
+            await self._watchdog.stop()
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
+            if self._cgroup is not None:
+                await asyncio.to_thread(self._cgroup.remove)
             if not self._cfg.keep and self.dir.exists():
-                await asyncio.to_thread(_remove_sandbox_dir, self.dir)
+                await asyncio.to_thread(remove_sandbox_dir, self.dir)
                 try:
                     self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
                 except OSError:
@@ -377,55 +458,6 @@ class LocalSandbox(ClosingContext):
 
     def __repr__(self) -> str:
         return f"LocalSandbox(id={self.id!r}, root={self.root!r}, isolation={self._cfg.isolation!r})"
-
-
-def sandbox_pids(sandbox_id: str) -> list[int]:
-    """Host pids of processes carrying this sandbox's marker in their environment."""
-    marker = f"{MARKER_ENV}={sandbox_id}".encode()
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                if marker in fh.read().split(b"\0"):
-                    pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
-async def reap(run_id: str, *, cfg: LocalSandboxConfig) -> list[str]:
-    """Kill every process of every local sandbox labelled ``run_id`` and remove them."""
-    run_dir = Path(os.path.realpath(os.path.expanduser(cfg.base_dir)), safe_component(run_id))
-    if not run_dir.is_dir():
-        return []
-    reaped = []
-    for sb_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-        try:
-            info = json.loads((sb_dir / LABELS_FILE).read_text())
-        except (OSError, ValueError):
-            # A sandbox killed mid-create (before its labels landed) ran no process yet.
-            if {p.name for p in sb_dir.iterdir()} <= {f".{LABELS_FILE}.tmp"}:
-                await asyncio.to_thread(_rmtree, sb_dir)
-            else:  # anything else without labels is not ours: leave it alone, but say so
-                log.warning("reap %s: %s has no readable %s; left in place", run_id, sb_dir, LABELS_FILE)
-            continue
-        if info.get("labels", {}).get("run_id", "norun") != run_id:
-            continue
-        sandbox_id = str(info["sandbox_id"])
-        for pid in sandbox_pids(sandbox_id):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        await asyncio.to_thread(_remove_sandbox_dir, sb_dir)
-        reaped.append(sandbox_id)
-    try:
-        run_dir.rmdir()
-    except OSError:
-        pass
-    return reaped
 
 
 def _is_under(path: str, parent: str) -> bool:

@@ -116,10 +116,19 @@ async def test_loopback_reaches_host_server(local_cfg: SandboxConfig) -> None:
     port = server.sockets[0].getsockname()[1]
     probe = f"exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3"
     try:
+        # setup (before the latch) uses the host network by default: package installs work
         async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
             assert (await sb.exec(probe, timeout=30)).stdout == "hello from host\n"
-        async with await create_sandbox(_cfg(local_cfg, network="none"), SandboxSpec()) as sb:
+            await sb.isolate_network()  # the agent's commands: own loopback only
             assert (await sb.exec(probe, timeout=30)).exit_code != 0
+            assert sb.network_policy == {"setup": "host", "agent": "isolated", "forwarded_ports": ""}
+        async with await create_sandbox(_cfg(local_cfg, setup_network="isolated"), SandboxSpec()) as sb:
+            assert (await sb.exec(probe, timeout=30)).exit_code != 0
+        # 'host' (the explicit opt-out) keeps the host network after the latch too
+        async with await create_sandbox(_cfg(local_cfg, network="host"), SandboxSpec()) as sb:
+            await sb.isolate_network()
+            assert (await sb.exec(probe, timeout=30)).stdout == "hello from host\n"
+            assert await sb.forward_port(port) is None
     finally:
         server.close()
         await server.wait_closed()
@@ -128,11 +137,10 @@ async def test_loopback_reaches_host_server(local_cfg: SandboxConfig) -> None:
 async def test_rlimits_applied_and_enforced(local_cfg: SandboxConfig) -> None:
     limits = LocalLimits(memory_bytes=512 * 1024**2, nofile=256, nproc=100, file_size_bytes=2 * 1024**2)
     async with await create_sandbox(_cfg(local_cfg, limits=limits), SandboxSpec()) as sb:
-        res = await sb.exec("ulimit -d; ulimit -n; ulimit -u; ulimit -f; ulimit -c")
-        assert res.stdout.split() == [str(512 * 1024), "256", "100", str(2 * 1024), "0"]
-        # memory: a 1 GiB allocation fails, node still starts under the same limit
-        big = await sb.exec(["python3", "-c", "bytearray(1024**3)"])
-        assert big.exit_code != 0 and "MemoryError" in big.stderr
+        res = await sb.exec("ulimit -n; ulimit -u; ulimit -f; ulimit -c")
+        assert res.stdout.split() == ["256", "100", str(2 * 1024), "0"]
+        # memory is the whole sandbox's (cgroup), not a per-process RLIMIT_DATA
+        assert (await sb.exec("ulimit -d")).stdout.strip() == "unlimited"
         assert (await sb.exec(["node", "-e", "console.log(6*7)"])).stdout == "42\n"
         # open files and file size
         files = await sb.exec(["python3", "-c", "import os; [os.open('/dev/null', os.O_RDONLY) for _ in range(400)]"])
@@ -168,21 +176,27 @@ print(n)
 
 async def _fork_bomb_in_jail(tmp_path: Path) -> None:
     from farm.sandboxes.bwrap import bwrap_argv, prlimit_prefix
+    from farm.sandboxes.hostview import user_files
 
     root = tmp_path / "root"
     tmp = tmp_path / "tmp"
-    for d in (root, tmp):
+    etc = tmp_path / "etc"
+    for d in (root, tmp, etc):
         d.mkdir()
         os.chown(d, 65534, 65534)
+    for name, text in zip(("passwd", "group"), user_files(65534, str(root))):
+        (etc / name).write_text(text)
     argv = bwrap_argv(
         bwrap=shutil.which("bwrap") or "bwrap",
         root=str(root),
         tmp_dir=str(tmp),
-        base_dir=str(tmp_path / "base"),
+        etc_dir=str(etc),
+        sock_dir=None,
         ro_binds=[],
         cwd=str(root),
         env={"PATH": "/usr/bin:/bin"},
-        argv=[*prlimit_prefix(shutil.which("prlimit") or "prlimit", LocalLimits(nproc=20)), "python3", "-c", FORK_40],
+        argv=[*prlimit_prefix(shutil.which("prlimit") or "prlimit", LocalLimits(nproc=20), memory_per_process=True),
+              "python3", "-c", FORK_40],
         uid=None,
         unshare_user=True,
         unshare_net=False,

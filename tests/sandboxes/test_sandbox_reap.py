@@ -75,7 +75,7 @@ async def test_reap_removes_half_made_sandboxes_only(local_cfg: SandboxConfig) -
 async def test_a_close_cut_short_leaves_a_dir_reap_still_removes(local_cfg, monkeypatch) -> None:
     """An actor killed while closing a sandbox must not leave an unlabelled remnant:
     the labels file goes last, so ``reap`` still knows the directory is the run's."""
-    import farm.sandboxes.local as local_mod
+    import farm.sandboxes.local_dirs as local_mod
     from farm.sandboxes.local import reap
 
     run_id = f"cut-{uuid.uuid4().hex[:6]}"

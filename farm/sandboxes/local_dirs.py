@@ -1,0 +1,115 @@
+"""Local sandboxes on disk: their directories, labels, host processes, and ``reap``.
+
+Layout on the host (``base_dir`` from config)::
+
+    <base_dir>/<run_id>/<sandbox_id>/labels.json   who made it, its cgroups (found by ``farm reap``)
+    <base_dir>/<run_id>/<sandbox_id>/root/         the only writable host path, bound at the same path
+    <base_dir>/<run_id>/<sandbox_id>/root/home/    $HOME
+    <base_dir>/<run_id>/<sandbox_id>/tmp/          bound at /tmp (private, persists across commands)
+    <base_dir>/<run_id>/<sandbox_id>/etc/          the jail's generated /etc/passwd and /etc/group
+    <base_dir>/<run_id>/<sandbox_id>/sock/         forwarded ports' unix sockets (at /run/farm inside)
+
+``base_dir`` and every run dir are mode 0700: no other host user (and no sandbox: they
+are not mounted into any jail) can list them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+from farm.sandboxes.cgroups import reap_cgroups
+
+log = logging.getLogger(__name__)
+
+LABELS_FILE = "labels.json"
+MARKER_ENV = "FARM_SANDBOX_ID"
+
+
+def safe_component(value: str) -> str:
+    """A string usable as one path component (run ids become directory names)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", value)
+    return "_" if cleaned in ("", ".", "..") else cleaned
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func, p, _exc_info):  # noqa: ANN001 - shutil's callback signature
+        # Read-only directories made inside the sandbox: make them writable, retry once.
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except FileNotFoundError:
+            pass
+
+    shutil.rmtree(path, onerror=onerror)
+
+
+def remove_sandbox_dir(sb_dir: Path) -> None:
+    """Remove a sandbox directory with its labels file LAST: a process killed midway
+    (an actor dying while it closes a sandbox) leaves a directory ``reap`` still
+    recognises as the run's, never an unlabelled remnant it must leave alone."""
+    for child in sb_dir.iterdir():
+        if child.name == LABELS_FILE:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            _rmtree(child)
+        else:
+            child.unlink(missing_ok=True)
+    _rmtree(sb_dir)
+
+
+def sandbox_pids(sandbox_id: str) -> list[int]:
+    """Host pids of processes carrying this sandbox's marker in their environment."""
+    marker = f"{MARKER_ENV}={sandbox_id}".encode()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if marker in fh.read().split(b"\0"):
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+async def reap(run_id: str, *, cfg) -> list[str]:  # noqa: ANN001 - LocalSandboxConfig (no import cycle)
+    """Kill every process of every local sandbox labelled ``run_id``, remove its cgroups and dirs."""
+    run_dir = Path(os.path.realpath(os.path.expanduser(cfg.base_dir)), safe_component(run_id))
+    if not run_dir.is_dir():
+        return []
+    reaped = []
+    for sb_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        try:
+            info = json.loads((sb_dir / LABELS_FILE).read_text())
+        except (OSError, ValueError):
+            # A sandbox killed mid-create (before its labels landed) ran no process yet.
+            if {p.name for p in sb_dir.iterdir()} <= {f".{LABELS_FILE}.tmp"}:
+                await asyncio.to_thread(_rmtree, sb_dir)
+            else:  # anything else without labels is not ours: leave it alone, but say so
+                log.warning("reap %s: %s has no readable %s; left in place", run_id, sb_dir, LABELS_FILE)
+            continue
+        if info.get("labels", {}).get("run_id", "norun") != run_id:
+            continue
+        sandbox_id = str(info["sandbox_id"])
+        for pid in sandbox_pids(sandbox_id):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        await asyncio.to_thread(reap_cgroups, list(info.get("cgroups", [])))
+        await asyncio.to_thread(remove_sandbox_dir, sb_dir)
+        reaped.append(sandbox_id)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
+    return reaped
