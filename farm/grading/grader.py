@@ -30,6 +30,7 @@ from farm.errors import SandboxFileNotFound, TaskError
 from farm.grading.apply import apply_patch, restore_paths
 from farm.grading.parsers import PASSING, TestStatus, get_parser
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
+from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.tasks.capture import CapturedDiff
 from farm.tasks.model import Task
@@ -97,6 +98,8 @@ async def grade_in_sandbox(
         res = await git_script(sandbox, f"git reset -q {shlex.quote(ws.baseline_commit)}", cwd=ws.workdir)
         if res.exit_code != 0:
             return done(status=GradeStatus.ERROR, reason=f"cannot reset to the baseline: {res.stderr.strip()}", setup=ws.setup)
+    # From here on the policy's code runs: no network for it (local sandboxes; E2B: no-op).
+    await sandbox.isolate_network()
     if too_large:
         reason = f"the diff is {size} bytes, over tasks.max_diff_bytes"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, setup=ws.setup, timings=timings)
@@ -110,7 +113,13 @@ async def grade_in_sandbox(
         why = (last.stderr_tail or last.stdout_tail).strip()[-300:] if last else ""
         reason = f"the diff does not apply (git apply, --3way, patch --fuzz): {why}"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, patch=applied, setup=ws.setup, timings=timings)
-    common = {"patch": applied, "setup": ws.setup, "timings": timings}
+    touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
+    common = {
+        "patch": applied, "setup": ws.setup, "timings": timings,
+        "test_surface": {t.path: f"{t.action}: {t.why}" for t in touches}, "flags": surface_flags(touches),
+    }  # fmt: skip
+    # The test surface is the task's: put back what the diff changed there (added files go).
+    await restore_paths(sandbox, ws.workdir, [t.path for t in touches], scratch=ws.scratch)
     if task.kind == "swe":
         return done(**await _grade_swe(sandbox, task, ws, runtime, common))
     return done(**await _grade_generic(sandbox, task, ws, runtime, common))

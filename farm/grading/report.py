@@ -62,6 +62,11 @@ class GradingReport(BaseModel):
     verify: list[CommandReport] = Field(default_factory=list, description="verify commands (generic tasks)")
     reward_file_value: float | None = None
     timings: dict[str, float] = Field(default_factory=dict, description="seconds: prepare, apply, test, total")
+    test_surface: dict[str, str] = Field(
+        default_factory=dict,
+        description="test-surface files the diff touched -> what the grader did ('reset: test config', ...)",
+    )
+    flags: list[str] = Field(default_factory=list, description="named integrity findings (diff_touches_tests, ...)")
 
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for Sample metadata."""
@@ -82,6 +87,8 @@ class GradingReport(BaseModel):
             out["verify"] = f"{sum(c.ok for c in self.verify)}/{len(self.verify)}"
         if self.reason:
             out["reason"] = self.reason[:200]
+        if self.flags:
+            out["flags"] = list(self.flags)
         return out
 
     def outcome(self) -> Outcome:

@@ -131,6 +131,12 @@ class Task(_Model):
         description="R2E-Gym style: resolved iff the parsed statuses equal these exactly (same test set)",
     )
     log_parser: str = Field(default="pytest", description="name in farm.grading.parsers (pytest, unittest, junit, r2e)")
+    test_surface: list[str] | None = Field(
+        default=None,
+        description="glob patterns (workdir-relative) of the files the policy's diff may not change for grading "
+        "(reset before the tests run); None = farm's default surface (tests, conftest.py, pytest/tox config, "
+        "start-up hooks: see farm.grading.surface)",
+    )
     test_report_file: str | None = Field(
         default=None, description="file the test command writes (relative to workdir), e.g. JUnit XML for log_parser=junit"
     )
