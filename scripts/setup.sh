@@ -5,11 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${FARM_VENV:-.venv}"
 
-# bubblewrap isolates local sandboxes (Debian package).
-if ! command -v bwrap >/dev/null 2>&1; then
+# bubblewrap isolates local sandboxes; socat relays a sandbox's gateway port to its own
+# unix socket (the sandbox has no other network). Debian packages.
+if ! command -v bwrap >/dev/null 2>&1 || ! command -v socat >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq bubblewrap git >/dev/null
+  $SUDO apt-get install -y -qq bubblewrap socat git >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -132,6 +132,7 @@ class ReducerActor:
                 "rollout_reward": result.reward,
                 "rollout_turns": result.counts.turns,
                 "grading": result.grading_summary if result.grading_summary is not None else _compact(result.grading),
+                "sandbox": result.sandbox_policy,
             },
         )
         return linearize(

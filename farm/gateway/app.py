@@ -49,6 +49,7 @@ class GatewayApp:
     """Builds the ``web.Application``; state lives in the session table and the service."""
 
     def __init__(self, config: GatewayConfig, sessions: SessionTable, service: TurnService, model_name: str) -> None:
+        self.socket_sessions: dict[str, str] = {}  # unix socket path -> the one session it serves
         self.config = config
         self.sessions = sessions
         self.service = service
@@ -108,7 +109,20 @@ class GatewayApp:
         auth = request.headers.get("Authorization", "")
         if auth[:7].lower() == "bearer ":
             creds.append(auth[7:].strip())
-        return self.sessions.authenticate(creds)
+        session = self.sessions.authenticate(creds)
+        # A request through a session's own unix socket (a sandbox's forwarded port) is
+        # served only with THAT session's key: a sandbox never reaches another session.
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        if isinstance(sockname, str) and sockname:
+            owner = self.socket_sessions.get(sockname)
+            if owner != session.session_id:
+                if owner is not None and owner in self.sessions.open_ids():
+                    stats = self.sessions.get(owner).stats
+                    stats.foreign_key_refusals += 1
+                    if stats.foreign_key_refusals == 1:
+                        log.warning("gateway: session %s's socket was sent another session's key", owner)
+                raise GatewayRequestError("invalid API key", status=401, kind="authentication")
+        return session
 
     async def _read_json(self, request: web.Request) -> Any:
         ctype = request.content_type

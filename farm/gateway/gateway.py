@@ -15,6 +15,7 @@ The gateway does not own the engine client (close it yourself).
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
         self._closed_stats: OrderedDict[str, SessionStats] = OrderedDict()
+        self._socket_sites: dict[str, tuple[web.UnixSite, str]] = {}  # session id -> its own listener, path
 
     @classmethod
     def from_config(cls, cfg: FarmConfig, engine: EngineClient, *, tokenizer: Any = None) -> Gateway:
@@ -97,6 +99,8 @@ class Gateway:
         """Close every open session (aborting its turns), then the server. Idempotent."""
         for sid in self.sessions.open_ids():
             await self.close_session(sid)
+        for sid in list(self._socket_sites):
+            await self._stop_socket(sid)
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -115,8 +119,35 @@ class Gateway:
         )  # fmt: skip
         return SessionHandle(session_id=session.session_id, secret=session.secret)
 
+    async def serve_session_socket(self, session_id: str, path: str) -> None:
+        """Also listen on the unix socket ``path`` for ``session_id`` alone (a sandbox's
+        forwarded gateway port): through it, any other session's key gets 401. Stopped
+        and unlinked when the session closes."""
+        if self._runner is None:
+            raise GatewayError("gateway not started")
+        self.sessions.get(session_id)  # unknown session: GatewayError
+        if session_id in self._socket_sites:
+            return
+        site = web.UnixSite(self._runner, path)
+        await site.start()
+        self._socket_sites[session_id] = (site, path)
+        self._app.socket_sessions[path] = session_id
+
+    async def _stop_socket(self, session_id: str) -> None:
+        entry = self._socket_sites.pop(session_id, None)
+        if entry is None:
+            return
+        site, path = entry
+        self._app.socket_sessions.pop(path, None)
+        await site.stop()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
     async def close_session(self, session_id: str) -> TurnTree:
         """Refuse further requests (401), abort in-flight generation, return the turn tree."""
+        await self._stop_socket(session_id)
         session = await self.sessions.close(session_id, timeout_s=self.config.close_timeout_s)
         self.sessions.forget(session_id)
         self._closed_stats[session_id] = session.stats

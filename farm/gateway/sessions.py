@@ -46,6 +46,7 @@ class SessionStats:
     tool_parse_errors: int = 0
     engine_errors: int = 0
     aborted: int = 0
+    foreign_key_refusals: int = 0  # another session's valid key sent through this session's own socket
     dropped_tools: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:

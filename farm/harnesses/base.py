@@ -219,6 +219,13 @@ class Harness(ABC):
             raise HarnessInstallError(f"uploaded {self.package.spec} but {remote_bin} is not executable in the sandbox")
         return remote_bin
 
+    async def host_prefix(self) -> Path | None:
+        """The host npm prefix holding this CLI (what a local sandbox must see read-only
+        to run it from the host cache); None when ``bin_path`` names a CLI in the image."""
+        if self.config.bin_path:
+            return None
+        return self._prefix_of(await self.install())
+
     def _prefix_of(self, host_bin: Path) -> Path:
         for parent in host_bin.parents:
             if parent.name == "node_modules":

@@ -65,6 +65,9 @@ class RolloutResult(BaseModel):
     counts: RolloutCounts = Field(default_factory=RolloutCounts)
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase + total")
     sandbox_id: str = ""
+    sandbox_policy: dict[str, str] = Field(
+        default_factory=dict, description="the agent sandbox's network and limits policy, as applied"
+    )
     actor: str = Field(default="", description="the sandbox actor that ran it")
     started_at: float = 0.0
     finished_at: float = 0.0

@@ -97,10 +97,12 @@ class FarmParts:
         from farm.sandboxes.factory import create_sandbox
 
         if sb_spec is None:
+            cli = await self.harness.host_prefix() if purpose == "agent" and self.harness is not None else None
             sb_spec = SandboxSpec(
                 labels=self._labels(spec, purpose),
                 image=spec.task.image,
                 timeout_s=self.cfg.rollout.timeout_s + 300,
+                ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
             )
         t0 = time.monotonic()
         sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.e2b_api_key)
@@ -125,9 +127,10 @@ class FarmParts:
     ) -> AgentRun:
         from farm.harnesses.base import HarnessRun
 
+        gateway_url = await self._connect(sandbox, secret)
         run = HarnessRun(
             instruction=spec.task.instruction,
-            gateway_url=self.gateway_url,
+            gateway_url=gateway_url,
             api_key=secret,
             model=self.cfg.engine.model_name,
             workdir=workspace.workdir,
@@ -144,6 +147,23 @@ class FarmParts:
             status=result.status.value,
             reason=result.reason,
         )
+
+    async def _connect(self, sandbox: Sandbox, secret: str) -> str:
+        """Cut the agent sandbox off every network but its own gateway session: the network
+        latch, then the gateway's port relayed to a unix socket that serves only this
+        session. Returns the gateway URL as the sandbox sees it (E2B, or a local sandbox on
+        the host network: the gateway's URL as it is)."""
+        from urllib.parse import urlsplit
+
+        await sandbox.isolate_network()
+        port = urlsplit(self.gateway_url).port
+        if port is None:
+            return self.gateway_url
+        path = await sandbox.forward_port(port)
+        if path is None:
+            return self.gateway_url
+        await self.gateway.serve_session_socket(self._secrets[secret], path)
+        return f"http://127.0.0.1:{port}"
 
     def _agent_env(self) -> dict[str, str]:
         """The task's interpreter first on the agent's PATH, as the grader has it.

@@ -92,6 +92,23 @@ class _State:
         self.phase_t0 = 0.0
 
 
+def _breaches(sandbox: Sandbox | None) -> list[str]:
+    return list(getattr(sandbox, "breaches", None) or []) if sandbox is not None else []
+
+
+def _limit_exceeded(sandbox: Sandbox | None) -> Outcome:
+    return Outcome(status=RolloutStatus.LIMIT_EXCEEDED, reason="; ".join(_breaches(sandbox)))
+
+
+def _policy_of(sandbox: Sandbox | None) -> dict[str, str]:
+    """The agent sandbox's network and limits policy, for the record."""
+    policy: dict[str, str] = {}
+    for attr, prefix in (("network_policy", "network_"), ("limits_policy", "limits_")):
+        for key, value in (getattr(sandbox, attr, None) or {}).items():
+            policy[prefix + key] = str(value)
+    return policy
+
+
 class RolloutPipeline:
     def __init__(
         self,
@@ -159,6 +176,7 @@ class RolloutPipeline:
             counts=counts_of(state.tree),
             timings={k: round(v, 4) for k, v in state.timings.items()},
             sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
+            sandbox_policy=_policy_of(state.sandbox),
             actor=self.actor,
             started_at=started,
             finished_at=finished,
@@ -174,8 +192,18 @@ class RolloutPipeline:
         st.secret = await p.open_session(spec)
         st.enter(Phase.AGENT)
         budget = self.agent_timeout_s or spec.task.timeouts.agent_s
-        run = await p.run_agent(st.sandbox, spec, st.secret, budget, workspace)
+        try:
+            run = await p.run_agent(st.sandbox, spec, st.secret, budget, workspace)
+        except Exception:
+            if _breaches(st.sandbox):  # the limit killed the agent: a policy outcome, not a crash
+                return _limit_exceeded(st.sandbox)
+            raise
         st.log_tail = run.log_tail
+        if _breaches(st.sandbox):
+            # Over a limit (memory, pids, disk, lifetime): reward 0, no diff, no grading.
+            st.tree = await p.close_session(st.secret)
+            st.secret = None
+            return _limit_exceeded(st.sandbox)
         st.enter(Phase.CAPTURE)
         st.diff = await p.capture(st.sandbox, spec, workspace)
         st.tree = await p.close_session(st.secret)

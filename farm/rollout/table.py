@@ -45,6 +45,7 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("finished_at", pa.float64()),
         pa.field("sandbox_id", pa.string()),
         pa.field("actor", pa.string()),
+        pa.field("sandbox_policy", pa.string(), metadata={"doc": "network + limits the agent sandbox ran with, JSON"}),
     ]
 )
 
@@ -83,6 +84,7 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "finished_at": result.finished_at,
         "sandbox_id": result.sandbox_id,
         "actor": result.actor,
+        "sandbox_policy": json.dumps(result.sandbox_policy, sort_keys=True),
     }
 
 

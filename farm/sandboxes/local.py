@@ -46,6 +46,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
     remove_sandbox_dir,
     safe_component,
     sandbox_pids,
+    socket_dir,
 )
 from farm.sandboxes.process import HostProcess
 from farm.sandboxes.watchdog import Watchdog
@@ -85,7 +86,7 @@ class LocalSandbox(ClosingContext):
         self.home = str(self.dir / "root" / "home")
         self._tmp_dir = str(self.dir / "tmp")
         self._etc_dir = str(self.dir / "etc")
-        self._sock_dir = str(self.dir / "sock")
+        self._sock_dir = ""  # made with the dirs (local_dirs.socket_dir)
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
@@ -174,7 +175,9 @@ class LocalSandbox(ClosingContext):
             "created_at": time.time(),
             "farm_pid": os.getpid(),
             "cgroups": [str(d) for d in self._cgroup.dirs.values()] if self._cgroup else [],
+            "sock_dir": str(socket_dir(self.id)) if self._isolated else "",
         }
+        self._sock_dir = info["sock_dir"]
         staged = self.dir / f".{LABELS_FILE}.tmp"
         staged.write_text(json.dumps(info, indent=1))
         os.replace(staged, self.dir / LABELS_FILE)
@@ -182,7 +185,6 @@ class LocalSandbox(ClosingContext):
         os.makedirs(self._tmp_dir)
         os.chmod(self._tmp_dir, 0o1777)
         os.makedirs(self._etc_dir)
-        os.makedirs(self._sock_dir, mode=0o700)
         passwd, group = user_files(self._cfg.uid, self.home)
         Path(self._etc_dir, "passwd").write_text(passwd)
         Path(self._etc_dir, "group").write_text(group)
@@ -444,6 +446,8 @@ class LocalSandbox(ClosingContext):
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
             if self._cgroup is not None:
                 await asyncio.to_thread(self._cgroup.remove)
+            if self._sock_dir:
+                await asyncio.to_thread(shutil.rmtree, self._sock_dir, True)
             if not self._cfg.keep and self.dir.exists():
                 await asyncio.to_thread(remove_sandbox_dir, self.dir)
                 try:

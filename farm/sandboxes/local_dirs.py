@@ -7,7 +7,8 @@ Layout on the host (``base_dir`` from config)::
     <base_dir>/<run_id>/<sandbox_id>/root/home/    $HOME
     <base_dir>/<run_id>/<sandbox_id>/tmp/          bound at /tmp (private, persists across commands)
     <base_dir>/<run_id>/<sandbox_id>/etc/          the jail's generated /etc/passwd and /etc/group
-    <base_dir>/<run_id>/<sandbox_id>/sock/         forwarded ports' unix sockets (at /run/farm inside)
+    /tmp/farm-sock-<uid>/<sandbox_id>/             forwarded ports' unix sockets (at /run/farm inside;
+                                                   short, as AF_UNIX paths are limited to 107 bytes)
 
 ``base_dir`` and every run dir are mode 0700: no other host user (and no sandbox: they
 are not mounted into any jail) can list them.
@@ -21,12 +22,15 @@ import logging
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
+from farm.errors import SandboxError
 from farm.sandboxes.cgroups import reap_cgroups
 
 log = logging.getLogger(__name__)
 
+SOCKET_ROOT = "/tmp/farm-sock-{uid}"
 LABELS_FILE = "labels.json"
 MARKER_ENV = "FARM_SANDBOX_ID"
 
@@ -63,6 +67,18 @@ def remove_sandbox_dir(sb_dir: Path) -> None:
         else:
             child.unlink(missing_ok=True)
     _rmtree(sb_dir)
+
+
+def socket_dir(sandbox_id: str) -> Path:
+    """The sandbox's (new, private) dir for forwarded ports' unix sockets."""
+    root = Path(SOCKET_ROOT.format(uid=os.getuid()))
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SandboxError(f"{root} is not a private directory of uid {os.getuid()}: remove it")
+    path = root / sandbox_id
+    path.mkdir(mode=0o700)
+    return path
 
 
 def sandbox_pids(sandbox_id: str) -> list[int]:
@@ -106,6 +122,8 @@ async def reap(run_id: str, *, cfg) -> list[str]:  # noqa: ANN001 - LocalSandbox
             except ProcessLookupError:
                 pass
         await asyncio.to_thread(reap_cgroups, list(info.get("cgroups", [])))
+        if info.get("sock_dir"):
+            await asyncio.to_thread(shutil.rmtree, info["sock_dir"], True)
         await asyncio.to_thread(remove_sandbox_dir, sb_dir)
         reaped.append(sandbox_id)
     try:

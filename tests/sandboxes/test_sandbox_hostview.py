@@ -1,0 +1,141 @@
+"""What a local sandbox can see and reach, with the default config, on the real jail:
+a minimal host, an unprivileged uid, no network but its one forwarded port, and limits
+(memory, pids, disk, lifetime) that hold per sandbox and are recorded as breaches."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+import farm
+from farm.sandboxes.base import SandboxSpec
+from farm.sandboxes.config import LocalLimits, SandboxConfig
+from farm.sandboxes.factory import create_sandbox
+from farm.sandboxes.local import reap
+
+
+def _cfg(base: SandboxConfig, **local: object) -> SandboxConfig:
+    return base.model_copy(update={"local": base.local.model_copy(update=local)})
+
+
+async def test_minimal_host_view(local_cfg: SandboxConfig, tmp_path: Path) -> None:
+    ray_home = Path.home() / ".ray"
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text('{"gold_patch": "the answer"}\n')
+    project = Path(farm.__file__).resolve().parent / "tasks" / "demo" / "build.py"
+    async with (
+        await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "view"})) as a,
+        await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "view"})) as b,
+    ):
+        await b.write_file("b-secret.txt", "b's")
+        hidden = [str(task_file), str(project), str(ray_home), "/tmp/ray", "/home", "/var/lib",
+                  "/etc/shadow", "/sys/fs/cgroup", f"{b.root}/b-secret.txt", str(b.dir)]
+        res = await a.exec("; ".join(f"test -e {shlex.quote(p)} && echo SEEN {shlex.quote(p)}" for p in hidden) + "; true")
+        assert res.stdout == "", res.stdout
+        # its own root is bound at the same path as on the host: of the run dir, it sees itself only
+        assert (await a.exec(f"ls -A {a.dir.parent}")).stdout.split() == [a.id]
+        assert (await a.exec("ls -A /root")).stdout.split() in ([], [".pyenv"])  # only farm's own Python, if there
+        # ... while the runtime a coding agent needs is there
+        ok = await a.exec("id -u; id -un; git --version >/dev/null && node -e '' "
+                          f"&& {shlex.quote(sys.executable)} -c 'import pytest' && echo tools-ok; cat /etc/passwd")
+        uid, name, tools, *passwd = ok.stdout.splitlines()
+        assert (uid, name, tools) == ("1000", "sandbox", "tools-ok"), ok
+        assert all(line.split(":")[0] in {"root", "sandbox", "nobody"} for line in passwd)
+        # nothing outside root, /tmp and /run is writable
+        for path in ("/etc/x", "/usr/x", "/x", "/root/x", "/var/x"):
+            assert (await a.exec(f"touch {path}")).exit_code != 0, path
+
+
+async def test_spec_ro_binds_show_a_host_dir_read_only(local_cfg: SandboxConfig, tmp_path: Path) -> None:
+    cli = tmp_path / "cli-prefix"
+    cli.mkdir()
+    (cli / "tool.sh").write_text("echo cli-ran\n")
+    async with await create_sandbox(local_cfg, SandboxSpec(ro_binds=[str(cli)])) as sb:
+        assert (await sb.exec(f"sh {cli}/tool.sh")).stdout == "cli-ran\n"
+        assert (await sb.exec(f"touch {cli}/x")).exit_code != 0
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        assert (await sb.exec(f"test -e {cli}")).exit_code != 0
+
+
+async def test_network_latch_and_one_forwarded_port(local_cfg: SandboxConfig, tmp_path: Path) -> None:
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(4)
+    host_port = tcp.getsockname()[1]  # e.g. Ray's GCS on loopback
+    connect = "timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{}' && echo REACHED"
+    served = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(await reader.readline())
+        writer.write(b"from the unix socket\n")
+        await writer.drain()
+        writer.close()
+
+    try:
+        async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+            assert (await sb.exec(connect.format(host_port))).stdout == "REACHED\n"  # setup: host network
+            await sb.isolate_network()
+            assert (await sb.exec(connect.format(host_port))).stdout == ""
+            path = await sb.forward_port(host_port + 1 if host_port < 65535 else host_port - 1)
+            assert path is not None and len(path) < 100
+            server = await asyncio.start_unix_server(handle, path)
+            port = int(path.rsplit("-", 1)[1].split(".")[0])
+            res = await sb.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port}; echo hi >&3; head -1 <&3")
+            assert res.stdout == "from the unix socket\n" and served == [b"hi\n"]
+            # only loopback exists: no route anywhere, and the socket dir is not writable
+            assert (await sb.exec("tail -n +2 /proc/net/route")).stdout == ""
+            assert (await sb.exec("touch /run/farm/x")).exit_code != 0
+            assert sb.network_policy["agent"] == "isolated" and sb.network_policy["forwarded_ports"] == str(port)
+            server.close()
+    finally:
+        tcp.close()
+
+
+async def test_limits_hold_per_sandbox_and_are_recorded(local_cfg: SandboxConfig) -> None:
+    limits = LocalLimits(memory_bytes=256 << 20, pids=64, disk_bytes=200 << 20, disk_check_s=0.3)
+    cfg = _cfg(local_cfg, limits=limits)
+    async with (
+        await create_sandbox(cfg, SandboxSpec(labels={"run_id": "lim"})) as bad,
+        await create_sandbox(cfg, SandboxSpec(labels={"run_id": "lim"})) as good,
+    ):
+        neighbour = asyncio.ensure_future(
+            good.exec("for i in $(seq 25); do echo $i > n; sleep 0.2; done; cat n", timeout=120)
+        )
+        hog = await bad.exec("python3 -c \"x = b'x' * (600 << 20)\"; echo rc=$?", timeout=60)
+        assert hog.stdout == "rc=137\n"
+        await bad.exec("f(){ f | f & }; f; sleep 2", timeout=60)
+        fill = await bad.exec("dd if=/dev/zero of=fill.bin bs=1M count=4096 status=none; echo rc=$?", timeout=120)
+        assert fill.exit_code != 0 and "rc=0" not in fill.stdout
+        reasons = " | ".join(bad.breaches)
+        assert "memory: processes exceeded the 256 MiB limit" in reasons
+        assert "pids: the 64-process limit was hit" in reasons
+        assert "disk:" in reasons and "over the 200 MiB limit" in reasons
+        result = await neighbour
+        assert result.stdout == "25\n" and good.breaches == []
+
+
+async def test_lifetime_is_enforced(local_cfg: SandboxConfig) -> None:
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_check_s=0.2))
+    async with await create_sandbox(cfg, SandboxSpec(timeout_s=1.0)) as sb:
+        res = await sb.exec("sleep 30; echo survived", timeout=60)
+        assert "survived" not in res.stdout
+        assert sb.breaches == ["lifetime: 1 s exceeded: processes killed"]
+
+
+async def test_reap_removes_the_sandbox_cgroups(local_cfg: SandboxConfig) -> None:
+    sb = await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "cgreap"}))
+    cgroups = [Path(p) for p in __import__("json").loads((sb.dir / "labels.json").read_text())["cgroups"]]
+    if not cgroups:
+        pytest.skip("no writable cgroup on this machine: limits fall back to rlimits")
+    await sb.start("sleep 300")
+    assert all(d.is_dir() for d in cgroups)
+    sb._closed = True  # an actor that died without closing: only reap is left
+    assert await reap("cgreap", cfg=local_cfg.local) == [sb.id]
+    assert not any(d.exists() for d in cgroups)
+    assert not os.path.exists(sb.dir) and not os.path.exists(sb._sock_dir)
