@@ -13,6 +13,7 @@ sandbox is always closed, also on timeout and cancellation.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ class _State:
     phase: Phase = Phase.CREATE_SANDBOX
     sandbox: Sandbox | None = None
     secret: str | None = None
+    key: str = ""  # the session's key, kept to redact it from every text the rollout keeps
     tree: Any = None
     diff: str = ""
     log_tail: str = ""
@@ -90,6 +92,21 @@ class _State:
     def leave(self) -> None:
         self.enter(self.phase)
         self.phase_t0 = 0.0
+
+
+REDACTED = "<redacted:session-key>"
+
+
+def _redact(text: str, key: str) -> str:
+    """farm never writes a session key outside its sandbox (an agent may print its own)."""
+    return text.replace(key, REDACTED) if key and key in text else text
+
+
+def _redact_json(value: Any, key: str) -> Any:
+    if not key or value is None:
+        return value
+    dumped = json.dumps(value)
+    return json.loads(dumped.replace(key, REDACTED)) if key in dumped else value
 
 
 def _breaches(sandbox: Sandbox | None) -> list[str]:
@@ -167,12 +184,12 @@ class RolloutPipeline:
             harness=self.harness,
             model=self.model,
             status=outcome.status,
-            reason=outcome.reason,
+            reason=_redact(outcome.reason, state.key),
             reward=reward,
-            grading=grade.report if grade is not None else None,
+            grading=_redact_json(grade.report, state.key) if grade is not None else None,
             grading_summary=grade.summary if grade is not None else None,
-            diff=state.diff,
-            agent_log_tail=state.log_tail,
+            diff=_redact(state.diff, state.key),
+            agent_log_tail=_redact(state.log_tail, state.key),
             counts=counts_of(state.tree),
             timings={k: round(v, 4) for k, v in state.timings.items()},
             sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
@@ -190,6 +207,7 @@ class RolloutPipeline:
         workspace = await p.prepare(st.sandbox, spec)
         st.enter(Phase.SESSION)
         st.secret = await p.open_session(spec)
+        st.key = st.secret
         st.enter(Phase.AGENT)
         budget = self.agent_timeout_s or spec.task.timeouts.agent_s
         try:
