@@ -11,8 +11,14 @@
    answer) through one gateway process against an in-process zero-latency scripted
    SGLang worker; the load comes from a client subprocess. Every stream is validated;
    every session must record 1 root + 2 append-only turns.
+3. The per-request cost of a local sandbox's network path: the same client (stdlib
+   ``http.client``, ``/v1/messages/count_tokens``, so the engine is not in the figure)
+   inside a real local sandbox, once on the host network straight to the gateway's TCP
+   port, once in an isolated sandbox through its forwarded port (socat in the jail ->
+   unix socket -> the gateway's per-session site); keep-alive and fresh connections.
 
-Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=... concurrent_500_errors=...``
+Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=... concurrent_500_errors=...
+forward_overhead_ms=... forward_overhead_fresh_ms=...``
 """
 
 from __future__ import annotations
@@ -240,12 +246,75 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float) -> dict[st
     return client
 
 
+FORWARD_CLIENT = """
+import http.client, json, statistics, sys, time
+port, key, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "hi"}]})
+hdrs = {"content-type": "application/json", "x-api-key": key}
+def one(conn):
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/messages/count_tokens", body, hdrs)
+    r = conn.getresponse(); r.read()
+    assert r.status == 200, r.status
+    return (time.perf_counter() - t0) * 1000
+keep = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+for _ in range(20): one(keep)
+kept = [one(keep) for _ in range(n)]
+fresh = []
+for _ in range(n // 2):
+    t0 = time.perf_counter(); c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    one(c); c.close(); fresh.append((time.perf_counter() - t0) * 1000)
+print(json.dumps({"keep_ms": statistics.median(kept), "fresh_ms": statistics.median(fresh)}))
+"""
+
+
+async def bench_forward(tok: Any, n: int) -> dict[str, float]:
+    """Median per-request latency from inside a real local sandbox: host network (TCP)
+    vs isolated network (forwarded port -> unix socket)."""
+    import tempfile
+
+    from farm.engine.client import EngineClient
+    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
+    from farm.gateway.config import GatewayConfig
+    from farm.gateway.gateway import Gateway
+    from farm.sandboxes.base import SandboxSpec
+    from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
+    from farm.sandboxes.factory import create_sandbox
+
+    worker = ScriptedWorker(tok, ScriptedPolicy(), WorkerSettings())
+    cfg = GatewayConfig()
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="farm-bench-fwd-") as base:
+        async with serve_worker_backlog(worker) as url, EngineClient(url, cfg.engine_client) as engine:
+            async with Gateway(cfg, tok, engine, "hermes") as gw:
+                port = int(gw.base_url.rsplit(":", 1)[1])
+                for network in ("host", "isolated"):
+                    sb_cfg = SandboxConfig(local=LocalSandboxConfig(base_dir=base, network=network))
+                    async with await create_sandbox(sb_cfg, SandboxSpec()) as sb:
+                        await sb.write_file("client.py", FORWARD_CLIENT)
+                        key = gw.open_session(network).secret
+                        await sb.isolate_network()
+                        path = await sb.forward_port(port)
+                        if path is not None:
+                            await gw.serve_session_socket(network, path)
+                        res = await sb.exec([sys.executable, "client.py", str(port), key, str(n)], timeout=600)
+                        if res.exit_code != 0:
+                            raise RuntimeError(f"forward bench client failed: {res.stderr[-2000:]}")
+                        out[network] = json.loads(res.stdout.strip().splitlines()[-1])
+                        await gw.close_session(network)
+    return {
+        "tcp_keep_ms": out["host"]["keep_ms"], "fwd_keep_ms": out["isolated"]["keep_ms"],
+        "tcp_fresh_ms": out["host"]["fresh_ms"], "fwd_fresh_ms": out["isolated"]["fresh_ms"],
+    }  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sessions", type=int, default=500)
     parser.add_argument("--reps", type=int, default=7, help="turns measured per history size (median)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--forward-requests", type=int, default=400, help="requests per network path")
     parser.add_argument("--tokenizer", default="builtin:farm-test")
     parser.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built")
     args = parser.parse_args()
@@ -269,10 +338,16 @@ def main() -> int:
           f"bad_sessions={conc['bad_sessions']}")
     for example in conc["examples"]:
         print("  error:", example)
+    fwd = asyncio.run(bench_forward(tok, args.forward_requests))
+    print(f"network path (median ms per request from inside a sandbox): host TCP keep-alive={fwd['tcp_keep_ms']:.3f} "
+          f"fresh={fwd['tcp_fresh_ms']:.3f}; isolated + forwarded keep-alive={fwd['fwd_keep_ms']:.3f} "
+          f"fresh={fwd['fwd_fresh_ms']:.3f}")
     speedup = turns[64_000]["baseline"] / turns[64_000]["ours"]
     growth = turns[128_000]["ours"] / turns[8_000]["ours"]
     print(f"bench_gateway: speedup_64k={speedup:.2f} turn_ms_64k={turns[64_000]['ours']:.3f} "
-          f"turn_ms_growth_128k_over_8k={growth:.3f} concurrent_500_errors={errors}")
+          f"turn_ms_growth_128k_over_8k={growth:.3f} concurrent_500_errors={errors} "
+          f"forward_overhead_ms={fwd['fwd_keep_ms'] - fwd['tcp_keep_ms']:.3f} "
+          f"forward_overhead_fresh_ms={fwd['fwd_fresh_ms'] - fwd['tcp_fresh_ms']:.3f}")
     return 0
 
 
