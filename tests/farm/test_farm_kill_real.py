@@ -181,7 +181,8 @@ def test_killed_sandbox_actor_with_real_parts(tmp_path, restart):
     rows = _table(out, ROLLOUTS_TABLE)
     ids = [r["rollout_id"] for r in rows]
     assert len(ids) == N_ROLLOUTS == len(set(ids)) == summary.planned, ids
-    assert summary.by_status == {"completed": N_ROLLOUTS} and summary.resolved == N_ROLLOUTS, summary
+    assert summary.by_status == {"completed": N_ROLLOUTS} and summary.resolved == N_ROLLOUTS, (
+        summary, [(r["rollout_id"], r["status"], r["attempt"], r["reason"]) for r in rows])
     assert summary.redispatched >= len(watch.killed)
     attempts = {r["rollout_id"]: r["attempt"] for r in rows}
     assert all(attempts[rid] >= 2 for rid in watch.killed), (watch.killed, attempts)
