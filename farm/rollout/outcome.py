@@ -47,7 +47,7 @@ def outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
     if isinstance(exc, asyncio.CancelledError):
         return Outcome(status=S.CANCELLED, reason=f"cancelled during {where}")
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) and not isinstance(exc, SandboxError):
-        return Outcome(status=S.TIMEOUT, reason=f"timed out during {where}: {_msg(exc)}")
+        return outcome_for_timeout(phase, f"timed out during {where}: {_msg(exc)}")
     if isinstance(exc, PatchApplyError):
         return Outcome(status=S.PATCH_FAILED, reason=f"the model's diff does not apply: {_msg(exc)}")
     if isinstance(exc, (SetupError, TaskError)):
@@ -70,11 +70,24 @@ def outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
     if isinstance(exc, SandboxError):
         return Outcome(status=S.SANDBOX_ERROR, reason=f"sandbox failed during {where}: {_msg(exc)}")
     if isinstance(exc, GradingError):
-        return Outcome(status=S.SANDBOX_ERROR, reason=f"grader failed: {_msg(exc)}")
+        return Outcome(status=S.GRADING_ERROR, reason=f"grader failed: {_msg(exc)}")
     # A bug in farm or an unwrapped third-party error: infrastructure, not the model.
     return Outcome(
         status=S.SANDBOX_ERROR, reason=f"internal error during {where}: {type(exc).__name__}: {_msg(exc)}"
     )
+
+
+def outcome_for_timeout(phase: Phase, reason: str) -> Outcome:
+    """A budget ran out in ``phase``: the agent's phase is the policy's (``timeout``);
+    anywhere else (sandbox create, setup, capture, grading) it is infrastructure."""
+    S = RolloutStatus
+    if phase is Phase.AGENT:
+        return Outcome(status=S.TIMEOUT, reason=reason)
+    if phase is Phase.GRADE:
+        return Outcome(status=S.GRADING_ERROR, reason=reason)
+    if phase is Phase.PREPARE:
+        return Outcome(status=S.SETUP_FAILED, reason=reason)
+    return Outcome(status=S.SANDBOX_ERROR, reason=reason)
 
 
 def outcome_for_agent(

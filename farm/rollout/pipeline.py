@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from farm.rollout.model import RolloutResult, RolloutSpec
-from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error
+from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error, outcome_for_timeout
 from farm.rollout.table import counts_of
 from farm.sandboxes.base import Sandbox
 from farm.status import Outcome, RolloutStatus
@@ -154,10 +154,8 @@ class RolloutPipeline:
             async with asyncio.timeout(self.timeout_s):
                 outcome = await self._phases(spec, state)
         except TimeoutError:
-            outcome = Outcome(
-                status=RolloutStatus.TIMEOUT,
-                reason=f"rollout exceeded {self.timeout_s:g} s (during {state.phase.value})",
-            )
+            reason = f"rollout exceeded {self.timeout_s:g} s (during {state.phase.value})"
+            outcome = outcome_for_timeout(state.phase, reason)
         except asyncio.CancelledError:
             outcome = outcome_for_error(asyncio.CancelledError(), state.phase)
             task = asyncio.current_task()

@@ -15,7 +15,10 @@ from farm.status import RolloutStatus as S
     "exc, phase, status",
     [
         (asyncio.CancelledError(), Phase.AGENT, S.CANCELLED),
-        (TimeoutError("x"), Phase.GRADE, S.TIMEOUT),
+        (TimeoutError("x"), Phase.GRADE, S.GRADING_ERROR),
+        (TimeoutError("x"), Phase.AGENT, S.TIMEOUT),
+        (TimeoutError("x"), Phase.PREPARE, S.SETUP_FAILED),
+        (TimeoutError("x"), Phase.CREATE_SANDBOX, S.SANDBOX_ERROR),
         (E.SetupError("pip failed"), Phase.PREPARE, S.SETUP_FAILED),
         (E.TaskError("no repo"), Phase.PREPARE, S.SETUP_FAILED),
         (E.SandboxTimeout("setup hung"), Phase.PREPARE, S.SETUP_FAILED),
@@ -29,7 +32,7 @@ from farm.status import RolloutStatus as S
         (E.EngineError("router down"), Phase.SESSION, S.ENGINE_ERROR),
         (E.GatewayError("bind"), Phase.SESSION, S.ENGINE_ERROR),
         (E.PatchApplyError("garbage"), Phase.GRADE, S.PATCH_FAILED),
-        (E.GradingError("pytest missing"), Phase.GRADE, S.SANDBOX_ERROR),
+        (E.GradingError("pytest missing"), Phase.GRADE, S.GRADING_ERROR),
         (KeyError("bug"), Phase.CAPTURE, S.SANDBOX_ERROR),
     ],
 )
@@ -37,6 +40,9 @@ def test_error_to_status(exc, phase, status):
     out = outcome_for_error(exc, phase)
     assert out.status is status
     assert out.reason
+    # only the policy's own doing may be trained on
+    policy = status in (S.TIMEOUT, S.PATCH_FAILED) and phase in (Phase.AGENT, Phase.GRADE)
+    assert out.status.trainable is policy
 
 
 def test_internal_error_reason_names_the_type_and_phase():

@@ -99,7 +99,7 @@ async def test_completed(tmp_path):
         ({"setup_cmd": "sleep 30", "setup_timeout": 0.5}, S.SETUP_FAILED, "timed out"),
         ({"agent_cmd": "echo boom >&2; exit 7"}, S.AGENT_ERROR, "boom"),
         ({"grade": E.PatchApplyError("does not apply")}, S.PATCH_FAILED, "does not apply"),
-        ({"grade": E.GradingError("pytest missing")}, S.SANDBOX_ERROR, "grader"),
+        ({"grade": E.GradingError("pytest missing")}, S.GRADING_ERROR, "grader"),
     ],
 )
 async def test_each_failure_is_one_status(tmp_path, fail, status, needle):
