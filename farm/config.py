@@ -43,6 +43,12 @@ class RolloutConfig(BaseModel):
         default=8, ge=1, description="sandbox creates in progress at once per sandbox actor"
     )
     limit: int | None = Field(default=None, ge=1, description="run only the first N rollouts (smoke runs)")
+    infra_retries: int = Field(
+        default=2, ge=0, description="reruns of a rollout that failed for infrastructure reasons (policy outcomes never)"
+    )
+    retry_backoff_s: float = Field(
+        default=2.0, ge=0, description="delay before the first infrastructure retry (doubles each retry)"
+    )
 
 
 class RayConfig(BaseModel):

@@ -20,7 +20,9 @@ from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
 from farm.config import FarmConfig
 from farm.rollout.plan import expand_rollouts
 from farm.rollout.progress import RunProgress
-from farm.rollout.summary import RunSummary, summarize, summary_table, write_summary
+from farm.rollout.runlock import RunLock
+from farm.rollout.signals import cleanup_phase, stop_signals
+from farm.rollout.summary import RunSummary, summarize, summary_table, with_history, write_summary
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -245,11 +247,21 @@ def run_farm(
     console = console or Console()
     out_dir = Path(cfg.output.dir).expanduser().resolve()
     cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": str(out_dir)})})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _write_run_config(cfg, out_dir)
-    if tasks is None:
-        tasks = load_run_tasks(cfg)
-    started_ray = init_ray(cfg)
+    # One owner per run, FIRST: a second invocation fails here and touches nothing.
+    with RunLock(out_dir, cfg.run_id):
+        _write_run_config(cfg, out_dir)
+        if tasks is None:
+            tasks = load_run_tasks(cfg)
+        started_ray = init_ray(cfg)
+        with stop_signals():  # after ray.init, which installs its own SIGTERM handler
+            return _run_owned(cfg, console, e2b_api_key, tasks, parts_factory, out_dir, started_ray)
+
+
+def _run_owned(
+    cfg: FarmConfig, console: Console, e2b_api_key: str | None, tasks: list[Task], parts_factory: Any,
+    out_dir: Path, started_ray: bool,
+) -> RunSummary:
+    started_at = time.time()
     farm = Farm(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
     t0 = time.monotonic()
     dispatcher: Dispatcher | None = None
@@ -280,7 +292,19 @@ def run_farm(
         else:
             raise
     finally:
+        with cleanup_phase():
+            summary = _finish(cfg, console, farm, dispatcher, planned, skipped, t0, started_at, out_dir, started_ray)
+    return summary
+
+
+def _finish(
+    cfg: FarmConfig, console: Console, farm: Farm, dispatcher: Dispatcher | None, planned: int, skipped: int,
+    t0: float, started_at: float, out_dir: Path, started_ray: bool,
+) -> RunSummary:
+    """Stop everything the run started, write and print the summary."""
+    try:
         farm.close()
+    finally:
         summaries = list(dispatcher.summaries.values()) if dispatcher else []
         summary = summarize(
             cfg.run_id,
@@ -289,8 +313,10 @@ def run_farm(
             skipped_done=skipped,
             wall_s=time.monotonic() - t0,
             redispatched=dispatcher.redispatched if dispatcher else 0,
+            retried=dispatcher.retried if dispatcher else 0,
             interrupted=bool(dispatcher and dispatcher.interrupted),
         )
+        summary = with_history(summary, out_dir, started_at=started_at)
         write_summary(summary, out_dir)
         console.print(summary_table(summary))
         if started_ray:

@@ -23,7 +23,7 @@ from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.plan import Decision, next_attempt, on_actor_death, pick_actor
 from farm.rollout.progress import RunProgress
-from farm.status import RolloutStatus
+from farm.status import FailureClass, RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +65,23 @@ class Dispatcher:
         self.inflight: dict[Any, _InFlight] = {}
         self.queue: deque[RolloutSpec] = deque()
         self.summaries: dict[str, RolloutSummary] = {}
+        self.delayed: list[tuple[float, RolloutSpec]] = []  # infrastructure retries waiting out their backoff
         self.redispatched = 0
+        self.retried = 0
         self.interrupted = False
 
     # --- loop ---------------------------------------------------------------
     def run(self, specs: list[RolloutSpec]) -> list[RolloutSummary]:
         self.queue.extend(specs)
         try:
-            while self.queue or self.inflight:
+            while self.queue or self.inflight or self.delayed:
+                self._release_delayed(time.monotonic())
                 self._dispatch()
                 if not self.inflight and not self.probes:
                     if self.queue and not self.load:
                         self._give_up_all("no sandbox actor left alive")
+                    elif self.delayed and not self.queue:
+                        time.sleep(min(1.0, max(0.0, min(t for t, _ in self.delayed) - time.monotonic())))
                     continue
                 refs = [*self.inflight, *self.probes]
                 ready, _ = ray.wait(refs, num_returns=1, timeout=1.0, fetch_local=False)
@@ -124,7 +129,26 @@ class Dispatcher:
             return
         except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself)
             summary = self._record(spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {exc.cause!r}", item.actor)
+        if not summary.durable and summary.status.failure_class is FailureClass.INFRASTRUCTURE \
+                and not summary.status.reruns and not self.interrupted:
+            self._retry(spec, summary)
+            return
         self._finish(summary)
+
+    def _retry(self, spec: RolloutSpec, failed: RolloutSummary) -> None:
+        """An infrastructure failure the actor did not record (retries left): run it again
+        after an exponential backoff, as a new attempt."""
+        delay = self.cfg.rollout.retry_backoff_s * 2 ** (spec.attempt - 1)
+        self.retried += 1
+        self.progress.note(f"{spec.rollout_id}: {failed.status.value} ({failed.reason[:120]}); "
+                           f"retrying in {delay:g} s (attempt {spec.attempt + 1})")  # fmt: skip
+        self.delayed.append((time.monotonic() + delay, next_attempt(spec)))
+
+    def _release_delayed(self, now: float) -> None:
+        due = [spec for t, spec in self.delayed if t <= now]
+        if due:
+            self.delayed = [(t, spec) for t, spec in self.delayed if t > now]
+            self.queue.extend(due)
 
     def _on_lost(self, spec: RolloutSpec, actor: str, why: str) -> None:
         stored = ray.get(self.reducer.lookup.remote(spec.rollout_id), timeout=CONTROL_TIMEOUT_S)
@@ -174,7 +198,7 @@ class Dispatcher:
                 ray.cancel(ref)
                 self._release(ref)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
-                self._finish(self._record(item.spec, RolloutStatus.TIMEOUT, reason, item.actor))
+                self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
 
     def _give_up_all(self, reason: str) -> None:
         while self.queue:
@@ -208,8 +232,15 @@ class Dispatcher:
         self.progress.advance(summary, len(self.inflight))
 
     def cancel_inflight(self, drain_s: float) -> None:
-        """Cancel every in-flight rollout and wait (bounded) for their cleanup."""
+        """Stop: every in-flight rollout is interrupted (not recorded: the next invocation
+        runs it again); wait (bounded) for their cleanup."""
         self.queue.clear()
+        for _, spec in self.delayed:
+            self._finish(_cancelled(spec, ""))
+        self.delayed.clear()
+        # Actors first learn the run is stopping: a rollout that ends now (its sandbox
+        # closed under it, its CLI killed) is interrupted, never a recorded failure.
+        _wait_quietly([a.stop_accepting.remote() for a in self.actors.values()], 10.0)
         for ref in list(self.inflight):
             ray.cancel(ref)
         deadline = time.monotonic() + drain_s
@@ -231,14 +262,21 @@ class Dispatcher:
             self._finish(_cancelled(item.spec, item.actor))
 
 
+def _wait_quietly(refs: list[Any], timeout: float) -> None:
+    try:
+        ray.get(refs, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - a dead actor has nothing in flight to tell
+        log.debug("stop notice not delivered: %s", exc)
+
+
 def _cancelled(spec: RolloutSpec, actor: str) -> RolloutSummary:
     return RolloutSummary(
         rollout_id=spec.rollout_id,
         group_id=spec.group_id,
         task_id=spec.task.id,
         attempt=spec.attempt,
-        status=RolloutStatus.CANCELLED,
-        reason="the run was stopped",
+        status=RolloutStatus.INTERRUPTED,
+        reason="the run was stopped while it ran: the next invocation runs it again",
         actor=actor,
         durable=False,
     )

@@ -87,14 +87,16 @@ class ReducerActor:
         stored = self.store.summaries.get(rid)
         if stored is not None:
             return stored
-        if result.status is RolloutStatus.CANCELLED:
+        if result.status.reruns:  # cancelled / interrupted: not a result, the next invocation runs it
             return result.summary().model_copy(update={"durable": False})
         fut = self._pending.get(rid)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
-                samples = self._linearize(result)
+                # Only a policy outcome is training data; an infrastructure failure keeps its
+                # row (status, reason, log tail) as evidence, and no Sample.
+                samples = self._linearize(result) if result.status.trainable else []
                 self.store.add(result, samples)
             except BaseException as exc:
                 self._pending.pop(rid, None)

@@ -17,7 +17,7 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutSpec, RolloutSummary
 from farm.rollout.pipeline import RolloutPipeline
-from farm.status import RolloutStatus
+from farm.status import FailureClass, RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class SandboxActor:
         self._start_lock: asyncio.Lock | None = None
         self.gateway_url = ""
         self.in_flight = 0
+        self._stopping = False  # the run is stopping: rollouts that end now are interrupted
 
     async def ready(self) -> str:
         """Start the gateway (once); returns its URL."""
@@ -105,9 +106,21 @@ class SandboxActor:
                 result = await self._pipeline.run(spec)
             finally:
                 self._set_in_flight(-1)
-        if result.status is RolloutStatus.CANCELLED:
+        status = result.status
+        if status is RolloutStatus.CANCELLED or (self._stopping and status is not RolloutStatus.COMPLETED):
+            # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
+            why = f"the run was stopped while it ran ({status.value}: {result.reason[:200]}); it runs again"
+            return result.summary().model_copy(
+                update={"status": RolloutStatus.INTERRUPTED, "reason": why, "durable": False}
+            )
+        if status.failure_class is FailureClass.INFRASTRUCTURE and spec.attempt <= self.cfg.rollout.infra_retries:
+            # Not recorded yet: the driver runs it again after a backoff (the last attempt is recorded).
             return result.summary().model_copy(update={"durable": False})
         return await call(self.reducer, "submit", result)
+
+    async def stop_accepting(self) -> None:
+        """The run is stopping: whatever ends from now on (but a finished completion) is interrupted."""
+        self._stopping = True
 
     def _set_in_flight(self, delta: int) -> None:
         self.in_flight += delta
@@ -119,5 +132,6 @@ class SandboxActor:
 
     async def shutdown(self) -> None:
         """Stop the gateway and close whatever sandboxes are still open. Idempotent."""
+        self._stopping = True
         if self._parts is not None:
             await self._parts.stop()

@@ -2,8 +2,10 @@
 
 Locally this starts a Ray instance; under ``ray job submit`` it joins the job's
 cluster. Reruns with the same ``output.dir`` resume: rollouts already in the output
-are skipped. Ctrl-C (or ``ray job stop``: SIGTERM) cancels in-flight rollouts,
-flushes the reducer and prints the summary. Environment read here (and only here):
+are skipped (one invocation per output dir: a second one fails fast, exit 1). Ctrl-C
+or ``ray job stop`` (SIGTERM) interrupts in-flight rollouts (not recorded: the next
+invocation runs them again; a second signal cuts the drain short), flushes the reducer,
+prints the summary and exits 130. Environment read here (and only here):
 ``E2B_API_KEY`` for ``sandbox.backend: e2b``.
 """
 
@@ -18,10 +20,6 @@ import sys
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config (see configs/)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-
-
-def _sigterm_to_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from farm.driver import run_farm
 
-    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         summary = run_farm(cfg, e2b_api_key=e2b_api_key)
     except FarmError as exc:

@@ -4,7 +4,9 @@ duration percentiles. Printed as a table and written as ``summary.json``."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +18,23 @@ from farm.rollout.model import RolloutSummary
 from farm.status import RolloutStatus
 
 RESOLVED_REWARD = 1.0
+INVOCATIONS_FILE = "invocations.jsonl"  # one line per `farm run` invocation on this output dir
+log = logging.getLogger(__name__)
+
+
+class CumulativeSummary(BaseModel):
+    """What the output directory holds, whatever invocation wrote it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int = 0
+    by_status: dict[str, int] = Field(default_factory=dict)
+    by_class: dict[str, int] = Field(default_factory=dict, description="policy / infrastructure")
+    retried: int = Field(default=0, description="rollouts recorded on a later attempt (attempt > 1)")
+    resolved: int = 0
+    resolved_rate: float = Field(default=0.0, description="resolved / policy outcomes (infrastructure excluded)")
+    mean_reward: float = Field(default=0.0, description="over policy outcomes")
+    invocations: int = 0
 
 
 class RunSummary(BaseModel):
@@ -38,7 +57,11 @@ class RunSummary(BaseModel):
     duration_p50_s: float = 0.0
     duration_p95_s: float = 0.0
     redispatched: int = 0
+    retried: int = Field(default=0, description="infrastructure retries this invocation")
     interrupted: bool = False
+    cumulative: CumulativeSummary | None = Field(
+        default=None, description="the whole output directory, across every invocation (from the rollouts table)"
+    )
 
 
 def summarize(
@@ -49,10 +72,11 @@ def summarize(
     skipped_done: int = 0,
     wall_s: float,
     redispatched: int = 0,
+    retried: int = 0,
     interrupted: bool = False,
 ) -> RunSummary:
     by_status = Counter(s.status.value for s in summaries)
-    finished = [s for s in summaries if s.status is not RolloutStatus.CANCELLED]
+    finished = [s for s in summaries if not s.status.reruns]
     resolved = sum(1 for s in finished if s.reward >= RESOLVED_REWARD)
     durations = np.array([s.duration_s for s in finished], dtype=np.float64)
     output_tokens = sum(s.output_tokens for s in summaries)
@@ -74,8 +98,54 @@ def summarize(
         duration_p50_s=float(np.percentile(durations, 50)) if len(durations) else 0.0,
         duration_p95_s=float(np.percentile(durations, 95)) if len(durations) else 0.0,
         redispatched=redispatched,
+        retried=retried,
         interrupted=interrupted,
     )
+
+
+def cumulative(rows: Sequence[dict], invocations: int) -> CumulativeSummary:
+    """Counts over every recorded rollout (rows of the rollouts table)."""
+    by_status = Counter(r["status"] for r in rows)
+    by_class = Counter(RolloutStatus(r["status"]).failure_class.value for r in rows)
+    policy = [r for r in rows if RolloutStatus(r["status"]).trainable]
+    resolved = sum(1 for r in policy if r["reward"] >= RESOLVED_REWARD)
+    return CumulativeSummary(
+        rollouts=len(rows),
+        by_status={k: by_status[k] for k in sorted(by_status)},
+        by_class={k: by_class[k] for k in sorted(by_class)},
+        retried=sum(1 for r in rows if r["attempt"] > 1),
+        resolved=resolved,
+        resolved_rate=resolved / len(policy) if policy else 0.0,
+        mean_reward=float(np.mean([r["reward"] for r in policy])) if policy else 0.0,
+        invocations=invocations,
+    )
+
+
+def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float) -> RunSummary:
+    """Append this invocation to ``invocations.jsonl`` and add the cumulative counts
+    (read back from the rollouts table on disk, so they hold across invocations)."""
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    out = Path(out_dir)
+    line = {
+        "started_at": started_at, "ended_at": time.time(), "planned": summary.planned,
+        "skipped_done": summary.skipped_done, "finished": summary.finished, "by_status": summary.by_status,
+        "interrupted": summary.interrupted, "retried": summary.retried, "redispatched": summary.redispatched,
+    }  # fmt: skip
+    with open(out / INVOCATIONS_FILE, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    invocations = sum(1 for ln in (out / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
+    try:
+        reader = ShardReader(out, name=ROLLOUTS_TABLE)
+        cols = ["status", "reward", "attempt"]
+        rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+    except Exception as exc:  # noqa: BLE001 - the summary must still be written
+        log.warning("cumulative summary: cannot read the rollouts table: %s", exc)
+        return summary
+    return summary.model_copy(update={"cumulative": cumulative(rows, invocations)})
 
 
 def write_summary(summary: RunSummary, out_dir: str | Path) -> Path:
@@ -113,8 +183,15 @@ def summary_table(summary: RunSummary):
         ("duration p50 / p95", f"{summary.duration_p50_s:.1f} s / {summary.duration_p95_s:.1f} s"),
         ("re-dispatched", str(summary.redispatched)),
     ]
+    if summary.retried:
+        rows.append(("infrastructure retries", str(summary.retried)))
     if summary.interrupted:
         rows.append(("interrupted", "yes (rerun to resume)"))
+    c = summary.cumulative
+    if c is not None:
+        rows.append((f"output dir, all {c.invocations} invocation(s)", f"{c.rollouts} rollouts"))
+        rows += [(f"  {cls}", str(n)) for cls, n in c.by_class.items()]
+        rows.append(("  resolved (of policy outcomes)", f"{c.resolved} ({c.resolved_rate:.1%})"))
     for k, v in rows:
         table.add_row(k, v)
     return table

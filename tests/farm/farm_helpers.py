@@ -80,6 +80,10 @@ class FakeParts:
         from farm.rollout.pipeline import AgentRun
 
         md = spec.task.metadata
+        if spec.attempt <= md.get("infra_fail_attempts", 0):
+            from farm.errors import SandboxError
+
+            raise SandboxError(f"injected sandbox failure (attempt {spec.attempt})")
         if md.get("crash_actor"):
             import os
 

@@ -104,11 +104,71 @@ def test_ctrl_c_cancels_in_flight_and_leaves_nothing(tmp_path):
         if farm.proc.poll() is None:
             os.killpg(farm.proc.pid, signal.SIGKILL)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["interrupted"] is True and summary["by_status"].get("cancelled", 0) >= 1, summary
+    assert summary["interrupted"] is True and summary["by_status"].get("interrupted", 0) >= 1, summary
     assert not _sandboxes_left(tmp_path, "ctrlc")
     assert not _bwrap_of(tmp_path)
     assert set(_ids(tmp_path / "out", ROLLOUTS_TABLE)) <= {"demo-romans.0", "demo-intervals.0"}
     farm.wait_gone()
+
+
+def _rows(out: Path) -> list[dict]:
+    reader = ShardReader(out, name=ROLLOUTS_TABLE)
+    return reader.read_table().to_pylist() if reader.entries() else []
+
+
+@pytest.mark.parametrize("signals", [("SIGTERM",), ("SIGINT", "SIGINT")], ids=["sigterm", "sigint_twice"])
+def test_a_stop_records_nothing_poisoned_and_the_rerun_runs_exactly_the_interrupted(tmp_path, signals):
+    """`ray job stop` sends SIGTERM; a second Ctrl-C forces the stop. Either way the
+    in-flight rollouts are interrupted (not recorded, no Samples), the exit code is 130,
+    and rerunning the same command runs exactly those again."""
+    cfg = _config(tmp_path, "stop", limit=3, concurrency=2, ttft=2.0)
+    farm = FarmProcess(cfg)
+    try:
+        _wait_for(lambda: len(list((tmp_path / "sb" / "stop").glob("*"))) >= 2, 120, "two sandboxes")
+        time.sleep(3)
+        for name in signals:
+            os.kill(farm.proc.pid, getattr(signal, name))
+            time.sleep(1.0)
+        assert farm.proc.wait(timeout=180) == 130, farm.output()
+    finally:
+        if farm.proc.poll() is None:
+            os.killpg(farm.proc.pid, signal.SIGKILL)
+    farm.wait_gone()
+    out = tmp_path / "out"
+    first = _rows(out)
+    # nothing the stop caused is on record: only rollouts that really finished
+    assert all(r["status"] == "completed" for r in first), [(r["rollout_id"], r["status"], r["reason"]) for r in first]
+    assert sorted(_ids(out, SAMPLES_TABLE)) == sorted(r["rollout_id"] for r in first)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["by_status"].get("interrupted", 0) >= 1, summary
+    assert not _sandboxes_left(tmp_path, "stop") and not _bwrap_of(tmp_path)
+    rerun = FarmProcess(cfg)
+    assert rerun.proc.wait(timeout=400) == 0, rerun.output()
+    rerun.wait_gone()
+    rows = _rows(out)
+    ids = [r["rollout_id"] for r in rows]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 3, ids
+    assert all(r["status"] == "completed" and r["reward"] == 1.0 for r in rows), rows
+    again = json.loads((out / "summary.json").read_text())
+    assert again["planned"] == 3 - len(first) and again["skipped_done"] == len(first), again
+
+
+def test_a_second_invocation_fails_fast_and_harms_nothing(tmp_path):
+    cfg = _config(tmp_path, "owner", limit=2, concurrency=2, ttft=1.0)
+    first = FarmProcess(cfg)
+    try:
+        _wait_for(lambda: len(list((tmp_path / "sb" / "owner").glob("*"))) >= 1, 120, "a sandbox")
+        second = subprocess.run([FARM, "run", str(cfg)], capture_output=True, text=True, timeout=120,
+                                env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})  # fmt: skip
+        assert second.returncode == 1, second.stderr
+        assert "run 'owner' is already running" in second.stderr and f"pid {first.proc.pid}" in second.stderr
+        assert first.proc.wait(timeout=400) == 0, first.output()
+    finally:
+        if first.proc.poll() is None:
+            os.killpg(first.proc.pid, signal.SIGKILL)
+    first.wait_gone()
+    rows = _rows(tmp_path / "out")
+    assert sorted(r["status"] for r in rows) == ["completed", "completed"], rows
 
 
 def test_killed_driver_rerun_writes_only_the_missing_rollouts(tmp_path):

@@ -72,6 +72,16 @@ def test_ray_job_submit_runs_the_farm(head, tmp_path):
         text = _metrics(head)
         time.sleep(2)
     assert "ray_farm_rollouts" in text and 'status="completed"' in text, text[-2000:]
+    # every documented series is really emitted (the latencies from the turns' recorded timings)
+    for series in ("ray_farm_engine_latency_s_count", "ray_farm_gateway_latency_s_count", "ray_farm_turns",
+                   "ray_farm_tokens", "ray_farm_rollouts_by_class", "ray_farm_rollout_seconds_sum",
+                   "ray_farm_sandbox_create_s_count", "ray_farm_shards_written"):
+        deadline = time.monotonic() + 30
+        while series not in text and time.monotonic() < deadline:
+            time.sleep(2)
+            text = _metrics(head)
+        assert series in text, (series, text[-3000:])
+    assert 'class="policy"' in text
     # Nothing of the job is left alive on the cluster.
     listed = subprocess.run(
         [str(BIN / "ray"), "list", "actors", "--address", head.address, "--filter", "state=ALIVE", "--format", "json"],
@@ -81,3 +91,72 @@ def test_ray_job_submit_runs_the_farm(head, tmp_path):
     alive = [] if "No resource" in listed.stdout else json.loads(listed.stdout)
     assert not [a for a in alive if (a.get("name") or "").startswith("farm-job-")]
     assert not [p for p in (tmp_path / "sb" / "job").glob("*/*")]
+
+
+@pytest.mark.timeout(900)
+def test_ray_job_stop_then_resubmit_records_every_rollout_once(head, tmp_path):
+    """`ray job stop` sends SIGTERM to `farm run`: in-flight rollouts are interrupted
+    (recorded nowhere), the job ends STOPPED; resubmitting runs exactly what is missing."""
+    work = tmp_path / "job"
+    work.mkdir()
+    out = tmp_path / "out"
+    cfg = {
+        "run_id": "jobstop",
+        "tasks": {"path": "demo"},
+        "harness": {"name": "claude_code"},
+        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"latency": {"ttft_s": 2.0}}},
+        "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
+        "rollout": {"limit": 3, "concurrency": 2, "timeout_s": 600},
+        "ray": {"reducer_flush_s": 0.2, "num_sandbox_actors": 1, "drain_timeout_s": 60},
+        "output": {"dir": str(out)},
+    }
+    (work / "job.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    ray_cmd = [str(BIN / "ray"), "job"]
+
+    def submit(job_id: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*ray_cmd, "submit", "--address", head.dashboard_url, "--working-dir", str(work), "--submission-id",
+             job_id, "--no-wait", "--", str(BIN / "farm"), "run", "job.yaml"],
+            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+
+    def status(job_id: str) -> str:
+        res = subprocess.run([*ray_cmd, "status", "--address", head.dashboard_url, job_id],
+                             capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        return res.stdout + res.stderr
+
+    def wait_final(job_id: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = status(job_id).lower()  # "... STOPPED" or "Job 'x' was stopped", by version
+            for final in ("succeeded", "stopped", "failed"):
+                if final in text:
+                    return final.upper()
+            time.sleep(2)
+        raise AssertionError(f"job {job_id} did not end: {status(job_id)}")
+
+    assert submit("farm-stop-1").returncode == 0
+    deadline = time.monotonic() + 180
+    while len(list((tmp_path / "sb" / "jobstop").glob("*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)
+    stop = subprocess.run([*ray_cmd, "stop", "--address", head.dashboard_url, "farm-stop-1"],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert wait_final("farm-stop-1", 300) == "STOPPED", stop.stdout + stop.stderr
+    time.sleep(2)
+    reader = ShardReader(out, name=ROLLOUTS_TABLE)
+    first = reader.read_table().to_pylist() if reader.entries() else []
+    assert all(r["status"] == "completed" for r in first), first  # nothing the stop caused is on record
+    assert submit("farm-stop-2").returncode == 0
+    final = wait_final("farm-stop-2", 600)
+    logs = subprocess.run([*ray_cmd, "logs", "--address", head.dashboard_url, "farm-stop-2"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert final == "SUCCEEDED", (status("farm-stop-2"), logs.stdout[-3000:])
+    rows = ShardReader(out, name=ROLLOUTS_TABLE).read_table().to_pylist()
+    ids = sorted(r["rollout_id"] for r in rows)
+    assert ids == sorted(set(ids)) and len(ids) == 3, ids
+    assert all(r["status"] == "completed" and r["reward"] == 1.0 for r in rows), rows
+    samples = ShardReader(out).read_table().column("rollout_id").to_pylist()
+    assert sorted(set(samples)) == ids  # Samples of every rollout, of no interrupted attempt
+    assert not [p for p in (tmp_path / "sb" / "jobstop").glob("*/*")]

@@ -19,6 +19,7 @@ from rich.console import Console
 import farm_helpers
 from farm.config import FarmConfig
 from farm.driver import actor_name, run_farm
+from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.tasks.model import Task
 from farm.trajectory.reader import ShardReader
 
@@ -154,3 +155,23 @@ def test_rollout_that_kills_its_actor_gives_up_after_max_attempts(tmp_path):
     assert rows["bad.0"]["status"] == "sandbox_error" and "died 2 time(s)" in rows["bad.0"]["reason"]
     assert rows["bad.0"]["attempt"] == 2
     _assert_nothing_left(tmp_path, "crash")
+
+
+def test_infrastructure_failures_are_retried_then_recorded_untrainable(tmp_path):
+    """A sandbox failure is infrastructure: retried with backoff; one that keeps failing is
+    recorded with its reason after the last attempt and has no Sample anywhere."""
+    cfg = _cfg(tmp_path, "infra", infra_retries=2, retry_backoff_s=0.1)
+    flaky = Task(id="flaky", instruction="x", metadata={"log_dir": str(tmp_path), "infra_fail_attempts": 1})
+    broken = Task(id="broken", instruction="x", metadata={"log_dir": str(tmp_path), "infra_fail_attempts": 99})
+    fine = Task(id="fine", instruction="x", metadata={"log_dir": str(tmp_path)})
+    summary = _run(cfg, [flaky, broken, fine])
+    rows = {r["rollout_id"]: r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()}
+    assert (rows["flaky.0"]["status"], rows["flaky.0"]["attempt"]) == ("completed", 2)
+    assert (rows["broken.0"]["status"], rows["broken.0"]["attempt"]) == ("sandbox_error", 3)
+    assert "injected sandbox failure (attempt 3)" in rows["broken.0"]["reason"]
+    assert sorted(_ids(tmp_path / "out", SAMPLES_TABLE)) == ["fine.0", "flaky.0"]  # nothing of broken
+    assert summary.retried == 3
+    assert summary.cumulative.by_class == {"infrastructure": 1, "policy": 2}
+    assert summary.cumulative.resolved_rate == 1.0  # over policy outcomes only
+    started = [ln for ln in _started(tmp_path) if ln]
+    assert sorted(started) == sorted(["flaky.0 1", "flaky.0 2", "broken.0 1", "broken.0 2", "broken.0 3", "fine.0 1"])
