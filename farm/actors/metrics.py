@@ -8,8 +8,6 @@ from typed records (a finished RolloutResult, its turn timings), so no layer bel
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from farm.rollout.model import RolloutResult
@@ -18,17 +16,20 @@ _LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 _DURATION_BOUNDS = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200]
 _REWARD_BOUNDS = [0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
 
-# Keys of TurnRecord.timings (seconds) the gateway records, by metric.
-ENGINE_TIMING_KEYS = ("engine_s", "generate_s", "engine")
-GATEWAY_TIMING_KEYS = ("gateway_s", "total_s", "request_s", "gateway")
+# What the gateway records in TurnRecord.timings (milliseconds; farm/gateway/service.py):
+# the engine's /generate time, and the gateway's own steps around it.
+ENGINE_TIMING_KEY = "engine_ms"
+GATEWAY_TIMING_KEYS = ("plan_ms", "render_ms", "parse_ms", "record_ms")
 
 
-def _first(timings: dict[str, float], keys: Iterable[str]) -> float | None:
-    for key in keys:
-        value = timings.get(key)
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
+def turn_latencies(timings: dict[str, float]) -> tuple[float | None, float | None]:
+    """(engine seconds, gateway seconds) of one turn, None where not recorded."""
+    engine = timings.get(ENGINE_TIMING_KEY)
+    parts = [timings[k] for k in GATEWAY_TIMING_KEYS if isinstance(timings.get(k), (int, float))]
+    return (
+        float(engine) / 1e3 if isinstance(engine, (int, float)) else None,
+        sum(parts) / 1e3 if parts else None,
+    )
 
 
 class FarmMetrics:
@@ -55,6 +56,14 @@ class FarmMetrics:
             "farm_sandbox_create_s", "sandbox create latency", boundaries=_LATENCY_BOUNDS, tag_keys=tags
         )
         self.shards = Counter("farm_shards_written", "shards made durable by the reducer", tag_keys=tags + ("table",))
+        # Exact sums (histogram sums are bucket-free in Prometheus but not per class): mean reward
+        # = farm_reward_sum / farm_rollouts over the same labels.
+        self.by_class = Counter("farm_rollouts_by_class", "finished rollouts: policy / infrastructure",
+                                tag_keys=tags + ("class",))  # fmt: skip
+        self.reward_sum = Counter("farm_reward_sum", "sum of rewards of policy outcomes", tag_keys=tags)
+        self.duration_sum = Counter("farm_rollout_seconds_sum", "sum of rollout wall times", tag_keys=tags + ("status",))
+        self.attempts = Counter("farm_rollout_retries", "recorded rollouts' attempts beyond the first",
+                                tag_keys=tags + ("class",))  # fmt: skip
 
     def _t(self, **extra: str) -> dict[str, str]:
         return {"run_id": self.run_id, **extra}
@@ -73,7 +82,15 @@ class FarmMetrics:
         status = result.status.value
         self.rollouts.inc(1, tags=self._t(status=status, harness=result.harness))
         self.duration.observe(result.duration_s, tags=self._t(status=status))
+        if result.duration_s > 0:  # Ray counters take positive increments only
+            self.duration_sum.inc(result.duration_s, tags=self._t(status=status))
+        cls = result.status.failure_class.value
+        self.by_class.inc(1, tags=self._t(**{"class": cls}))
+        if result.attempt > 1:
+            self.attempts.inc(result.attempt - 1, tags=self._t(**{"class": cls}))
         self.reward.observe(result.reward, tags=self._t())
+        if result.status.trainable and result.reward > 0:
+            self.reward_sum.inc(result.reward, tags=self._t())
         counts = result.counts
         if counts.turns:
             self.turns.inc(counts.turns, tags=self._t(harness=result.harness))
@@ -83,10 +100,8 @@ class FarmMetrics:
             self.tokens.inc(counts.output_tokens, tags=self._t(kind="output"))
         tree = result.tree
         for turn in getattr(tree, "turns", ()) or ():
-            timings = getattr(turn, "timings", None) or {}
-            engine = _first(timings, ENGINE_TIMING_KEYS)
+            engine, gateway = turn_latencies(getattr(turn, "timings", None) or {})
             if engine is not None:
                 self.engine_latency.observe(engine, tags=self._t())
-            gateway = _first(timings, GATEWAY_TIMING_KEYS)
             if gateway is not None:
                 self.gateway_latency.observe(gateway, tags=self._t())
