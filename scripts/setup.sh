@@ -17,7 +17,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e '.[dev]'
+# constraints.txt pins every version (refresh: bash scripts/lock.sh): the same install twice.
+"$VENV/bin/python" -m pip install -q -c constraints.txt -e '.[dev]'
 
 # Prefetch the pinned coding-agent CLIs into farm's shared npm cache (once per machine).
 if "$VENV/bin/python" -c "import farm.harnesses.install" 2>/dev/null; then
