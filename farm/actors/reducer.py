@@ -28,7 +28,6 @@ from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of
-from farm.status import RolloutStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,89 @@
+"""The file half of the local sandbox protocol: host paths, read/write, uploads.
+
+A sandbox's files are plain host files under its root and its private /tmp; every call
+refuses a path (or a symlink) that leads anywhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from farm.errors import SandboxClosed, SandboxError, SandboxFileNotFound
+
+
+def _within(path: str, area: str) -> bool:
+    return path == area or path.startswith(area.rstrip(os.sep) + os.sep)
+
+
+class LocalFiles:
+    """Mixin for LocalSandbox: needs ``id``, ``root``, ``_tmp_dir``, ``_isolated``, ``_closed``."""
+
+    id: str
+    root: str
+    _tmp_dir: str
+    _isolated: bool
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed(f"sandbox {self.id} is closed")
+
+    # --- files ---------------------------------------------------------------
+    def host_path(self, path: str) -> Path:
+        """Where a sandbox path lives on the host; refuses anything outside root and /tmp."""
+        self._check_open()
+        inside = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.root, path))
+        if self._isolated and _within(inside, "/tmp") and not _within(inside, self.root):
+            inside = self._tmp_dir + inside[len("/tmp") :]
+        real = os.path.realpath(inside)
+        if not any(_within(real, area) for area in (self.root, self._tmp_dir)):
+            raise SandboxError(f"{path}: outside the sandbox's writable areas ({self.root}, /tmp)")
+        return Path(real)
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        target = self.host_path(path)
+        payload = data.encode() if isinstance(data, str) else data
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+
+        await asyncio.to_thread(write)
+
+    async def read_file(self, path: str) -> bytes:
+        target = self.host_path(path)
+
+        def read() -> bytes:
+            try:
+                fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise SandboxFileNotFound(f"{path}: no such file in sandbox {self.id}") from None
+            with os.fdopen(fd, "rb") as fh:
+                return fh.read()
+
+        return await asyncio.to_thread(read)
+
+    async def upload_dir(self, local_dir: str, remote_dir: str) -> None:
+        target = self.host_path(remote_dir)
+        if not os.path.isdir(local_dir):
+            raise SandboxError(f"upload_dir: {local_dir} is not a directory")
+        await asyncio.to_thread(shutil.copytree, local_dir, target, symlinks=True, dirs_exist_ok=True)
+
+    async def upload_tarball(self, local_tar: str, remote_dir: str) -> None:
+        target = self.host_path(remote_dir)
+
+        def extract() -> None:
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                with tarfile.open(local_tar) as tar:
+                    tar.extractall(target, filter="data")
+            except (OSError, tarfile.TarError) as exc:
+                raise SandboxError(f"upload_tarball {local_tar}: {exc}") from exc
+
+        await asyncio.to_thread(extract)
