@@ -16,7 +16,7 @@ is read with plain pyarrow (rollouts table + Samples) and the host is scanned:
   CLIs; leaked_sandboxes: sandbox dirs left under the run's base dir.
 
 Faults: engine 5xx / hang / mid-stream drop (the scripted engine's fault model, with a
-short client timeout); flaky sandbox exec (a bwrap wrapper failing every 3rd call);
+short client timeout); flaky sandbox exec (a bwrap wrapper failing every 10th call);
 sandbox create failure (an unusable sandbox base dir: every attempt fails: recorded as
 infrastructure, no Sample); setup failure (a task variant whose setup fails); test hang
 (a task variant whose tests sleep past their timeout: graded 0, a policy outcome); CLI
@@ -243,6 +243,7 @@ def _task_variant(sc: Scenario, **change) -> None:
     path = sc.root / "tasks.jsonl"
     path.write_text("\n".join(lines) + "\n")
     sc.tasks_path = path
+    sc.mirror_dir = str(ensure_demo_set(TasksConfig().cache_dir).mirror_dir)  # the variants' repos
 
 
 def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
@@ -260,7 +261,7 @@ def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
         wrapper = sc.root / "bwrap-flaky"
         counter = sc.root / "calls"
         wrapper.write_text(f"#!/bin/bash\nn=$(( $(cat {counter} 2>/dev/null || echo 0) + 1 )); echo $n > {counter}\n"
-                           f"[ $((n % 3)) -eq 0 ] && {{ echo 'injected exec failure' >&2; exit 1; }}\n"
+                           f"[ $((n % 10)) -eq 0 ] && {{ echo 'injected exec failure' >&2; exit 1; }}\n"
                            f"exec {shutil.which('bwrap')} \"$@\"\n")  # fmt: skip
         wrapper.chmod(0o755)
         sc.run(sc.config(sandbox__local__bwrap_path=str(wrapper)))
@@ -270,11 +271,11 @@ def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
         sc.run(sc.config(sandbox__local__base_dir=str(blocker / "sb")))
     elif name == "setup_fails":
         _task_variant(sc, setup_commands=["echo injected setup failure >&2; exit 3"])
-        plain = sc.config(tasks__path=str(sc.tasks_path))
+        plain = sc.config(tasks__path=str(sc.tasks_path), tasks__mirror_dir=sc.mirror_dir)
         sc.run(plain)
     elif name == "test_hang":
         _task_variant(sc, test_command="sleep 600", timeouts=TaskTimeouts(test_s=5))
-        plain = sc.config(tasks__path=str(sc.tasks_path))
+        plain = sc.config(tasks__path=str(sc.tasks_path), tasks__mirror_dir=sc.mirror_dir)
         sc.run(plain)
     elif name == "cli_crash":
         _with_cli(sc, plain, signal.SIGKILL)
