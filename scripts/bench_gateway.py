@@ -7,17 +7,26 @@
    baseline (parse + translate + ``apply_chat_template`` on the whole history, the way
    slime does it), side by side on the same requests. Both give the same prompt ids
    (checked).
-2. 500 concurrent streaming Claude Code sessions (3 turns each: tool call, tool call,
+2. 2,000 concurrent streaming Claude Code sessions (3 turns each: tool call, tool call,
    answer) through one gateway process against an in-process zero-latency scripted
-   SGLang worker; the load comes from a client subprocess. Every stream is validated;
-   every session must record 1 root + 2 append-only turns.
+   SGLang worker, with 200 hostile requests mixed in (bad JSON, wrong types, 50 MB
+   bodies, unknown tool ids, string tool inputs, too many messages, deep nesting,
+   disconnects mid-stream; ``gateway_hostile.py``); the load comes from a client
+   subprocess. Every stream is validated; every session must record exactly 1 root +
+   2 append-only turns (the hostile requests sent with its key recorded nothing);
+   every hostile request must get a 4xx (``fuzz_5xx``, ``fuzz_not_4xx``).
 3. The per-request cost of a local sandbox's network path: the same client (stdlib
    ``http.client``, ``/v1/messages/count_tokens``, so the engine is not in the figure)
    inside a real local sandbox, once on the host network straight to the gateway's TCP
    port, once in an isolated sandbox through its forwarded port (socat in the jail ->
    unix socket -> the gateway's per-session site); keep-alive and fresh connections.
 
-Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=... concurrent_500_errors=...
+4. Hostile bodies alone (50 MB of text, 200,000 one-character messages, a tool schema
+   with 10,000 properties; each protocol; default config and ``max_body_bytes=64 MiB``)
+   to a gateway in a subprocess: seconds to the answer and growth of its peak RSS.
+
+Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=...
+concurrent_2000_errors=... fuzz_5xx=... fuzz_not_4xx=... hostile_max_s=... hostile_peak_rss_mb=...
 forward_overhead_ms=... forward_overhead_fresh_ms=...``
 """
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -35,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import gateway_hostile
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests" / "fixtures" / "captures" / "claude" / "02-main-turn1.json"
@@ -184,12 +196,27 @@ async def client_main(job: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # every failure is counted, none is fatal to the bench
             errors.append(repr(exc)[:300])
 
+    from gateway_hostile import fuzz_request
+
+    statuses: dict[str, list[Any]] = {}
+    big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (50 << 20) + b'"}]}'
+
+    async def hostile(http: aiohttp.ClientSession, kind: str, secret: str) -> None:
+        await asyncio.sleep(random.random() * 2)  # spread over the legit load
+        try:
+            status: Any = await fuzz_request(http, job["url"], secret, kind, first_body(), big)
+        except Exception as exc:  # noqa: BLE001 - counted: a hostile request must still get an answer
+            status = f"client error: {exc!r}"[:120]
+        statuses.setdefault(kind, []).append(status)
+
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=job["timeout_s"])
     t0 = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        await asyncio.gather(*(guarded(http, s) for s in job["secrets"]))
-    return {"errors": len(errors), "examples": errors[:5], "turns": turns, "wall_s": time.perf_counter() - t0}
+        await asyncio.gather(*(guarded(http, s) for s in job["secrets"]),
+                             *(hostile(http, kind, s) for kind, s in job.get("fuzz", [])))  # fmt: skip
+    return {"errors": len(errors), "examples": errors[:5], "turns": turns, "wall_s": time.perf_counter() - t0,
+            "fuzz": statuses}
 
 
 @contextlib.asynccontextmanager
@@ -207,7 +234,7 @@ async def serve_worker_backlog(worker: Any) -> Any:
         await runner.cleanup()
 
 
-async def bench_concurrent(tok: Any, sessions: int, timeout_s: float) -> dict[str, Any]:
+async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int = 0) -> dict[str, Any]:
     from farm.engine.client import EngineClient
     from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.gateway.config import GatewayConfig
@@ -225,7 +252,19 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float) -> dict[st
                 sid = f"s{i}"
                 secrets.append(gw.open_session(sid).secret)
                 policy.push(bash_reply(fmt, 1), bash_reply(fmt, 2), "The tests pass now.", routing_key=sid)
-            job = json.dumps({"url": gw.base_url, "secrets": secrets, "timeout_s": timeout_s})
+            # hostile requests: rejected ones on the legit sessions' keys (they must record
+            # nothing there), disconnects on sessions of their own (a finished turn is kept)
+            rng = random.Random(1)
+            fuzz_jobs = []
+            for i in range(fuzz):
+                kind = FUZZ_KINDS[i % len(FUZZ_KINDS)]
+                if kind == "disconnect":
+                    sid = f"hostile{i}"
+                    fuzz_jobs.append((kind, gw.open_session(sid).secret))
+                    policy.push("a reply nobody reads " * 50, routing_key=sid)
+                else:
+                    fuzz_jobs.append((kind, rng.choice(secrets)))
+            job = json.dumps({"url": gw.base_url, "secrets": secrets, "timeout_s": timeout_s, "fuzz": fuzz_jobs})
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--client", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE)
@@ -242,6 +281,8 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float) -> dict[st
                 st = gw.stats(f"s{i}")
                 if len(tree) != 3 or st.appended != 2 or st.roots != 1 or st.full_renders != 0:
                     bad_sessions += 1
+            for sid in [s for s in gw.sessions.open_ids() if s.startswith("hostile")]:
+                await gw.close_session(sid)
     client["bad_sessions"] = bad_sessions
     return client
 
@@ -311,7 +352,9 @@ async def bench_forward(tok: Any, n: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--fuzz", type=int, default=200, help="hostile requests mixed into the concurrent load")
+    parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=7, help="turns measured per history size (median)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--forward-requests", type=int, default=400, help="requests per network path")
@@ -320,6 +363,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.client:
         print(json.dumps(asyncio.run(client_main(json.loads(sys.stdin.read())))))
+        return 0
+    if args.serve:
+        asyncio.run(gateway_hostile.serve(json.loads(args.serve)))
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from farm.engine.tokenizer import load_tokenizer
@@ -331,13 +377,27 @@ def main() -> int:
         r = turns[size]
         print(f"{size // 1000:>8}K {int(r['history']):>8} {r['ours']:>11.2f} {r['baseline']:>15.2f} "
               f"{r['baseline'] / r['ours']:>8.1f}")
-    conc = asyncio.run(bench_concurrent(tok, args.sessions, args.timeout))
+    conc = asyncio.run(bench_concurrent(tok, args.sessions, args.timeout, args.fuzz))
     errors = conc["errors"] + conc["bad_sessions"]
     print(f"concurrent: sessions={args.sessions} turns={conc['turns']} wall_s={conc['wall_s']:.1f} "
           f"turns_per_s={conc['turns'] / max(conc['wall_s'], 1e-9):.1f} client_errors={conc['errors']} "
           f"bad_sessions={conc['bad_sessions']}")
     for example in conc["examples"]:
         print("  error:", example)
+    fuzz_5xx = fuzz_not_4xx = 0
+    for kind, got in sorted(conc["fuzz"].items()):
+        answered = [g for g in got if g is not None]
+        fuzz_5xx += sum(isinstance(g, int) and g >= 500 for g in answered)
+        fuzz_not_4xx += sum(not (isinstance(g, int) and 400 <= g < 500) for g in answered)
+        print(f"  fuzz {kind:<18} sent={len(got):>3} statuses={dict(collections.Counter(map(str, got)))}")
+    hostile = asyncio.run(gateway_hostile.bench_hostile(args.tokenizer, args.cache_dir))
+    print(f"{'hostile':<18} {'config':<16} {'protocol':<10} {'status':>6} {'seconds':>8} {'rss_mb':>7}  answer")
+    for r in hostile:
+        print(f"{r['case']:<18} {r['config']:<16} {r['protocol']:<10} {r['status']:>6} {r['seconds']:>8.3f} "
+              f"{r['rss_mb']:>7.1f}  {r['answer']}")
+    hostile_max_s = max(r["seconds"] for r in hostile)
+    hostile_rss = max(r["rss_mb"] for r in hostile)
+    hostile_5xx = sum(r["status"] >= 500 for r in hostile)
     fwd = asyncio.run(bench_forward(tok, args.forward_requests))
     print(f"network path (median ms per request from inside a sandbox): host TCP keep-alive={fwd['tcp_keep_ms']:.3f} "
           f"fresh={fwd['tcp_fresh_ms']:.3f}; isolated + forwarded keep-alive={fwd['fwd_keep_ms']:.3f} "
@@ -345,7 +405,9 @@ def main() -> int:
     speedup = turns[64_000]["baseline"] / turns[64_000]["ours"]
     growth = turns[128_000]["ours"] / turns[8_000]["ours"]
     print(f"bench_gateway: speedup_64k={speedup:.2f} turn_ms_64k={turns[64_000]['ours']:.3f} "
-          f"turn_ms_growth_128k_over_8k={growth:.3f} concurrent_500_errors={errors} "
+          f"turn_ms_growth_128k_over_8k={growth:.3f} concurrent_{args.sessions}_errors={errors} "
+          f"fuzz_5xx={fuzz_5xx + hostile_5xx} fuzz_not_4xx={fuzz_not_4xx} "
+          f"hostile_max_s={hostile_max_s:.3f} hostile_peak_rss_mb={hostile_rss:.1f} "
           f"forward_overhead_ms={fwd['fwd_keep_ms'] - fwd['tcp_keep_ms']:.3f} "
           f"forward_overhead_fresh_ms={fwd['fwd_fresh_ms'] - fwd['tcp_fresh_ms']:.3f}")
     return 0

@@ -5,7 +5,9 @@ Routes: ``POST /v1/messages`` (also ``?beta=true``), ``POST /v1/messages/count_t
 ``GET /v1/models``, ``HEAD /``, ``GET /``, ``GET /health``.
 
 Statuses: 401 missing/unknown/closed key; 400 malformed JSON or a request the protocol
-rejects; 413 body over ``max_body_bytes``; 415 a non-JSON content type; 404/405 unknown
+rejects or that breaks a bound (:mod:`farm.gateway.bounds`: too many messages, too
+deep, a prompt too long to fit, a tool history that contradicts itself); 413 body over
+``GatewayConfig.body_limit`` (before it is read); 415 a non-JSON content type; 404/405 unknown
 routes; engine failures: 504 (timeout), 529 Anthropic / 503 OpenAI shapes (engine
 unavailable after retries), 400 (engine rejected the prompt); anything unexpected is
 a 500 in the protocol's error shape (and logged), never an unhandled exception.
@@ -29,6 +31,7 @@ from aiohttp import web
 
 from farm.errors import GatewayRequestError
 from farm.gateway.anthropic import AnthropicProtocol
+from farm.gateway.bounds import check_body
 from farm.gateway.canonical import TurnOutput
 from farm.gateway.chat import ChatProtocol
 from farm.gateway.config import GatewayConfig
@@ -59,7 +62,7 @@ class GatewayApp:
         self.chat = ChatProtocol()
 
     def build(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._guard])
+        app = web.Application(client_max_size=self.config.body_limit, middlewares=[self._guard])
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/messages", self._messages)
             app.router.add_post(f"{prefix}/messages/count_tokens", self._count_tokens)
@@ -129,9 +132,10 @@ class GatewayApp:
         if ctype != "application/json" and not ctype.endswith("+json"):
             raise GatewayRequestError(f"Content-Type must be application/json, got {ctype!r}", status=415,
                                       kind="unsupported_media")  # fmt: skip
-        limit = self.config.max_body_bytes
+        limit = self.config.body_limit
         if request.content_length is not None and request.content_length > limit:
-            raise GatewayRequestError(f"request body over {limit} bytes", status=413, kind="too_large")
+            raise GatewayRequestError(f"request body of {request.content_length} bytes is over {limit} "
+                                      f"(gateway.max_body_bytes)", status=413, kind="too_large")  # fmt: skip
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
@@ -154,6 +158,7 @@ class GatewayApp:
     async def _generate(self, request: web.Request, proto: WireProtocol) -> web.StreamResponse:
         session = self._authenticate(request)
         body = await self._read_json(request)
+        check_body(body, self.config)
         req = proto.parse(body, request.headers, session.memo(proto.name))
         if not req.model:
             req.model = session.model_name

@@ -51,6 +51,8 @@ class EngineClientConfig(_Section):
 
 
 class GatewayConfig(_Section):
+    """The model gateway; the bounds on a request are explained in :mod:`farm.gateway.bounds`."""
+
     host: str = Field(default="127.0.0.1", description="bind address")
     port: int = Field(default=0, ge=0, description="0 = pick a free port")
     public_url: str | None = Field(
@@ -67,7 +69,14 @@ class GatewayConfig(_Section):
         default=131072, ge=1, description="default per-session context budget (prompt + output tokens)"
     )
     max_turns: int = Field(default=200, ge=1, description="default per-session limit on main (trained) turns")
-    max_body_bytes: int = Field(default=64 << 20, ge=1024, description="larger request bodies get 413")
+    max_body_bytes: int | None = Field(
+        default=None, ge=1024,
+        description="larger request bodies get 413 before they are read; default: 32 bytes per token of "
+        "max_context_tokens, at least 1 MiB (4 MiB at 131,072)",
+    )
+    max_messages: int = Field(default=10_000, ge=1, description="messages (Responses: input items) per request")
+    max_content_blocks: int = Field(default=50_000, ge=1, description="content blocks per request, all messages")
+    max_json_depth: int = Field(default=64, ge=4, description="nesting of a tool schema or a tool call's input")
     incremental_render: bool = Field(
         default=True,
         description="render only the new messages of an append-only turn (O(new tokens)); "
@@ -91,3 +100,12 @@ class GatewayConfig(_Section):
         ],
         description="a tool-less request whose system prompt contains one of these is a side request",
     )
+
+    @property
+    def body_limit(self) -> int:
+        """``max_body_bytes``, or its default derived from the context limit: a body over
+        32 bytes per token cannot be a prompt that fits (JSON escapes cost at most 6
+        bytes per character; a token covers at least one)."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        return max(1 << 20, 32 * self.max_context_tokens)

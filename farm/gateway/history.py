@@ -110,7 +110,8 @@ def plan_turn(session: Session, messages: list[Message], tools: list[dict], rend
         if any(m.get("role") == "assistant" for m in new):
             reason = "assistant_in_delta"
             break
-        delta = renderer.delta_ids(lane.response, new, generated_end=lane.generated_end)
+        delta = renderer.delta_ids(lane.response, new, generated_end=lane.generated_end,
+                                   limit=session.max_context_tokens)  # fmt: skip
         if delta is None:
             reason = "template_not_incremental"
             break

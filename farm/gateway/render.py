@@ -24,6 +24,7 @@ actually saw, which is what is trained.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Sequence
 
@@ -33,6 +34,23 @@ from farm.gateway.canonical import Message
 log = logging.getLogger(__name__)
 
 _SENTINEL = "FARM_SENTINEL_7f3a"
+# Bounded tokenization (a hostile body must not cost more than a prompt at the limit):
+# a text longer than PRECOUNT_CHARS_PER_TOKEN x limit characters is first counted chunk
+# by chunk, stopping as soon as the count passes the limit, before it is tokenized for
+# real. Prompts average 3-4.5 characters a token: one near the limit with more than 4
+# pays the count on top of its (rare: first turn or fallback) full render.
+PRECOUNT_CHARS_PER_TOKEN = 4
+PRECOUNT_CHUNK_CHARS = 1 << 16
+
+
+def bounded_chars(limit: int) -> int:
+    """Characters of text tokenized without a check: no more work than a prompt at ``limit``."""
+    return max(PRECOUNT_CHARS_PER_TOKEN * limit, PRECOUNT_CHUNK_CHARS)
+# How much a normalizer may shrink a text before tokenization (NFC/NFKC compose up to
+# ~3 code points into one); None: it may delete text (text length bounds nothing).
+_NORMALIZER_SHRINK: dict[str, int | None] = {"NFC": 4, "NFKC": 4, "NFD": 1, "NFKD": 1, "Lowercase": 1,
+                                             "Prepend": 1, "Replace": None, "Strip": None,
+                                             "StripAccents": None, "Precompiled": None, "BertNormalizer": None}
 _ANCHOR_USER: Message = {"role": "user", "content": "."}
 
 
@@ -78,6 +96,55 @@ class PromptRenderer:
         head = self.generation_prompt.rsplit("<think>", 1)
         # the template opened <think> and left it open: the output starts inside reasoning
         self.starts_in_reasoning = len(head) == 2 and "</think>" not in head[1]
+        self.max_token_chars = self._max_token_chars()
+
+    # ---- bounds -----------------------------------------------------------------------
+    def _max_token_chars(self) -> int | None:
+        """An upper bound on how many characters of input text one token covers, so that
+        ``len(text) // max_token_chars`` is a floor on its token count. From the
+        vocabulary's longest entry (byte-level entries are one char per byte, so never
+        shorter than what they decode to), times what the normalizer may shrink. None
+        when the normalizer may delete text or the tokenizer cannot be inspected."""
+        backend = self._backend if self._backend is not None else getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        try:
+            norm = json.loads(backend.to_str()).get("normalizer")
+            longest = max(len(t) for t in backend.get_vocab(with_added_tokens=True))
+        except Exception:  # an exotic tokenizer: no floor, the chunked count still bounds the work
+            return None
+        shrink: int | None = 1
+        for step in (norm.get("normalizers") or [] if norm and norm.get("type") == "Sequence" else [norm] if norm else []):
+            factor = _NORMALIZER_SHRINK.get(step.get("type", ""))
+            shrink = None if factor is None or shrink is None else shrink * factor
+        return None if shrink is None else max(1, longest) * shrink
+
+    def token_floor(self, chars: int) -> int:
+        """A floor on the tokens of ``chars`` characters of text (0 if unknown)."""
+        return chars // self.max_token_chars if self.max_token_chars else 0
+
+    def check_length(self, text: str, limit: int | None) -> None:
+        """Raise ``PromptTooLong`` if ``text`` is longer than a prompt at the limit could
+        be (:func:`bounded_chars`) and
+        cannot fit in ``limit`` tokens: decided from its length and the longest token
+        first, else by counting chunk by chunk and stopping as soon as the count passes
+        the limit. Shorter texts are tokenized as usual (a prompt over the limit is then
+        refused with the protocol's length stop and recorded, see ``TurnService``)."""
+        if limit is None or len(text) <= bounded_chars(limit):
+            return  # no more work than a prompt at the limit: tokenized, then refused if over (CONTEXT_LIMIT)
+        floor = self.token_floor(len(text))
+        if floor > limit:
+            raise PromptTooLong(limit, f"its {len(text)} characters are at least {floor} tokens")
+        count, start = 0, 0
+        while start < len(text):
+            end = min(len(text), start + PRECOUNT_CHUNK_CHARS)
+            if end < len(text):  # cut where the pre-tokenizer splits anyway (a newline), so counts add up
+                cut = text.rfind("\n", start + PRECOUNT_CHUNK_CHARS // 2, end)
+                end = cut + 1 if cut >= 0 else end
+            count += len(self.encode(text[start:end]))
+            if count > limit:
+                raise PromptTooLong(limit, f"counted past the limit within its first {end} of {len(text)} characters")
+            start = end
 
     # ---- primitives --------------------------------------------------------------
     def render_text(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None,
@@ -126,11 +193,14 @@ class PromptRenderer:
             log.warning("tokenizer backend encodes differently from the HF wrapper: using the wrapper")
         return backend if ok else None
 
-    def full_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> list[int]:
+    def full_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None,
+                    limit: int | None = None) -> list[int]:
         """The whole conversation + generation prompt (the O(history) path). With the Rust
         backend it tokenizes via ``encode_batch``, which releases the GIL (the gateway runs
-        full renders on a thread; the event loop keeps going meanwhile)."""
+        full renders on a thread; the event loop keeps going meanwhile). A text that
+        cannot fit in ``limit`` tokens raises ``PromptTooLong`` before it is tokenized."""
         text = self.render_text(messages, tools, generation=True)
+        self.check_length(text, limit)
         if self._backend is not None:
             return self._backend.encode_batch([text], add_special_tokens=False)[0].ids
         return self.encode(text)
@@ -155,9 +225,13 @@ class PromptRenderer:
             suffix = suffix[len(generated_end):]
         return suffix
 
-    def delta_ids(self, anchor: Message, new: Sequence[Message], *, generated_end: str = "") -> list[int] | None:
+    def delta_ids(self, anchor: Message, new: Sequence[Message], *, generated_end: str = "",
+                  limit: int | None = None) -> list[int] | None:
         text = self.delta_text(anchor, new, generated_end=generated_end)
-        return None if text is None else self.encode(text)
+        if text is None:
+            return None
+        self.check_length(text, limit)
+        return self.encode(text)
 
     def generated_end(self, output_ids: Sequence[int], finish_type: str, matched: Any) -> str:
         """The stop text the output ends with (SGLang keeps the matched stop token in ``output_ids``)."""
@@ -206,6 +280,15 @@ class PromptRenderer:
         except GatewayRequestError:
             return False
         return True
+
+
+class PromptTooLong(GatewayRequestError):
+    """A prompt that cannot fit in the context limit, found before (or while) tokenizing it."""
+
+    def __init__(self, limit: int, why: str) -> None:
+        super().__init__(f"prompt is too long: more than {limit} tokens (max_context_tokens): {why}",
+                         status=400, kind="invalid_request")  # fmt: skip
+        self.limit = limit
 
 
 def _anchor(msg: Message) -> Message:

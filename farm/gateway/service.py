@@ -33,10 +33,11 @@ import numpy as np
 
 from farm.engine.client import EngineClient, GenerateRequest, GenerateResult
 from farm.errors import EngineError, EngineRejected, EngineTimeout, GatewayRequestError
+from farm.gateway.bounds import check_request
 from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
 from farm.gateway.config import GatewayConfig
 from farm.gateway.history import NEW_CONVERSATION, TurnPlan, full_plan, plan_turn
-from farm.gateway.render import PromptRenderer
+from farm.gateway.render import PromptRenderer, PromptTooLong
 from farm.gateway.sessions import Lane, Session
 from farm.gateway.toolcalls import ToolCallFormat
 from farm.gateway.wire import new_id
@@ -83,10 +84,26 @@ class TurnService:
     async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:
         """Prompt length of a full render (on the render thread); only counted in the stats."""
         session.stats.count_tokens += 1
-        if not self.renderer.thread_safe:
-            return len(self.renderer.full_prompt(req.messages, req.tools))
-        loop = asyncio.get_running_loop()
-        return len(await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt, req.messages, req.tools))
+        limit = session.max_context_tokens
+        try:
+            self._check(session, req)
+            if not self.renderer.thread_safe:
+                return len(self.renderer.full_prompt(req.messages, req.tools, limit))
+            loop = asyncio.get_running_loop()
+            return len(await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt, req.messages,
+                                                  req.tools, limit))  # fmt: skip
+        except PromptTooLong:
+            session.stats.too_long_refusals += 1
+            raise
+
+    def _check(self, session: Session, req: CanonicalRequest) -> None:
+        try:
+            check_request(req, self.config, self.renderer, session.max_context_tokens)
+        except PromptTooLong:
+            raise  # counted where it surfaces (begin / count_tokens), like one found while tokenizing
+        except GatewayRequestError:
+            session.stats.bad_requests += 1
+            raise
 
     # ---- begin -----------------------------------------------------------------
     def prepare(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> PendingTurn:
@@ -95,6 +112,7 @@ class TurnService:
         t0 = time.perf_counter()
         stats = session.stats
         stats.requests += 1
+        self._check(session, req)
         stats.dropped_tools.update(req.dropped_tools)
         side = self.is_side_request(session, req)
         if side:
@@ -114,7 +132,8 @@ class TurnService:
         if pending.plan.needs_render:
             t0 = time.perf_counter()
             if ids is None:
-                ids = self.renderer.full_prompt(pending.req.messages, pending.req.tools)
+                ids = self.renderer.full_prompt(pending.req.messages, pending.req.tools,
+                                                pending.session.max_context_tokens)  # fmt: skip
             pending.plan.set_prompt(ids)
             pending.timings["render_ms"] = (time.perf_counter() - t0) * 1e3
             self._limits(pending)
@@ -123,15 +142,20 @@ class TurnService:
     async def begin(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> PendingTurn:
         """:meth:`prepare`, with a full render (O(history)) on the render thread so the
         event loop keeps serving other sessions meanwhile."""
-        pending = self.prepare(session, req, call_id_prefix=call_id_prefix)
-        if pending.plan.needs_render:
-            if self.renderer.thread_safe:
-                loop = asyncio.get_running_loop()
-                ids = await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt,
-                                                 req.messages, req.tools)  # fmt: skip
-                self.render(pending, ids)
-            else:
-                self.render(pending)
+        try:
+            pending = self.prepare(session, req, call_id_prefix=call_id_prefix)
+            if pending.plan.needs_render:
+                if self.renderer.thread_safe:
+                    loop = asyncio.get_running_loop()
+                    ids = await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt,
+                                                     req.messages, req.tools,
+                                                     session.max_context_tokens)  # fmt: skip
+                    self.render(pending, ids)
+                else:
+                    self.render(pending)
+        except PromptTooLong:
+            session.stats.too_long_refusals += 1
+            raise
         return pending
 
     def _render_pool(self) -> ThreadPoolExecutor:

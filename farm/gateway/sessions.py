@@ -46,6 +46,8 @@ class SessionStats:
     tool_parse_errors: int = 0
     engine_errors: int = 0
     aborted: int = 0
+    too_long_refusals: int = 0  # 400 "prompt is too long" (a body whose text cannot fit; farm.gateway.bounds)
+    bad_requests: int = 0  # other bounds: nesting, tool results for unknown calls, non-object tool input
     foreign_key_refusals: int = 0  # another session's valid key sent through this session's own socket
     dropped_tools: Counter[str] = field(default_factory=Counter)
 
