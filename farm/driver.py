@@ -316,7 +316,7 @@ def _finish(
             retried=dispatcher.retried if dispatcher else 0,
             interrupted=bool(dispatcher and dispatcher.interrupted),
         )
-        summary = with_history(summary, out_dir, started_at=started_at)
+        summary = with_history(summary, out_dir, started_at=started_at, group_size=cfg.rollout.n_samples)
         write_summary(summary, out_dir)
         console.print(summary_table(summary))
         if started_ray:

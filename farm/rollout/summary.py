@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.rollout.groups import group_states
 from farm.rollout.model import RolloutSummary
 from farm.status import RolloutStatus
 
@@ -35,6 +36,12 @@ class CumulativeSummary(BaseModel):
     resolved_rate: float = Field(default=0.0, description="resolved / policy outcomes (infrastructure excluded)")
     mean_reward: float = Field(default=0.0, description="over policy outcomes")
     invocations: int = 0
+    groups: int = Field(default=0, description="task groups with at least one recorded rollout")
+    groups_complete: int = Field(default=0, description="groups whose every rollout is a trainable outcome")
+    groups_incomplete: int = Field(
+        default=0, description="groups missing a trainable rollout (an infrastructure failure, or not run yet)"
+    )
+    incomplete_groups: list[str] = Field(default_factory=list, description="their ids (first 100)")
 
 
 class RunSummary(BaseModel):
@@ -103,8 +110,10 @@ def summarize(
     )
 
 
-def cumulative(rows: Sequence[dict], invocations: int) -> CumulativeSummary:
+def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> CumulativeSummary:
     """Counts over every recorded rollout (rows of the rollouts table)."""
+    groups = group_states(rows, group_size) if rows and "group_id" in rows[0] else {}
+    incomplete = sorted(g.group_id for g in groups.values() if not g.complete)
     by_status = Counter(r["status"] for r in rows)
     by_class = Counter(RolloutStatus(r["status"]).failure_class.value for r in rows)
     policy = [r for r in rows if RolloutStatus(r["status"]).trainable]
@@ -118,10 +127,14 @@ def cumulative(rows: Sequence[dict], invocations: int) -> CumulativeSummary:
         resolved_rate=resolved / len(policy) if policy else 0.0,
         mean_reward=float(np.mean([r["reward"] for r in policy])) if policy else 0.0,
         invocations=invocations,
+        groups=len(groups),
+        groups_complete=len(groups) - len(incomplete),
+        groups_incomplete=len(incomplete),
+        incomplete_groups=incomplete[:100],
     )
 
 
-def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float) -> RunSummary:
+def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float, group_size: int = 1) -> RunSummary:
     """Append this invocation to ``invocations.jsonl`` and add the cumulative counts
     (read back from the rollouts table on disk, so they hold across invocations)."""
     from farm.rollout.store import ROLLOUTS_TABLE
@@ -140,12 +153,12 @@ def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float)
     invocations = sum(1 for ln in (out / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
     try:
         reader = ShardReader(out, name=ROLLOUTS_TABLE)
-        cols = ["status", "reward", "attempt"]
+        cols = ["status", "reward", "attempt", "group_id", "sample_index"]
         rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
         log.warning("cumulative summary: cannot read the rollouts table: %s", exc)
         return summary
-    return summary.model_copy(update={"cumulative": cumulative(rows, invocations)})
+    return summary.model_copy(update={"cumulative": cumulative(rows, invocations, group_size)})
 
 
 def write_summary(summary: RunSummary, out_dir: str | Path) -> Path:
@@ -192,6 +205,8 @@ def summary_table(summary: RunSummary):
         rows.append((f"output dir, all {c.invocations} invocation(s)", f"{c.rollouts} rollouts"))
         rows += [(f"  {cls}", str(n)) for cls, n in c.by_class.items()]
         rows.append(("  resolved (of policy outcomes)", f"{c.resolved} ({c.resolved_rate:.1%})"))
+        if c.groups_incomplete:
+            rows.append(("  groups complete / incomplete", f"{c.groups_complete} / {c.groups_incomplete}"))
     for k, v in rows:
         table.add_row(k, v)
     return table

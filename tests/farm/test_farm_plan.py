@@ -8,7 +8,8 @@ import pytest
 
 from farm.rollout.model import RolloutSummary
 from farm.rollout.plan import Decision, expand_rollouts, next_attempt, on_actor_death, pick_actor
-from farm.rollout.summary import summarize, summary_table, write_summary
+from farm.rollout.groups import group_states
+from farm.rollout.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 
@@ -81,6 +82,19 @@ def test_summary_counts_rates_and_percentiles(tmp_path):
     assert summary_table(summ).row_count > 10
     empty = summarize("r", [], planned=0, wall_s=0.0)
     assert empty.resolved_rate == 0.0 and empty.duration_p95_s == 0.0
+
+
+def test_a_group_is_complete_only_when_every_rollout_is_a_policy_outcome():
+    def row(group: str, i: int, status: str, reward: float = 0.0) -> dict:
+        return {"group_id": group, "sample_index": i, "status": status, "reward": reward, "attempt": 1}
+
+    rows = [row("a", 0, "completed", 1.0), row("a", 1, "timeout"), row("a", 2, "patch_failed"),  # all policy
+            row("b", 0, "completed", 1.0), row("b", 1, "engine_error"), row("b", 2, "completed"),  # one infra
+            row("c", 0, "completed"), row("c", 1, "completed")]  # one not recorded yet  # fmt: skip
+    groups = group_states(rows, 3)
+    assert {g: (s.complete, s.missing) for g, s in groups.items()} == {"a": (True, 0), "b": (False, 1), "c": (False, 1)}
+    c = cumulative(rows, 1, group_size=3)
+    assert (c.groups, c.groups_complete, c.groups_incomplete, c.incomplete_groups) == (3, 1, 2, ["b", "c"])
 
 
 def test_farm_run_config_errors_are_clear(tmp_path, capsys):

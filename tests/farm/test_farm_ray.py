@@ -19,6 +19,7 @@ from rich.console import Console
 import farm_helpers
 from farm.config import FarmConfig
 from farm.driver import actor_name, run_farm
+from farm.rollout.groups import complete_groups
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.tasks.model import Task
 from farm.trajectory.reader import ShardReader
@@ -173,5 +174,8 @@ def test_infrastructure_failures_are_retried_then_recorded_untrainable(tmp_path)
     assert summary.retried == 3
     assert summary.cumulative.by_class == {"infrastructure": 1, "policy": 2}
     assert summary.cumulative.resolved_rate == 1.0  # over policy outcomes only
+    # broken's group lost its only rollout to infrastructure: incomplete, not padded with a zero
+    assert (summary.cumulative.groups_complete, summary.cumulative.incomplete_groups) == (2, ["broken"])
+    assert complete_groups(tmp_path / "out") == {"flaky", "fine"}
     started = [ln for ln in _started(tmp_path) if ln]
     assert sorted(started) == sorted(["flaky.0 1", "flaky.0 2", "broken.0 1", "broken.0 2", "broken.0 3", "fine.0 1"])
