@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("farm.commands.run", "run rollouts for a config"),
     "validate-tasks": ("farm.commands.validate_tasks", "check every task: gold resolves, empty does not"),
     "inspect": ("farm.commands.inspect", "summarize an output directory and decode a Sample"),
+    "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),
     "engine": ("farm.commands.engine", "run the scripted SGLang-protocol worker"),
 }

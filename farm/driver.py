@@ -266,13 +266,17 @@ def _run_owned(
     t0 = time.monotonic()
     dispatcher: Dispatcher | None = None
     planned = skipped = 0
+    recovery: list[str] = []
     try:
         reducer = farm.start_reducer()
+        recovery = ray.get(reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
         done = set(ray.get(reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
         specs = expand_rollouts(cfg.run_id, tasks, cfg.rollout.n_samples, done=done, limit=cfg.rollout.limit)
         planned = len(specs)
         skipped = len(expand_rollouts(cfg.run_id, tasks, cfg.rollout.n_samples, limit=cfg.rollout.limit)) - planned
         progress = RunProgress(console, planned, run_id=cfg.run_id)
+        if recovery:
+            progress.note("recovered " + str(out_dir) + ": " + " | ".join(recovery))
         if skipped:
             progress.note(f"resuming: {skipped} rollouts already in {out_dir}, {planned} to run")
         try:
@@ -293,13 +297,14 @@ def _run_owned(
             raise
     finally:
         with cleanup_phase():
-            summary = _finish(cfg, console, farm, dispatcher, planned, skipped, t0, started_at, out_dir, started_ray)
+            summary = _finish(cfg, console, farm, dispatcher, planned, skipped, t0, started_at, out_dir, started_ray,
+                              recovery)
     return summary
 
 
 def _finish(
     cfg: FarmConfig, console: Console, farm: Farm, dispatcher: Dispatcher | None, planned: int, skipped: int,
-    t0: float, started_at: float, out_dir: Path, started_ray: bool,
+    t0: float, started_at: float, out_dir: Path, started_ray: bool, recovery: list[str],
 ) -> RunSummary:
     """Stop everything the run started, write and print the summary."""
     try:
@@ -315,7 +320,7 @@ def _finish(
             redispatched=dispatcher.redispatched if dispatcher else 0,
             retried=dispatcher.retried if dispatcher else 0,
             interrupted=bool(dispatcher and dispatcher.interrupted),
-        )
+        ).model_copy(update={"recovery": recovery})
         summary = with_history(summary, out_dir, started_at=started_at, group_size=cfg.rollout.n_samples)
         write_summary(summary, out_dir)
         console.print(summary_table(summary))

@@ -49,9 +49,10 @@ class ReducerActor:
         self.cfg = cfg
         self.out_dir = Path(cfg.output.dir)
         self.store = RolloutStore(self.out_dir, cfg.output)
-        recovered = self.store.recover()
-        if recovered:
-            log.warning("reducer: rebuilt %d rollouts-table rows from Samples after a crash", recovered)
+        self.store.recover()
+        self.store.reconcile()
+        for line in self.store.recovery_lines():
+            log.warning("reducer: %s", line)
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._lock: asyncio.Lock | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -69,6 +70,10 @@ class ReducerActor:
     async def done_ids(self) -> list[str]:
         """Rollout ids already durable in the output directory."""
         return sorted(self.store.summaries)
+
+    async def recovery(self) -> list[str]:
+        """What opening the output directory repaired (one line per change; empty: nothing)."""
+        return self.store.recovery_lines()
 
     async def lookup(self, rollout_id: str) -> RolloutSummary | None:
         """The stored summary of a durable rollout, or None."""

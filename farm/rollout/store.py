@@ -5,11 +5,19 @@
 the trajectory ShardWriter (temp name, fsync, rename, manifest line). A commit writes
 the Samples first, then the rows; a rollout is done once its row is durable. No Ray
 here: the ReducerActor drives it.
+
+On open, the two tables are brought to agreement (after each writer's own recovery,
+which verifies every kept shard's checksum): a rollout whose Samples are committed but
+whose row is not gets its row rebuilt from them (:meth:`recover`); a rollout whose row
+says it has Samples that are not all committed (a samples shard lost or damaged) is
+retracted from both tables, so it runs again (:meth:`reconcile`).
+``recovery_lines()`` says what changed, one line per table.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,15 +45,20 @@ class Batch:
 
 
 class RolloutStore:
-    def __init__(self, out_dir: str | Path, output: OutputConfig) -> None:
+    def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False) -> None:
+        """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression)
+        common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression,
+                      rebuild_manifest=rebuild)  # fmt: skip
         # The store decides when to seal (commit), so the writers never seal on their own.
         self.samples = ShardWriter(self.out_dir, SAMPLE_SCHEMA, name=SAMPLES_TABLE, max_rows=1 << 62, **common)
         self.rollouts = ShardWriter(self.out_dir, ROLLOUT_SCHEMA, name=ROLLOUTS_TABLE, max_rows=1 << 62, **common)
-        self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE)
-        self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE)
+        # the writers verified every shard they kept when they opened: no second pass here
+        self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
+        self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False)
+        self.rebuilt_rows = 0
+        self.retracted: list[str] = []
         self.summaries: dict[str, RolloutSummary] = self._load_summaries()
         self._buffer = Batch()
         self.buffered_rows = 0
@@ -93,7 +106,37 @@ class RolloutStore:
             self.rollouts.write_rollout(rid, rows_to_table([row]))
             self.summaries[rid] = row_to_summary(row)
         self.rollouts.flush()
+        self.rebuilt_rows += len(orphans)
         return len(orphans)
+
+    def reconcile(self) -> list[str]:
+        """Retract rollouts whose row promises Samples that are not all committed (their
+        samples shard was lost or damaged): both tables drop them, so they run again."""
+        have: Counter[str] = Counter()
+        for entry in self.samples.entries:
+            have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
+        promised: dict[str, int] = {}
+        for entry in self.rollouts.entries:
+            for row in self.rollouts_reader.read_shard(entry).select(["rollout_id", "num_samples"]).to_pylist():
+                promised.setdefault(row["rollout_id"], row["num_samples"])
+        bad = sorted(rid for rid, n in promised.items() if have[rid] != n)
+        if bad:
+            self.samples.retract([rid for rid in bad if have[rid]])
+            self.rollouts.retract(bad)
+            for rid in bad:
+                self.summaries.pop(rid, None)
+            self.retracted.extend(bad)
+        return bad
+
+    def recovery_lines(self) -> list[str]:
+        """What opening this store changed (empty: nothing)."""
+        lines = [w.recovery.line(w.name) for w in (self.samples, self.rollouts) if w.recovery.changed]
+        if self.rebuilt_rows:
+            lines.append(f"rollouts: rebuilt {self.rebuilt_rows} row(s) from their committed Samples")
+        if self.retracted:
+            lines.append(f"{len(self.retracted)} rollout(s) whose Samples were lost run again "
+                         f"({', '.join(self.retracted[:5])}{', ...' if len(self.retracted) > 5 else ''})")
+        return lines
 
     # --- buffer + commit ---------------------------------------------------------
     def add(self, result: RolloutResult, samples: list[Any]) -> None:

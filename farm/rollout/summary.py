@@ -66,6 +66,9 @@ class RunSummary(BaseModel):
     redispatched: int = 0
     retried: int = Field(default=0, description="infrastructure retries this invocation")
     interrupted: bool = False
+    recovery: list[str] = Field(
+        default_factory=list, description="what opening the output directory repaired (farm.trajectory.recovery)"
+    )
     cumulative: CumulativeSummary | None = Field(
         default=None, description="the whole output directory, across every invocation (from the rollouts table)"
     )
@@ -145,6 +148,7 @@ def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float,
         "started_at": started_at, "ended_at": time.time(), "planned": summary.planned,
         "skipped_done": summary.skipped_done, "finished": summary.finished, "by_status": summary.by_status,
         "interrupted": summary.interrupted, "retried": summary.retried, "redispatched": summary.redispatched,
+        "recovery": summary.recovery,
     }  # fmt: skip
     with open(out / INVOCATIONS_FILE, "a") as fh:
         fh.write(json.dumps(line) + "\n")

@@ -24,5 +24,9 @@ def open_sample_writer(cfg: OutputConfig) -> ShardWriter:
     )
 
 
-def open_sample_reader(directory: str | os.PathLike[str], *, verify: bool = False) -> ShardReader:
-    return ShardReader(directory, name="samples", schema=SAMPLE_SCHEMA, verify=verify)
+def open_sample_reader(directory: str | os.PathLike[str], *, verify: bool = True,
+                       on_damaged: str = "raise") -> ShardReader:
+    """The ``samples`` table reader: checksums verified by default; ``on_damaged="skip"``
+    leaves damaged shards out (``reader.skipped`` lists them) instead of raising."""
+    return ShardReader(directory, name="samples", schema=SAMPLE_SCHEMA, verify=verify,
+                       on_damaged=on_damaged)  # type: ignore[arg-type]  # fmt: skip

@@ -2,7 +2,12 @@
 manifest while a run is still writing.
 
 Only shards named by a complete manifest line are read, so a reader never sees a
-partial shard. Arrow IPC shards are memory-mapped (zero-copy). The shard files are
+partial shard. Arrow IPC shards are memory-mapped (zero-copy). Every shard is checked
+against its manifest checksum by default (xxh3_128: a few percent of a read, see
+``scripts/bench_trajectory.py``): a damaged one raises ``ShardError`` naming the shard
+and both checksums, or with ``on_damaged="skip"`` is left out and recorded in
+``reader.skipped``. ``follow_batches`` never yields a rollout twice, even when a
+recovery adopted a shard again or a rollout was run again after its shard was lost. The shard files are
 plain Arrow IPC / Parquet: ``pyarrow.dataset.dataset(out / "samples", format="ipc")``
 reads them too (it does not consult the manifest: point it at a directory whose
 writer is done, or use ``follow``).
@@ -14,14 +19,15 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
 from farm.trajectory.manifest import ManifestEntry, default_manifest_name, read_manifest
-from farm.trajectory.shards import checksum
+from farm.trajectory.integrity import verify_bytes
 
 Stop = threading.Event | Callable[[], bool]
 
@@ -36,10 +42,14 @@ class ShardReader:
         name: str = "samples",
         schema: pa.Schema | None = None,
         manifest_name: str | None = None,
-        verify: bool = False,
+        verify: bool = True,
+        on_damaged: Literal["raise", "skip"] = "raise",
     ) -> None:
+        if on_damaged not in ("raise", "skip"):
+            raise ValueError(f"on_damaged must be 'raise' or 'skip', not {on_damaged!r}")
         self.directory = Path(directory)
-        self.name, self.schema, self.verify = name, schema, verify
+        self.name, self.schema, self.verify, self.on_damaged = name, schema, verify, on_damaged
+        self.skipped: list[tuple[ManifestEntry, str]] = []  # (shard, why) left out with on_damaged="skip"
         self.manifest_path = self.directory / (manifest_name or default_manifest_name(name))
 
     def entries(self) -> list[ManifestEntry]:
@@ -56,31 +66,35 @@ class ShardReader:
         return {rid for e in self.entries() for rid in e.rollout_ids}
 
     def read_shard(self, entry: ManifestEntry) -> pa.Table:
+        """One shard's rows (checked against the manifest unless ``verify=False``)."""
         path = self.directory / entry.shard
         try:
             if entry.format == "arrow":
                 with pa.memory_map(str(path), "r") as src:
                     if self.verify:
-                        self._verify(entry, src.read_buffer())
+                        verify_bytes(entry.shard, entry.checksum, src.read_buffer())
                         src.seek(0)
                     return pa.ipc.open_file(src).read_all()
             if self.verify:
-                self._verify(entry, pa.py_buffer(path.read_bytes()))
+                verify_bytes(entry.shard, entry.checksum, pa.py_buffer(path.read_bytes()))
             return pq.read_table(path)
         except FileNotFoundError:
             raise ShardError(f"{path}: named by {self.manifest_path.name} but missing") from None
         except pa.ArrowInvalid as exc:
             raise ShardError(f"{path}: unreadable shard: {exc}") from exc
 
-    @staticmethod
-    def _verify(entry: ManifestEntry, data: pa.Buffer) -> None:
-        got = checksum(data)
-        if got != entry.checksum:
-            raise ShardError(f"{entry.shard}: checksum {got} != manifest {entry.checksum}")
+    def _read_or_skip(self, entry: ManifestEntry) -> pa.Table | None:
+        try:
+            return self.read_shard(entry)
+        except ShardError as exc:
+            if self.on_damaged == "raise":
+                raise
+            self.skipped.append((entry, str(exc)))
+            return None
 
     def read_table(self) -> pa.Table:
         """Every row of every sealed shard as one table."""
-        tables = [self.read_shard(e) for e in self.entries()]
+        tables = [t for t in (self._read_or_skip(e) for e in self.entries()) if t is not None]
         if not tables:
             if self.schema is None:
                 raise ShardError(f"{self.manifest_path}: no shards yet and no schema given")
@@ -89,7 +103,9 @@ class ShardReader:
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
         for e in self.entries():
-            yield from self.read_shard(e).to_batches()
+            table = self._read_or_skip(e)
+            if table is not None:
+                yield from table.to_batches()
 
     def follow(
         self,
@@ -135,6 +151,15 @@ class ShardReader:
                 time.sleep(wait)
 
     def follow_batches(self, **kwargs) -> Iterator[pa.RecordBatch]:
-        """``follow`` yielding the record batches of each new shard."""
+        """``follow`` yielding the record batches of each new shard, each rollout once:
+        rows of a rollout already yielded from an earlier shard (a rollout run again
+        after its shard was lost, a shard adopted again) are left out."""
+        yielded: set[str] = set()
         for e in self.follow(**kwargs):
-            yield from self.read_shard(e).to_batches()
+            table = self._read_or_skip(e)
+            if table is None:
+                continue
+            if yielded.intersection(e.rollout_ids) and "rollout_id" in table.column_names:
+                table = table.filter(pc.invert(pc.is_in(table.column("rollout_id"), value_set=pa.array(sorted(yielded)))))
+            yielded.update(e.rollout_ids)
+            yield from table.to_batches()

@@ -13,60 +13,47 @@ a dot, which pyarrow ignores).
 
 Durability: rows are buffered per rollout; a shard is *sealed* when the buffer
 reaches ``max_rows`` / ``max_bytes``, on ``flush()``, or after every rollout with
-``flush_every_rollout``. Sealing = serialise, sha256, write ``.name.tmp``, fsync,
+``flush_every_rollout``. Sealing = serialise, checksum (xxh3_128), write ``.name.tmp``, fsync,
 rename, fsync the directory, append the manifest line, fsync the manifest. A
 rollout is durable only once its shard's manifest line is; ``take_durable()`` /
 ``flush()`` return the ids that became durable, which is what a reducer may
 acknowledge. A rollout is never split across shards. Writing a rollout that is
 durable or pending is a no-op returning False.
 
-Recovery on open (after a crash): temporary files are deleted, a truncated last
-manifest line is cut off, lines whose shard is missing or has the wrong size are
-dropped (their rollouts are not durable, so they get rewritten), and shard files no
-manifest line names (renamed just before a crash) are deleted. One writer per table
-and directory at a time (an ``flock``ed lock file); the kernel drops the lock when a
-writer dies.
+Recovery on open (after a crash, or damage): :mod:`farm.trajectory.recovery`. It never
+deletes data: temporary files are removed, a torn last manifest line is cut off, lines
+whose shard is missing or damaged are dropped (their rollouts are no longer durable, so
+they get rewritten; a damaged file goes to ``quarantine/``), and complete shards no line
+names (sealed just before a crash) are checked and adopted. ``retract`` takes rollouts
+out of a table the same way (rewritten shard, old file quarantined). One writer per
+table and directory at a time (an ``flock``ed lock file); the kernel drops the lock
+when a writer dies.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import BaseModel
 
 from farm.errors import ShardError
-from farm.trajectory.manifest import (
-    ManifestEntry,
-    default_manifest_name,
-    encode,
-    fsync_dir,
-    read_manifest,
-    repair_tail,
-    rewrite_manifest,
-    write_durable,
-)
+from farm.trajectory.integrity import checksum, quarantine, read_shard_file
+from farm.trajectory.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
+from farm.trajectory.recovery import RecoveryReport, append_line, recover_table
+
+__all__ = ["RecoveryReport", "ShardWriter", "checksum", "serialize"]
 
 ShardFormat = Literal["arrow", "parquet"]
 SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
 Rows = pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
-
-
-class RecoveryReport(BaseModel):
-    """What opening a writer found and fixed."""
-
-    temp_files_removed: int = 0
-    truncated_manifest_tail: bool = False
-    entries_dropped: int = 0  # manifest lines whose shard was missing or the wrong size
-    orphan_shards_removed: int = 0  # complete shards no manifest line named
 
 
 def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.Buffer:
@@ -91,10 +78,6 @@ def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.
     return sink.getvalue()
 
 
-def checksum(data: pa.Buffer | bytes | memoryview) -> str:
-    return "sha256:" + hashlib.sha256(memoryview(data)).hexdigest()
-
-
 class ShardWriter:
     """Writes one table's rows as sealed shards + manifest lines. Not thread-safe."""
 
@@ -110,6 +93,8 @@ class ShardWriter:
         flush_every_rollout: bool = False,
         compression: str | None = None,
         manifest_name: str | None = None,
+        verify_on_open: bool = True,
+        rebuild_manifest: bool = False,
     ) -> None:
         if format not in SUFFIX:
             raise ShardError(f"unknown shard format {format!r}")
@@ -130,44 +115,15 @@ class ShardWriter:
         self._buffer_rows = self._buffer_bytes = 0
         self._newly_durable: list[str] = []
         self._closed = False
-        self.recovery = RecoveryReport()
         try:
-            entries = self._recover()
+            entries, self.recovery = recover_table(self.directory, name, schema, self.manifest_path, SUFFIX,
+                                                   verify=verify_on_open, rebuild=rebuild_manifest)  # fmt: skip
         except BaseException:
             os.close(self._lock_fd)
             raise
         self._durable: set[str] = {rid for e in entries for rid in e.rollout_ids}
         self._entries = entries
         self._next_seq = max((e.seq for e in entries), default=-1) + 1
-
-    # ---- recovery ------------------------------------------------------------
-    def _recover(self) -> list[ManifestEntry]:
-        rep = self.recovery
-        for p in self.table_dir.iterdir():
-            if p.name.startswith(".") and p.name.endswith(".tmp"):
-                p.unlink()
-                rep.temp_files_removed += 1
-        read = read_manifest(self.manifest_path)
-        if read.truncated_tail:
-            repair_tail(self.manifest_path, read.end)
-            rep.truncated_manifest_tail = True
-        good: list[ManifestEntry] = []
-        for e in read.entries:
-            path = self.directory / e.shard
-            if e.table == self.name and (not path.is_file() or path.stat().st_size != e.bytes):
-                rep.entries_dropped += 1
-                continue
-            good.append(e)
-        if rep.entries_dropped:
-            rewrite_manifest(self.manifest_path, good)
-        known = {self.directory / e.shard for e in good}
-        for p in self.table_dir.iterdir():
-            if p.name.startswith(f"{self.name}-") and p.suffix in SUFFIX.values() and p not in known:
-                p.unlink()
-                rep.orphan_shards_removed += 1
-        if rep.orphan_shards_removed:
-            fsync_dir(self.table_dir)
-        return [e for e in good if e.table == self.name]
 
     # ---- writing -------------------------------------------------------------
     def is_durable(self, rollout_id: str) -> bool:
@@ -252,15 +208,26 @@ class ShardWriter:
 
     def _seal(self) -> None:
         ids = [rid for rid, _ in self._buffer]
-        tables = [t for _, t in self._buffer]
-        table = pa.concat_tables(tables).replace_schema_metadata(self.schema.metadata)
+        table = pa.concat_tables([t for _, t in self._buffer])
+        entry = self._write_shard(table, ids)
+        append_line(self.manifest_path, entry)
+        self._entries.append(entry)
+        self._durable.update(ids)
+        self._newly_durable.extend(ids)
+        self._buffer.clear()
+        self._buffer_rows = self._buffer_bytes = 0
+
+    def _write_shard(self, table: pa.Table, ids: list[str]) -> ManifestEntry:
+        """Write one shard file (temp name, fsync, rename, fsync dir) and return its
+        manifest line, not yet appended."""
+        table = table.replace_schema_metadata(self.schema.metadata)
         data = serialize(table, self.format, self.compression)
         seq = self._next_seq
         fname = f"{self.name}-{seq:06d}-{uuid.uuid4().hex[:8]}{SUFFIX[self.format]}"
         tmp = self.table_dir / f".{fname}.tmp"
         final = self.table_dir / fname
-        digest: list[str] = []  # sha256 runs beside the write + fsync (both release the GIL)
-        hasher = threading.Thread(target=lambda: digest.append(checksum(data)), name="shard-sha256")
+        digest: list[str] = []  # the checksum runs beside the write + fsync
+        hasher = threading.Thread(target=lambda: digest.append(checksum(data)), name="shard-checksum")
         hasher.start()
         try:
             write_durable(tmp, data)
@@ -268,22 +235,33 @@ class ShardWriter:
             fsync_dir(self.table_dir)
         finally:
             hasher.join()
-        entry = ManifestEntry(
+        self._next_seq = seq + 1
+        return ManifestEntry(
             shard=f"{self.name}/{fname}", table=self.name, format=self.format, rows=table.num_rows,
             bytes=data.size, checksum=digest[0], rollout_ids=ids, seq=seq, created_at=time.time(),
         )  # fmt: skip
-        created = not self.manifest_path.exists()
-        fd = os.open(self.manifest_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, encode(entry))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(self.directory)
-        self._next_seq = seq + 1
-        self._entries.append(entry)
-        self._durable.update(ids)
-        self._newly_durable.extend(ids)
-        self._buffer.clear()
-        self._buffer_rows = self._buffer_bytes = 0
+
+    # ---- retracting ------------------------------------------------------------
+    def retract(self, rollout_ids: Collection[str]) -> list[str]:
+        """Take durable rollouts out of this table (they count as not written, so they
+        run again). Each shard holding one is rewritten without them under a new name,
+        the manifest swaps the two lines in one atomic replace, and the old file goes to
+        ``quarantine/``: nothing is deleted, and a crash at any step leaves a state the
+        next recovery resolves (a new file nobody lists holds committed rollouts:
+        quarantined; an old file nobody lists: likewise). Returns the quarantined paths."""
+        self._check_open()
+        gone = set(rollout_ids) & self._durable
+        moved: list[str] = []
+        for e in [e for e in self._entries if gone.intersection(e.rollout_ids)]:
+            keep = [rid for rid in e.rollout_ids if rid not in gone]
+            replacement = None
+            if keep:
+                table = read_shard_file(self.directory / e.shard, e.format)
+                mask = pc.invert(pc.is_in(table.column("rollout_id"), value_set=pa.array(sorted(gone))))
+                replacement = self._write_shard(table.filter(mask), keep)
+            lines = [x for x in read_manifest(self.manifest_path).entries if x.shard != e.shard]
+            rewrite_manifest(self.manifest_path, lines + ([replacement] if replacement else []))
+            moved.append(str(quarantine(self.directory, self.directory / e.shard, self.name)))
+            self._entries = [x for x in self._entries if x.shard != e.shard] + ([replacement] if replacement else [])
+            self._durable.difference_update(set(e.rollout_ids) - set(keep))
+        return moved

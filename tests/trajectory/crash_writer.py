@@ -1,9 +1,8 @@
 """Writer process for the crash test: writes rollouts r0..r{N-1} as Sample shards,
 printing each batch of ids once durable. ``--slow`` widens the windows between the
 steps of sealing (write, fsync, rename, manifest) so a random SIGKILL lands
-mid-shard; ``--pause-at tmp|rename|manifest`` stops inside the 3rd seal (shard
-fsynced but not renamed / renamed but not in the manifest / manifest line half
-written), prints ``paused`` and waits to be killed."""
+mid-shard; ``--pause-at written|tmp|rename|dirsync|manifest|line`` stops inside the
+3rd seal at that step (see ``_pause_at``), prints ``paused`` and waits to be killed."""
 
 from __future__ import annotations
 
@@ -36,24 +35,50 @@ def _pause() -> None:
 
 
 def _pause_at(point: str) -> None:
-    real_rename, real_write = os.rename, os.write
-    seals = {"n": 0}
+    """Pause inside the 3rd seal at ``point``: written (shard bytes written, not fsynced),
+    tmp (fsynced, not renamed), rename (renamed, directory not fsynced), dirsync
+    (directory fsynced, no manifest line), manifest (line half written), line (line
+    written, not fsynced)."""
+    real_open, real_rename, real_write, real_fsync = os.open, os.rename, os.write, os.fsync
+    state = {"seal": 0, "step": ""}
+
+    def in_seal() -> bool:
+        return state["seal"] == 3
+
+    def open_(path, flags, *a):
+        fd = real_open(path, flags, *a)
+        if str(path).endswith(".tmp") and flags & os.O_EXCL and "/samples/" in str(path):
+            state["seal"] += 1
+            state["step"] = "written"
+        return fd
 
     def rename(a, b):
-        seals["n"] += 1
-        if point == "tmp" and seals["n"] == 3:
+        if in_seal() and point == "tmp":
             _pause()
         real_rename(a, b)
-        if point == "rename" and seals["n"] == 3:
+        state["step"] = "renamed"
+        if in_seal() and point == "rename":
+            _pause()
+
+    def fsync(fd):
+        if in_seal() and point == "written" and state["step"] == "written":
+            _pause()
+        real_fsync(fd)
+        if in_seal() and point == "dirsync" and state["step"] == "renamed":
             _pause()
 
     def write(fd, data):
-        if point == "manifest" and seals["n"] == 3 and bytes(data[:9]) == b'{"bytes":':
-            real_write(fd, bytes(data[: len(data) // 2]))
-            _pause()
+        if in_seal() and bytes(data[:9]) == b'{"bytes":':
+            if point == "manifest":
+                real_write(fd, bytes(data[: len(data) // 2]))
+                _pause()
+            n = real_write(fd, data)
+            if point == "line":
+                _pause()
+            return n
         return real_write(fd, data)
 
-    os.rename, os.write = rename, write
+    os.open, os.rename, os.write, os.fsync = open_, rename, write, fsync
 
 
 def main() -> int:

@@ -98,8 +98,9 @@ def test_sigkill_mid_shard_then_rerun(tmp_path):
         assert durable <= now
         durable = now
 
-    # killed inside a seal at each step: shard fsynced / renamed / manifest line half written
-    for point in ("tmp", "rename", "manifest"):
+    # killed inside a seal at each step of sealing (crash_writer._pause_at)
+    points = ("written", "tmp", "rename", "dirsync", "manifest", "line")
+    for point in points:
         w = Writer(out, "--pause-at", point)
         assert w.paused.wait(60), f"never paused at {point}: {w.lines}"
         _kill(w)
@@ -116,10 +117,15 @@ def test_sigkill_mid_shard_then_rerun(tmp_path):
         after_kill(w)
     assert kills >= 2, "the writer finished before it could be killed: make it slower"
     assert len(durable) < N
-    # the next writer cleaned up after each targeted kill
-    assert recoveries[1]["temp_files_removed"] == 1  # after "tmp"
-    assert recoveries[2]["orphan_shards_removed"] == 1  # after "rename"
-    assert recoveries[3]["truncated_manifest_tail"] is True  # after "manifest"
+    # what the next writer found after each targeted kill: an unsealed temp file is
+    # removed; a sealed shard whose line is missing or torn is adopted, never deleted
+    after = dict(zip(points, recoveries[1:]))
+    assert after["written"]["temp_files_removed"] == 1 and not after["written"]["adopted"]
+    assert after["tmp"]["temp_files_removed"] == 1 and not after["tmp"]["adopted"]
+    assert len(after["rename"]["adopted"]) == 1 and len(after["dirsync"]["adopted"]) == 1
+    assert after["manifest"]["truncated_manifest_tail"] is True and len(after["manifest"]["adopted"]) == 1
+    assert not after["line"]["adopted"] and not after["line"]["truncated_manifest_tail"]
+    assert not any(r["quarantined"] or r["lost_rollouts"] for r in recoveries)
     # rerun to completion: only the missing rollouts are written, each exactly once
     w = Writer(out)
     w.finish()

@@ -58,7 +58,7 @@ def test_write_rotate_read(tmp_path, fmt):
     lines = manifest_lines(tmp_path / "manifest.jsonl")
     assert [x["rollout_ids"] for x in lines] == [["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6"]]
     assert all(x["shard"].startswith("samples/samples-") and x["format"] == fmt for x in lines)
-    assert all(x["checksum"].startswith("sha256:") for x in lines)
+    assert all(x["checksum"].startswith("xxh3_128:") for x in lines)
     reader = open_sample_reader(tmp_path, verify=True)
     table = reader.read_table()
     assert table.num_rows == 7 and table.schema.equals(SAMPLE_SCHEMA, check_metadata=False)
@@ -151,8 +151,12 @@ def test_recovery_after_a_crash(tmp_path):
     assert [e.rollout_ids for e in r.entries()] == [["a"], ["b"], ["c"]]  # complete lines only
     w = ShardWriter(tmp_path, KV, name="kv")
     rep = w.recovery
-    assert (rep.temp_files_removed, rep.truncated_manifest_tail, rep.entries_dropped, rep.orphan_shards_removed) == (1, True, 1, 1)
+    assert (rep.temp_files_removed, rep.truncated_manifest_tail, rep.entries_dropped) == (1, True, 1)
+    assert rep.missing_shards == [lines[1]["shard"]] and rep.lost_rollouts == ["b"]
+    # the unlisted copy claims rollout a, which line 0 commits: quarantined, not deleted, not adopted
+    assert rep.quarantined == ["quarantine/kv/kv-000010-cafecafe.arrow"] and not rep.adopted
     assert w.durable_ids == {"a", "c"} and not orphan.exists()
+    assert (tmp_path / "quarantine" / "kv" / orphan.name).read_bytes() == (tmp_path / lines[0]["shard"]).read_bytes()
     assert sorted(p.name for p in table_dir.iterdir()) == sorted(x["shard"].split("/")[1] for x in (lines[0], lines[2]))
     assert w.write_rollout("b", kv("b")) and w.flush() == ["b"]
     w.close()
@@ -228,5 +232,11 @@ def test_corrupt_manifest_middle_line_is_an_error(tmp_path):
     with pytest.raises(ShardError, match="corrupt manifest line"):
         ShardWriter(tmp_path, KV, name="kv")
     manifest.write_bytes(lines[1] + b"\n")  # the lock was released despite the error
-    with ShardWriter(tmp_path, KV, name="kv") as w:
-        assert w.durable_ids == {"b"} and w.recovery.orphan_shards_removed == 1
+    with ShardWriter(tmp_path, KV, name="kv") as w:  # a's shard is unlisted now: checked and adopted
+        assert w.durable_ids == {"a", "b"} and w.recovery.adopted == [json.loads(lines[0])["shard"]]
+    # a corrupt middle line is damage, not a crash: rebuilt from the shards only when asked
+    manifest.write_bytes(b"garbage\n" + lines[1] + b"\n")
+    with ShardWriter(tmp_path, KV, name="kv", rebuild_manifest=True) as w:
+        assert w.durable_ids == {"a", "b"} and w.recovery.manifest_rebuilt
+        assert sorted(w.recovery.adopted) == sorted(json.loads(x)["shard"] for x in lines[:2])
+    assert (tmp_path / "quarantine" / "kv" / "kv.manifest.jsonl").read_bytes().startswith(b"garbage")
