@@ -257,7 +257,7 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int 
             rng = random.Random(1)
             fuzz_jobs = []
             for i in range(fuzz):
-                kind = FUZZ_KINDS[i % len(FUZZ_KINDS)]
+                kind = gateway_hostile.FUZZ_KINDS[i % len(gateway_hostile.FUZZ_KINDS)]
                 if kind == "disconnect":
                     sid = f"hostile{i}"
                     fuzz_jobs.append((kind, gw.open_session(sid).secret))

@@ -179,3 +179,36 @@ def test_infrastructure_failures_are_retried_then_recorded_untrainable(tmp_path)
     assert complete_groups(tmp_path / "out") == {"flaky", "fine"}
     started = [ln for ln in _started(tmp_path) if ln]
     assert sorted(started) == sorted(["flaky.0 1", "flaky.0 2", "broken.0 1", "broken.0 2", "broken.0 3", "fine.0 1"])
+
+
+def test_a_damaged_output_dir_is_repaired_on_resume_and_nothing_is_lost(tmp_path):
+    """The issue's three kinds of damage at once: a manifest line torn by a crash (the
+    shard is adopted, not deleted), a shard deleted and a shard with flipped bytes (their
+    rollouts run again). Afterwards every rollout has its Samples exactly once."""
+    from farm.cli import main as farm_main
+
+    cfg = _cfg(tmp_path, "damage", concurrency=1)
+    cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"num_sandbox_actors": 1})})
+    tasks = _tasks(tmp_path, 6, agent_s=0.4)
+    assert _run(cfg, tasks).finished == 6
+    out = tmp_path / "out"
+    entries = ShardReader(out, name=SAMPLES_TABLE).entries()
+    assert len(entries) >= 3, "one commit per rollout expected (concurrency 1, flush 0.2 s)"
+    deleted, flipped, torn = entries[0], entries[1], entries[-1]
+    (out / deleted.shard).unlink()
+    data = bytearray((out / flipped.shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (out / flipped.shard).write_bytes(bytes(data))
+    manifest = out / "manifest.jsonl"
+    manifest.write_bytes(manifest.read_bytes()[:-40])
+    with pytest.raises(Exception, match="damaged shard"):
+        ShardReader(out, name=SAMPLES_TABLE).read_shard(flipped)  # readers catch it by default
+    again = _run(cfg, tasks)
+    rerun = set(deleted.rollout_ids) | set(flipped.rollout_ids)
+    assert again.planned == len(rerun) and again.finished == len(rerun)
+    text = " | ".join(again.recovery)
+    assert "adopted 1 unlisted shard" in text and "quarantined 1" in text and "run again" in text, text
+    samples, rows = _ids(out, SAMPLES_TABLE), _ids(out, ROLLOUTS_TABLE)
+    assert sorted(samples) == sorted(rows) == sorted(f"task{i}.0" for i in range(6))  # each exactly once
+    assert (out / "quarantine" / flipped.shard).is_file()
+    assert farm_main(["verify", str(out)]) == 0
