@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from farm.engine.config import EngineConfig
 from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
+from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
@@ -84,6 +85,7 @@ class FarmConfig(BaseModel):
 
     run_id: str = Field(default="local", description="labels sandboxes and Samples")
     tasks: TasksConfig = Field(default_factory=TasksConfig)
+    grading: GradingConfig = Field(default_factory=GradingConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -100,7 +100,8 @@ class ReducerActor:
             try:
                 # Only a policy outcome is training data; an infrastructure failure keeps its
                 # row (status, reason, log tail) as evidence, and no Sample.
-                samples = self._linearize(result) if result.status.trainable else []
+                excluded = (result.grading_summary or {}).get("hack_action") == "exclude"  # grading.on_hack
+                samples = self._linearize(result) if result.status.trainable and not excluded else []
                 self.store.add(result, samples)
             except BaseException as exc:
                 self._pending.pop(rid, None)

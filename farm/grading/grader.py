@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from farm.errors import SandboxFileNotFound, TaskError
+from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import apply_patch, restore_paths
+from farm.grading.config import GradingConfig
+from farm.grading.hacks import decide, runtime_flags, static_flags
+from farm.grading.probe import install_probe, read_probe
 from farm.grading.parsers import PASSING, TestStatus, get_parser
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
@@ -49,6 +53,7 @@ async def grade(
     *,
     runtime: TaskRuntime,
     make_sandbox: SandboxMaker,
+    policy: GradingConfig | None = None,
 ) -> GradingReport:
     """Grade ``patch`` for ``task`` in a fresh sandbox from ``make_sandbox()`` (closed after).
 
@@ -59,7 +64,7 @@ async def grade(
     """
     sandbox = await make_sandbox()
     try:
-        return await grade_in_sandbox(sandbox, task, patch, runtime=runtime)
+        return await grade_in_sandbox(sandbox, task, patch, runtime=runtime, policy=policy)
     finally:
         await sandbox.close()
 
@@ -75,16 +80,18 @@ def grading_spec(task: Task, labels: Mapping[str, str] | None = None, purpose: s
 
 
 async def grade_in_sandbox(
-    sandbox: Sandbox, task: Task, patch: str | CapturedDiff, *, runtime: TaskRuntime
+    sandbox: Sandbox, task: Task, patch: str | CapturedDiff, *, runtime: TaskRuntime,
+    policy: GradingConfig | None = None,
 ) -> GradingReport:
     """``grade`` in a sandbox the caller owns (it must be fresh: nothing of the agent's in it)."""
+    policy = policy or GradingConfig()
     t0 = time.monotonic()
     text, too_large, size = (patch.patch, patch.too_large, patch.bytes) if isinstance(patch, CapturedDiff) else (patch, False, 0)
     base = {"task_id": task.id, "kind": task.kind}
 
     def done(**fields) -> GradingReport:  # noqa: ANN003 - GradingReport fields
         timings = {**fields.pop("timings", {}), "total_s": time.monotonic() - t0}
-        return GradingReport(**base, **fields, timings=timings)
+        return apply_hack_policy(GradingReport(**base, **fields, timings=timings), policy, task, text)
 
     try:
         ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False)
@@ -114,18 +121,20 @@ async def grade_in_sandbox(
         reason = f"the diff does not apply (git apply, --3way, patch --fuzz): {why}"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, patch=applied, setup=ws.setup, timings=timings)
     touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
+    flags = surface_flags(touches) + static_flags(text, {t.path for t in touches})
     common = {
         "patch": applied, "setup": ws.setup, "timings": timings,
-        "test_surface": {t.path: f"{t.action}: {t.why}" for t in touches}, "flags": surface_flags(touches),
+        "test_surface": {t.path: f"{t.action}: {t.why}" for t in touches}, "flags": flags,
     }  # fmt: skip
     # The test surface is the task's: put back what the diff changed there (added files go).
     await restore_paths(sandbox, ws.workdir, [t.path for t in touches], scratch=ws.scratch)
     if task.kind == "swe":
-        return done(**await _grade_swe(sandbox, task, ws, runtime, common))
+        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy))
     return done(**await _grade_generic(sandbox, task, ws, runtime, common))
 
 
-async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict) -> dict:
+async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict,
+                     policy: GradingConfig) -> dict:
     cfg = runtime.config
     if task.test_patch:
         await restore_paths(sandbox, ws.workdir, touched_paths(task.test_patch), scratch=ws.scratch)
@@ -142,18 +151,30 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         report_path = posixpath.join(ws.workdir, task.test_report_file)
         await sandbox.exec(["rm", "-f", report_path], timeout=60)
     assert task.test_command is not None  # Task validation guarantees it for SWE tasks
+    probe = await install_probe(sandbox) if policy.probe else None
     t0 = time.monotonic()
     test, res = await run_command(
-        sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=task.env,
-        path_prefix=runtime.path_prefix, tail_chars=cfg.output_tail_chars,
-    )
+        sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
+        env=probe.env(dict(task.env)) if probe else task.env, path_prefix=runtime.path_prefix,
+        tail_chars=cfg.output_tail_chars,
+    )  # fmt: skip
     common["timings"]["test_s"] = time.monotonic() - t0
     fields = {**common, "test": test, "log_parser": task.log_parser}
     if res is None:
         reason = f"the test command exceeded {task.timeouts.test_s:g} s"
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
     report_text = await _read_optional(sandbox, report_path)
-    statuses = parser(res.stdout + "\n" + res.stderr, report_text)
+    printed = parser(res.stdout + "\n" + res.stderr, report_text)
+    statuses = printed
+    if probe is not None:
+        seen = read_probe(await _read_optional(sandbox, probe.report_path), probe.key)
+        pytest_task = task.log_parser == "pytest"
+        if pytest_task and seen.finished and not seen.forged_lines:
+            statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
+        watched = [*task.fail_to_pass, *task.pass_to_pass]
+        fields["flags"] = sorted({*fields["flags"], *runtime_flags(
+            seen, pytest_task=pytest_task, watched=watched, printed={k: v.value for k, v in printed.items()},
+            f2p=task.fail_to_pass)})  # fmt: skip
     f2p = {t: statuses[t].value if t in statuses else MISSING for t in task.fail_to_pass}
     p2p = {t: statuses[t].value if t in statuses else MISSING for t in task.pass_to_pass}
     mismatches: dict[str, list[str]] = {}
@@ -264,3 +285,31 @@ async def _grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: T
         "verify": verify,
         "reward_file_value": value,
     }
+
+
+def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, diff: str) -> GradingReport:
+    """Run the optional judge, then let the findings act on the reward (``farm.grading.hacks``)."""
+    flags = list(report.flags)
+    if policy.judge and report.status in (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED):
+        finding = run_judge(policy.judge, task, diff, report)
+        if finding:
+            flags.append(f"judge:{finding}")
+    action = decide(flags, on_hack=policy.on_hack, on_static_hack=policy.on_static_hack)
+    update: dict = {"flags": flags, "hack_action": action}
+    if action != "flag" and report.reward > 0:
+        hacks = [f for f in flags if f.startswith(("runtime:", "static:", "judge:"))]
+        update.update(reward=0.0, resolved=False, status=GradeStatus.UNRESOLVED, reward_before_hack_policy=report.reward,
+                      reason=f"reward hack ({action}): {', '.join(hacks)}")  # fmt: skip
+    return report.model_copy(update=update)
+
+
+def run_judge(spec: str, task: Task, diff: str, report: GradingReport) -> str | None:
+    """Call ``module:callable`` (task, diff, report) -> None or a short finding."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    try:
+        verdict = getattr(importlib.import_module(module), name)(task, diff, report)
+    except Exception as exc:  # the judge is farm's infrastructure: its failure is never the policy's
+        raise GradingError(f"grading.judge {spec!r} failed: {exc!r}") from exc
+    return None if not verdict else re.sub(r"[^A-Za-z0-9_.-]+", "_", str(verdict))[:60]

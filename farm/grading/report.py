@@ -67,6 +67,15 @@ class GradingReport(BaseModel):
         description="test-surface files the diff touched -> what the grader did ('reset: test config', ...)",
     )
     flags: list[str] = Field(default_factory=list, description="named integrity findings (diff_touches_tests, ...)")
+    hack_action: str = Field(
+        default="flag", description="what the findings did (grading.on_hack / on_static_hack): flag | zero_reward | exclude"
+    )
+    reward_before_hack_policy: float | None = Field(default=None, description="the reward a finding took away")
+
+    @property
+    def excluded(self) -> bool:
+        """A finding excluded this rollout from training (no Samples are written)."""
+        return self.hack_action == "exclude"
 
     def summary(self) -> dict[str, Any]:
         """Compact, JSON-able: for Sample metadata."""
@@ -89,6 +98,8 @@ class GradingReport(BaseModel):
             out["reason"] = self.reason[:200]
         if self.flags:
             out["flags"] = list(self.flags)
+        if self.hack_action != "flag":
+            out["hack_action"] = self.hack_action
         return out
 
     def outcome(self) -> Outcome:

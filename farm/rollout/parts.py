@@ -203,6 +203,7 @@ class FarmParts:
             diff,
             runtime=self.runtime,
             make_sandbox=lambda: self.create_sandbox(spec, "grading", sb_spec),
+            policy=self.cfg.grading,
         )
         outcome = report.outcome()
         return Grade(
