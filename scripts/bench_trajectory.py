@@ -24,6 +24,7 @@ memory alike (what a long-running reducer with ``MALLOC_TRIM_THRESHOLD_`` set se
 The final line reports the second set. Last line:
 bench_trajectory: linearize_1M_ms=<float> speedup_vs_prefix_compare=<float> scaling_400_over_100=<float>
 shard_write_MBps=<float> read_MBps=<float> read_verified_MBps=<float> verify_overhead_pct=<float>
+verify_overhead_warm_pct=<float> (read_*, verify_overhead_pct: from disk; _warm: from the page cache)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -114,11 +116,29 @@ def timed_ms(fn, reps: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
+def evict(out: Path) -> None:
+    """Drop the shards' (clean, fsynced) pages from the page cache: the next read comes
+    from the disk, as a trainer's first read of a shard written elsewhere does."""
+    for path in out.rglob("*.arrow"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _touch(column) -> int:
+    """Read every value of a list column (what a trainer does with tokens / mask / logprobs)."""
+    return sum(int(np.asarray(c.values.to_numpy()).sum(dtype=np.float64) != 0.5) for c in column.chunks)
+
+
 def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
     """Write throughput, and read throughput three ways on the same shards: no checksum,
     the default xxh3_128 verification, and sha256 (older manifests), through an
-    alternative manifest naming the same shards. A read touches every token, as a
-    trainer does (a memory-mapped read that touches nothing costs nothing)."""
+    alternative manifest naming the same shards; each from the disk (pages evicted
+    first) and from the page cache. A read touches every value of the tokens, loss mask
+    and logprobs, as a trainer does (a memory-mapped read that touches nothing costs
+    nothing)."""
     tree = TurnTree("bench")
     parent = None
     for delta, output, logprobs in inputs:
@@ -127,7 +147,7 @@ def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
     table = samples_to_table(linearize(tree, RolloutInfo(rollout_id="x", reward=1.0)))
     per_rollout = 8
     writes: list[float] = []
-    reads: dict[str, list[float]] = {"plain": [], "xxh3_128": [], "sha256": []}
+    reads: dict[str, list[float]] = {f"{c}_{k}": [] for c in ("cold", "warm") for k in ("plain", "xxh3_128", "sha256")}
     nbytes = 0
     for rep in range(reps):
         out = tmp / f"shards{rep}"
@@ -142,13 +162,16 @@ def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
         legacy = [e.model_copy(update={"checksum": checksum((out / e.shard).read_bytes(), "sha256")})
                   for e in w.entries]  # fmt: skip
         (out / "sha256.manifest.jsonl").write_bytes(b"".join(encode(e) for e in legacy))
-        for kind, reader in (("plain", ShardReader(out, verify=False)), ("xxh3_128", ShardReader(out)),
-                             ("sha256", ShardReader(out, manifest_name="sha256.manifest.jsonl"))):
-            t0 = time.perf_counter()
-            got = reader.read_table()
-            total = sum(int(c.values.to_numpy().sum(dtype=np.int64) & 1) for c in got.column("tokens").chunks)
-            reads[kind].append(nbytes / (time.perf_counter() - t0) / 1e6)
-            assert got.num_rows == per_rollout and total >= 0
+        for cache in ("cold", "warm"):
+            for kind, manifest in (("plain", None), ("xxh3_128", None), ("sha256", "sha256.manifest.jsonl")):
+                if cache == "cold":
+                    evict(out)
+                reader = ShardReader(out, verify=kind != "plain", manifest_name=manifest)
+                t0 = time.perf_counter()
+                got = reader.read_table()
+                touched = sum(_touch(got.column(c)) for c in ("tokens", "loss_mask", "rollout_logprobs"))
+                reads[f"{cache}_{kind}"].append(nbytes / (time.perf_counter() - t0) / 1e6)
+                assert got.num_rows == per_rollout and touched >= 0
     out_figures = {"write": max(writes), "write_med": statistics.median(writes), "bytes": nbytes}
     out_figures.update({k: max(v) for k, v in reads.items()})
     return out_figures
@@ -206,16 +229,21 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench_trajectory_") as tmp:
         sh = bench_shards(Path(tmp), inputs, args.shard_reps)
-    overhead = (sh["plain"] / sh["xxh3_128"] - 1) * 100  # extra read time with the default verification
+    cold = (sh["cold_plain"] / sh["cold_xxh3_128"] - 1) * 100  # extra read time with the default verification
+    warm = (sh["warm_plain"] / sh["warm_xxh3_128"] - 1) * 100
     print(f"shards: {sh['bytes'] / 1e6:.0f} MB per run in 4 shards; write {sh['write']:.0f} MB/s (median "
-          f"{sh['write_med']:.0f}; serialise + xxh3_128 + write + fsync + rename + manifest); read, touching every "
-          f"token: {sh['plain']:.0f} MB/s unverified, {sh['xxh3_128']:.0f} MB/s verified xxh3_128 (default, "
-          f"+{overhead:.1f}% time), {sh['sha256']:.0f} MB/s verified sha256 "
-          f"(+{(sh['plain'] / sh['sha256'] - 1) * 100:.1f}%)")  # fmt: skip
+          f"{sh['write_med']:.0f}; serialise + xxh3_128 + write + fsync + rename + manifest)")  # fmt: skip
+    for cache, label in (("cold", "from disk (pages evicted)"), ("warm", "from the page cache")):
+        base = sh[f"{cache}_plain"]
+        print(f"  read {label}, every token/mask/logprob touched: {base:.0f} MB/s unverified; "
+              f"{sh[f'{cache}_xxh3_128']:.0f} MB/s verified xxh3_128 (default, "
+              f"+{(base / sh[f'{cache}_xxh3_128'] - 1) * 100:.1f}% time); {sh[f'{cache}_sha256']:.0f} MB/s "
+              f"verified sha256 (+{(base / sh[f'{cache}_sha256'] - 1) * 100:.1f}%)")  # fmt: skip
     print(
         f"bench_trajectory: linearize_1M_ms={farm_ms:.2f} speedup_vs_prefix_compare={base_ms / farm_ms:.1f} "
         f"scaling_400_over_100={t400 / t100:.2f} shard_write_MBps={sh['write']:.1f} "
-        f"read_MBps={sh['plain']:.0f} read_verified_MBps={sh['xxh3_128']:.0f} verify_overhead_pct={overhead:.1f}"
+        f"read_MBps={sh['cold_plain']:.0f} read_verified_MBps={sh['cold_xxh3_128']:.0f} verify_overhead_pct={cold:.1f} "
+        f"verify_overhead_warm_pct={warm:.1f}"
     )
     return 0
 

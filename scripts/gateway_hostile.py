@@ -29,8 +29,7 @@ MB = 1 << 20
 
 def _base(protocol: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     if protocol == "responses":
-        items = [{"type": "message", "role": m["role"], "content": [{"type": "input_text", "text": m["content"]}]}
-                 for m in messages]  # fmt: skip
+        items = [{"type": "message", "role": m["role"], "content": m["content"]} for m in messages]
         return {"model": "m", "stream": True, "input": items, "tools": tools or []}
     return {"model": "m", "max_tokens": 64, "stream": True, "messages": messages, "tools": tools or []}
 

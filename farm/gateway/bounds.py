@@ -66,14 +66,23 @@ def json_depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def check_request(req: CanonicalRequest, config: GatewayConfig, renderer: PromptRenderer, context_limit: int) -> None:
-    """Nesting, length floor and tool-history consistency of a translated request."""
+def check_request(req: CanonicalRequest, config: GatewayConfig, renderer: PromptRenderer, context_limit: int,
+                  checked: dict[int, Any] | None = None) -> None:
+    """Nesting, length floor and tool-history consistency of a translated request.
+
+    ``checked``: the session's cache of objects whose nesting already passed (id ->
+    object, held so the id stays theirs). The CLIs resend the whole history and the
+    translation memo hands back the same objects for unchanged messages and tools, so
+    each schema and each tool input is walked once per session, not once per request."""
     limit = config.max_json_depth
-    for tool in req.tools:
-        fn = tool.get("function") or {}
-        if json_depth(fn.get("parameters"), limit) > limit:
-            raise GatewayRequestError(f"tool {fn.get('name')!r}: schema nested deeper than {limit} "
-                                      f"(gateway.max_json_depth)")  # fmt: skip
+    checked = {} if checked is None else checked
+    if id(req.tools) not in checked:
+        for tool in req.tools:
+            fn = tool.get("function") or {}
+            if json_depth(fn.get("parameters"), limit) > limit:
+                raise GatewayRequestError(f"tool {fn.get('name')!r}: schema nested deeper than {limit} "
+                                          f"(gateway.max_json_depth)")  # fmt: skip
+        checked[id(req.tools)] = req.tools
     issued: set[str] = set()
     chars = 0
     for i, msg in enumerate(req.messages):
@@ -89,9 +98,11 @@ def check_request(req: CanonicalRequest, config: GatewayConfig, renderer: Prompt
             if not isinstance(args, dict):
                 raise GatewayRequestError(f"message {i}: tool call {call.get('id')!r} ({fn.get('name')!r}): "
                                           f"its input must be a JSON object, got {type(args).__name__}")  # fmt: skip
-            if json_depth(args, limit) > limit:
-                raise GatewayRequestError(f"message {i}: tool call {call.get('id')!r}: input nested deeper "
-                                          f"than {limit} (gateway.max_json_depth)")  # fmt: skip
+            if id(args) not in checked:
+                if json_depth(args, limit) > limit:
+                    raise GatewayRequestError(f"message {i}: tool call {call.get('id')!r}: input nested deeper "
+                                              f"than {limit} (gateway.max_json_depth)")  # fmt: skip
+                checked[id(args)] = args
             issued.add(call.get("id"))
     floor = renderer.token_floor(chars)
     if chars > bounded_chars(context_limit) and floor > context_limit:

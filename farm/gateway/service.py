@@ -98,7 +98,7 @@ class TurnService:
 
     def _check(self, session: Session, req: CanonicalRequest) -> None:
         try:
-            check_request(req, self.config, self.renderer, session.max_context_tokens)
+            check_request(req, self.config, self.renderer, session.max_context_tokens, session.bounds_checked)
         except PromptTooLong:
             raise  # counted where it surfaces (begin / count_tokens), like one found while tokenizing
         except GatewayRequestError:

@@ -85,6 +85,7 @@ class Session:
     closed: bool = False
     seen_tools: bool = False  # a main request carried tools (then tool-less requests are side requests)
     memos: dict[str, TranslationMemo] = field(default_factory=dict)
+    bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
 
     def memo(self, protocol: str) -> TranslationMemo:
         """The translation memo of this session's last request in ``protocol``."""

@@ -50,6 +50,9 @@ class ShardReader:
         self.directory = Path(directory)
         self.name, self.schema, self.verify, self.on_damaged = name, schema, verify, on_damaged
         self.skipped: list[tuple[ManifestEntry, str]] = []  # (shard, why) left out with on_damaged="skip"
+        # shards this reader already verified, by file identity: a second read (another
+        # epoch, follow then read_table) is not hashed again unless the file changed
+        self._verified: dict[str, tuple[int, int, int]] = {}
         self.manifest_path = self.directory / (manifest_name or default_manifest_name(name))
 
     def entries(self) -> list[ManifestEntry]:
@@ -69,15 +72,22 @@ class ShardReader:
         """One shard's rows (checked against the manifest unless ``verify=False``)."""
         path = self.directory / entry.shard
         try:
+            st = os.stat(path)
+            identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+            check = self.verify and self._verified.get(entry.shard) != identity
             if entry.format == "arrow":
                 with pa.memory_map(str(path), "r") as src:
-                    if self.verify:
+                    if check:
                         verify_bytes(entry.shard, entry.checksum, src.read_buffer())
                         src.seek(0)
-                    return pa.ipc.open_file(src).read_all()
-            if self.verify:
-                verify_bytes(entry.shard, entry.checksum, pa.py_buffer(path.read_bytes()))
-            return pq.read_table(path)
+                    table = pa.ipc.open_file(src).read_all()
+            else:
+                if check:
+                    verify_bytes(entry.shard, entry.checksum, pa.py_buffer(path.read_bytes()))
+                table = pq.read_table(path)
+            if check:
+                self._verified[entry.shard] = identity
+            return table
         except FileNotFoundError:
             raise ShardError(f"{path}: named by {self.manifest_path.name} but missing") from None
         except pa.ArrowInvalid as exc:
