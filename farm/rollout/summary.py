@@ -42,6 +42,10 @@ class CumulativeSummary(BaseModel):
         default=0, description="groups missing a trainable rollout (an infrastructure failure, or not run yet)"
     )
     incomplete_groups: list[str] = Field(default_factory=list, description="their ids (first 100)")
+    grading_flags: dict[str, int] = Field(
+        default_factory=dict, description="rollouts per grading flag (runtime:/static:/judge: hack findings, test surface)"
+    )
+    hack_actions: dict[str, int] = Field(default_factory=dict, description="rollouts a finding zeroed or excluded")
 
 
 class RunSummary(BaseModel):
@@ -116,6 +120,13 @@ def summarize(
 def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> CumulativeSummary:
     """Counts over every recorded rollout (rows of the rollouts table)."""
     groups = group_states(rows, group_size) if rows and "group_id" in rows[0] else {}
+    flags: Counter[str] = Counter()
+    actions: Counter[str] = Counter()
+    for r in rows:
+        report = _grading(r.get("grading"))
+        flags.update(set(report.get("flags") or ()))
+        if report.get("hack_action", "flag") != "flag":
+            actions[report["hack_action"]] += 1
     incomplete = sorted(g.group_id for g in groups.values() if not g.complete)
     by_status = Counter(r["status"] for r in rows)
     by_class = Counter(RolloutStatus(r["status"]).failure_class.value for r in rows)
@@ -134,7 +145,17 @@ def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> C
         groups_complete=len(groups) - len(incomplete),
         groups_incomplete=len(incomplete),
         incomplete_groups=incomplete[:100],
+        grading_flags={k: flags[k] for k in sorted(flags)},
+        hack_actions={k: actions[k] for k in sorted(actions)},
     )
+
+
+def _grading(raw: str | None) -> dict:
+    try:
+        out = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float, group_size: int = 1) -> RunSummary:
@@ -157,7 +178,7 @@ def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float,
     invocations = sum(1 for ln in (out / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
     try:
         reader = ShardReader(out, name=ROLLOUTS_TABLE)
-        cols = ["status", "reward", "attempt", "group_id", "sample_index"]
+        cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
         rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
         log.warning("cumulative summary: cannot read the rollouts table: %s", exc)
@@ -211,6 +232,9 @@ def summary_table(summary: RunSummary):
         rows.append(("  resolved (of policy outcomes)", f"{c.resolved} ({c.resolved_rate:.1%})"))
         if c.groups_incomplete:
             rows.append(("  groups complete / incomplete", f"{c.groups_complete} / {c.groups_incomplete}"))
+        hacks = {k: n for k, n in c.grading_flags.items() if k.startswith(("runtime:", "static:", "judge:"))}
+        if hacks:
+            rows.append(("  reward-hack flags", ", ".join(f"{k}={n}" for k, n in hacks.items())))
     for k, v in rows:
         table.add_row(k, v)
     return table

@@ -84,7 +84,7 @@ def test_summary_counts_rates_and_percentiles(tmp_path):
     assert empty.resolved_rate == 0.0 and empty.duration_p95_s == 0.0
 
 
-def test_a_group_is_complete_only_when_every_rollout_is_a_policy_outcome():
+def test_groups_and_grading_flags_are_counted_over_the_directory():
     def row(group: str, i: int, status: str, reward: float = 0.0) -> dict:
         return {"group_id": group, "sample_index": i, "status": status, "reward": reward, "attempt": 1}
 
@@ -93,8 +93,11 @@ def test_a_group_is_complete_only_when_every_rollout_is_a_policy_outcome():
             row("c", 0, "completed"), row("c", 1, "completed")]  # one not recorded yet  # fmt: skip
     groups = group_states(rows, 3)
     assert {g: (s.complete, s.missing) for g, s in groups.items()} == {"a": (True, 0), "b": (False, 1), "c": (False, 1)}
+    rows[1]["grading"] = json.dumps({"flags": ["runtime:body_not_run", "static:early_exit"], "hack_action": "zero_reward"})
+    rows[2]["grading"] = json.dumps({"flags": ["static:early_exit"]})
     c = cumulative(rows, 1, group_size=3)
     assert (c.groups, c.groups_complete, c.groups_incomplete, c.incomplete_groups) == (3, 1, 2, ["b", "c"])
+    assert c.grading_flags == {"runtime:body_not_run": 1, "static:early_exit": 2} and c.hack_actions == {"zero_reward": 1}
 
 
 def test_farm_run_config_errors_are_clear(tmp_path, capsys):
