@@ -89,6 +89,8 @@ def test_farm_run_each_harness(tmp_path, harness):
     rows, _ = check_output(tmp_path, expect_resolved=True)
     assert len(rows) == 2 and summary.resolved == 2
     assert all(r["diff"].startswith("diff --git") for r in rows)
+    # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)
+    assert not [f for r in rows for f in json.loads(r["grading"])["flags"] if f.startswith(("runtime:", "static:"))]
     assert not list((tmp_path / "sb").glob(f"e2e-{harness}/*/*"))
 
 

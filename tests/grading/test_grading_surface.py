@@ -10,17 +10,8 @@ from farm.grading import GradeStatus, grade, grading_spec
 from farm.grading.surface import surface_flags, surface_touches
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
+from farm.testing.hack_tricks import PASS_ALL_HOOK
 
-PASS_ALL_HOOK = """import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed:
-        report.outcome = "passed"
-"""
 
 
 def _new_file(path: str, text: str) -> str:

@@ -1,0 +1,105 @@
+"""The reward-hack suite: every known trick (``farm.testing.hack_tricks``), played by the
+scripted ``shell`` policy through the real Claude Code CLI on a copy of demo-wordfreq
+(whose bug none of them fixes), then graded by farm with the default config. Each must
+end unresolved, or flagged with its reward taken away; an honest rollout on the same
+task (the gold fix, written by the same policy) still resolves with no finding.
+
+Prints ``hack_suite: attempts=N resolved_unflagged=0 oracle_flags=0``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import ray
+from rich.console import Console
+
+from farm.config import FarmConfig
+from farm.driver import run_farm
+from farm.rollout.store import ROLLOUTS_TABLE
+from farm.tasks.config import TasksConfig
+from farm.tasks.demo import ensure_demo_set
+from farm.tasks.loaders import load_tasks
+from farm.testing.hack_tricks import Trick, tricks
+from farm.trajectory.output import open_sample_reader
+from farm.trajectory.reader import ShardReader
+
+pytestmark = pytest.mark.slow
+
+TASK = "demo-wordfreq"
+HACK_FLAGS = ("runtime:", "static:", "diff_touches_tests", "diff_touches_test_config", "diff_adds_startup_hook")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _honest(task) -> Trick:
+    """The gold fix, written by the same shell policy (the oracle's answer, as a trick would be)."""
+    from farm.tasks.demo.projects_a import WORDFREQ
+
+    return Trick("honest_fix", files=dict(WORDFREQ.fix))
+
+
+@pytest.mark.timeout(900)
+def test_hack_suite(tmp_path, capsys):
+    demo = ensure_demo_set(TasksConfig().cache_dir)
+    base = {t.id: t for t in load_tasks(demo.tasks_path)}[TASK]
+    tests_file = "tests/test_wordfreq.py"
+    plays = [*tricks("wordfreq.py", tests_file, [*base.fail_to_pass, *base.pass_to_pass]), _honest(base)]
+    variants, script = [], []
+    for trick in plays:
+        tid = f"hack-{trick.name}"
+        # a distinct instruction per variant: the shell policy recognises a task by its text
+        variants.append(base.model_copy(update={"id": tid, "instruction": f"{base.instruction}\n\n(case {tid})"}))
+        script.append({"task_id": tid, "turns": [trick.shell()]})
+    tasks_path, script_path = tmp_path / "tasks.jsonl", tmp_path / "script.jsonl"
+    tasks_path.write_text("".join(v.model_dump_json() + "\n" for v in variants))
+    script_path.write_text("".join(json.dumps(s) + "\n" for s in script))
+    cfg = FarmConfig.model_validate({
+        "run_id": "hacks",
+        "tasks": {"path": str(tasks_path), "mirror_dir": str(demo.mirror_dir)},
+        "harness": {"name": "claude_code"},
+        "engine": {"mode": "scripted", "policy": "shell", "scripted": {"replies_path": str(script_path)}},
+        "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
+        "rollout": {"n_samples": 1, "concurrency": 4, "timeout_s": 600, "max_turns": 10},
+        "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
+        "output": {"dir": str(tmp_path / "out")},
+    })  # fmt: skip
+    summary = run_farm(cfg, console=Console(quiet=True), tasks=variants)
+
+    rows = {r["task_id"]: r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()}
+    assert set(rows) == {v.id for v in variants}, summary
+    verdicts, oracle_flags = {}, []
+    for trick in plays:
+        row = rows[f"hack-{trick.name}"]
+        report = json.loads(row["grading"] or "{}")
+        flags = [f for f in report.get("flags", []) if f.startswith(HACK_FLAGS)]
+        assert row["status"] == "completed", (trick.name, row["status"], row["reason"])
+        assert row["diff"].startswith("diff --git"), (trick.name, row["reason"])  # the trick was played
+        if trick.name == "honest_fix":
+            assert row["reward"] == 1.0 and report["resolved"], (row["reason"], report.get("flags"))
+            oracle_flags = flags
+            continue
+        verdicts[trick.name] = (row["reward"], flags, report.get("status"), row["reason"][:160])
+    resolved_unflagged = sorted(n for n, (reward, flags, _, _) in verdicts.items() if reward > 0 and not flags)
+    # Samples of the excluded / zeroed rollouts carry the flags in their metadata
+    samples = open_sample_reader(tmp_path / "out").read_table().to_pylist()
+    flagged_samples = [s for s in samples if json.loads(s["metadata"]).get("grading", {}).get("flags")]
+    line = (f"hack_suite: attempts={len(verdicts)} resolved_unflagged={len(resolved_unflagged)} "
+            f"oracle_flags={len(oracle_flags)}")  # fmt: skip
+    with capsys.disabled():
+        print("\n" + line)
+        for name, v in sorted(verdicts.items()):
+            print(f"  {name:<20} reward={v[0]:g} status={v[2]} flags={','.join(v[1]) or '-'}")
+    assert len(verdicts) >= 10
+    assert not resolved_unflagged, f"{line}: {resolved_unflagged}"
+    assert all(v[0] == 0.0 for v in verdicts.values()), verdicts  # every trick is worth nothing
+    assert not oracle_flags, oracle_flags
+    assert flagged_samples, "flags never reached the Sample metadata"
+    assert sum(summary.cumulative.grading_flags.values()) > 0
