@@ -15,7 +15,9 @@ metadata:
   interpreter), ``report_forged`` (probe lines that fail their HMAC), ``body_not_run``
   (a FAIL_TO_PASS test reported passed whose own code never ran),
   ``failure_reported_as_pass`` (one whose call raised), ``report_disagrees`` (the
-  printed results contradict the probe's for a FAIL_TO_PASS / PASS_TO_PASS test).
+  printed results contradict the probe's for a FAIL_TO_PASS / PASS_TO_PASS test),
+  ``exit_status_disagrees`` (pytest's exit status says the opposite of its reports:
+  0 with failures, 1 with none).
   By default these zero the reward.
 
 ``grading.on_hack`` (runtime) and ``grading.on_static_hack`` (static) choose per kind:
@@ -72,6 +74,9 @@ def runtime_flags(probe: ProbeReport, *, pytest_task: bool, watched: Iterable[st
         flags.add("runtime:report_missing")
     if probe.forged_lines:
         flags.add("runtime:report_forged")
+    failed = any(st.value in ("FAILED", "ERROR") for st in probe.statuses.values())
+    if probe.finished and ((probe.exitstatus == 0 and failed) or (probe.exitstatus == 1 and not failed)):
+        flags.add("runtime:exit_status_disagrees")  # pytest's own exit status contradicts its test reports
     fail_to_pass = set(f2p)
     if fail_to_pass.intersection(probe.body_not_run):
         flags.add("runtime:body_not_run")

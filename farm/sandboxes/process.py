@@ -190,10 +190,23 @@ class HostProcess:
     def running(self) -> bool:
         return self._proc.returncode is None
 
+    async def _exited(self) -> None:
+        """The child's exit. asyncio's ``Process.wait()`` also waits until its pipes close,
+        which a leftover process that inherited them can put off forever; the return code
+        is known at exit, so look at it too (``_finish`` then drains what the pipes hold
+        for a bounded time and kills leftovers)."""
+        waiter = asyncio.ensure_future(self._proc.wait())
+        try:
+            while not waiter.done() and self._proc.returncode is None:
+                await asyncio.wait({waiter}, timeout=0.25)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
     async def wait(self, timeout: float | None = None) -> ExecResult:
         """Wait for exit and collect output; on timeout kill the tree and raise SandboxTimeout."""
         try:
-            await asyncio.wait_for(self._proc.wait(), timeout)
+            await asyncio.wait_for(self._exited(), timeout)
         except TimeoutError:
             await self.kill()
             raise SandboxTimeout(
@@ -212,7 +225,7 @@ class HostProcess:
                 _kill(kid)
             if kids:
                 try:
-                    await asyncio.wait_for(self._proc.wait(), _DRAIN_GRACE_S)
+                    await asyncio.wait_for(self._exited(), _DRAIN_GRACE_S)
                 except TimeoutError:
                     pass
         if self._proc.returncode is None:
@@ -220,7 +233,7 @@ class HostProcess:
         else:
             _killpg_members(self._proc.pid)
         try:
-            await asyncio.wait_for(self._proc.wait(), self._kill_grace_s)
+            await asyncio.wait_for(self._exited(), self._kill_grace_s)
         except TimeoutError:
             raise SandboxError(
                 f"command {self._describe!r} (pid {self._proc.pid}) did not exit {self._kill_grace_s:g} s after SIGKILL"

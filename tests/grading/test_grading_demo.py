@@ -35,6 +35,7 @@ async def test_whole_demo_set_validates(demo, runtime, new_sandbox) -> None:
     assert not invalid
     for r in results:
         assert r.gold.resolved and r.gold.reward == 1.0 and not r.empty.resolved, r.task_id
+        assert not r.gold.flags and not r.empty.flags, (r.task_id, r.gold.flags, r.empty.flags)  # no finding
         if r.kind == "swe":
             assert set(r.gold.fail_to_pass.values()) == {"PASSED"}, r.task_id
             assert r.gold.patch.strategy == "git_apply" and r.empty.patch.strategy == "empty"
