@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from enum import Enum
+from typing import Any
 
 from farm.errors import (
     EngineError,
@@ -24,6 +25,7 @@ from farm.errors import (
     TaskError,
 )
 from farm.status import Outcome, RolloutStatus
+from farm.trajectory.records import FinishReason, TurnFlag
 
 
 class Phase(str, Enum):
@@ -77,10 +79,14 @@ def outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
     )
 
 
-def outcome_for_timeout(phase: Phase, reason: str) -> Outcome:
-    """A budget ran out in ``phase``: the agent's phase is the policy's (``timeout``);
-    anywhere else (sandbox create, setup, capture, grading) it is infrastructure."""
+def outcome_for_timeout(phase: Phase, reason: str, *, final_answer_given: bool = False) -> Outcome:
+    """A budget ran out in ``phase``: the agent's phase is the policy's (``timeout``),
+    unless the policy had already given its final answer (its last turn called no tool):
+    then the CLI, or farm, failed to end, which is infrastructure (``agent_error``).
+    Anywhere else (sandbox create, setup, capture, grading) it is infrastructure."""
     S = RolloutStatus
+    if phase is Phase.AGENT and final_answer_given:
+        return Outcome(status=S.AGENT_ERROR, reason=f"{reason}, after the policy's final answer: the CLI did not end")
     if phase is Phase.AGENT:
         return Outcome(status=S.TIMEOUT, reason=reason)
     if phase is Phase.GRADE:
@@ -120,3 +126,14 @@ def outcome_for_agent(
             return Outcome(status=S.ENGINE_ERROR, reason=f"agent exited {exit_code} after {engine_errors} engine error(s)")
         return Outcome(status=S.AGENT_ERROR, reason=f"agent exited {exit_code}: {tail}" if tail else f"agent exited {exit_code}")
     return None
+
+
+def final_answer_given(tree: Any) -> bool:
+    """Did the session's last model turn (side requests aside) end the agent's work: a
+    normal stop with no tool call?"""
+    turns = [t for t in (getattr(tree, "turns", None) or []) if t.trainable or TurnFlag.SIDE_REQUEST not in t.flags]
+    if not turns:
+        return False
+    last = turns[-1]
+    calls = (last.response or {}).get("tool_calls") or []
+    return last.finish_reason is FinishReason.STOP and not calls

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from farm.rollout.model import RolloutResult, RolloutSpec
-from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error, outcome_for_timeout
+from farm.rollout.outcome import Phase, final_answer_given, outcome_for_agent, outcome_for_error, outcome_for_timeout
 from farm.rollout.table import counts_of
 from farm.sandboxes.base import Sandbox
 from farm.status import Outcome, RolloutStatus
@@ -167,6 +167,9 @@ class RolloutPipeline:
                 log.exception("rollout %s: internal error in %s", spec.rollout_id, state.phase.value)
         finally:
             await self._cleanup(spec, state)
+        if outcome.status is RolloutStatus.TIMEOUT and final_answer_given(state.tree):
+            # the policy had finished: the CLI (or farm) failed to end, never the policy's timeout
+            outcome = outcome_for_timeout(Phase.AGENT, outcome.reason, final_answer_given=True)
         state.leave()
         grade = state.grade
         reward = grade.reward if grade is not None and outcome.status is RolloutStatus.COMPLETED else 0.0

@@ -15,8 +15,7 @@ from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.status import RolloutStatus as S
 from farm.tasks.model import Task
-
-from farm_helpers import make_tree
+from farm.trajectory.tree import TurnTree
 
 
 class Parts:
@@ -58,7 +57,15 @@ class Parts:
 
     async def close_session(self, secret):
         self.sessions_open.discard(secret)
-        return make_tree(secret, 2)
+        # two turns; the policy's last one is a tool call still running, unless the test says it had answered
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": {"command": "sleep 60"}}}]}
+        tree = TurnTree(secret)
+        first = tree.append(parent_id=None, prompt_delta_ids=[10, 11, 12], output_ids=[100, 101],
+                            output_logprobs=[-0.5, -0.25], finish_reason="stop", response=call)
+        tree.append(parent_id=first.turn_id, prompt_delta_ids=[7, 8], output_ids=[101, 102], output_logprobs=[-0.5, -0.25],
+                    finish_reason="stop", response=None if self.fail.get("final_answer") else call)
+        return tree
 
     async def grade(self, spec, diff):
         self.graded += 1
@@ -116,6 +123,12 @@ async def test_agent_budget_and_whole_rollout_timeout(tmp_path):
     assert r.status is S.TIMEOUT and "0.5 s" in r.reason
     r, _ = await _run(tmp_path, agent_cmd="sleep 60", timeout_s=1.0)
     assert r.status is S.TIMEOUT and "during agent" in r.reason and r.counts.turns == 2
+    # the policy had given its final answer and the CLI still did not end: not the policy's timeout
+    r, _ = await _run(tmp_path, agent_cmd="sleep 60", timeout_s=1.0, final_answer=True)
+    assert r.status is S.AGENT_ERROR and "after the policy's final answer" in r.reason
+    assert not r.status.trainable
+    r, _ = await _run(tmp_path, agent_cmd="sleep 60", agent_s=0.5, final_answer=True)
+    assert r.status is S.AGENT_ERROR
 
 
 async def test_cancel_cleans_up(tmp_path):
