@@ -15,7 +15,7 @@ is read with plain pyarrow (rollouts table + Samples) and the host is scanned:
 - leaked_procs: processes of the run's sandboxes (their marker), its bwrap/socat, the
   CLIs; leaked_sandboxes: sandbox dirs left under the run's base dir.
 
-Faults: engine 5xx / hang / mid-stream drop (the scripted engine's fault model, with a
+Faults: engine 5xx / hang / mid-stream drop / malformed 200 reply (the scripted engine's fault model, with a
 short client timeout); flaky sandbox exec (a bwrap wrapper failing every 10th call);
 sandbox create failure (an unusable sandbox base dir: every attempt fails: recorded as
 infrastructure, no Sample); setup failure (a task variant whose setup fails); test hang
@@ -253,7 +253,7 @@ def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
     plain = sc.config()
     if name.startswith("engine_"):
         faults = {"engine_5xx": {"error_rate": 0.3}, "engine_hang": {"hang_rate": 0.2, "hang_s": 30},
-                  "engine_drop": {"drop_rate": 0.3}}[name]  # fmt: skip
+                  "engine_drop": {"drop_rate": 0.3}, "engine_malformed": {"malformed_rate": 0.3}}[name]  # fmt: skip
         # the gateway's own engine retries off: the faults reach the CLI (which retries itself)
         sc.run(sc.config(engine__scripted__faults=faults, gateway__engine_client__request_timeout_s=10.0,
                          gateway__engine_client__retries=0))
@@ -323,8 +323,8 @@ def _first_invocation(out: Path) -> str:
     return f"{statuses};retried:{line['retried']}"
 
 
-ALL = ["engine_5xx", "engine_hang", "engine_drop", "exec_flaky", "create_fails", "setup_fails", "test_hang",
-       "cli_crash", "cli_hang", "kill_sandbox_actor", "kill_reducer", "kill_router", "kill_driver", "sigterm",
+ALL = ["engine_5xx", "engine_hang", "engine_drop", "engine_malformed", "exec_flaky", "create_fails", "setup_fails",
+       "test_hang", "cli_crash", "cli_hang", "kill_sandbox_actor", "kill_reducer", "kill_router", "kill_driver", "sigterm",
        "sigint_twice", "mix"]  # fmt: skip
 
 

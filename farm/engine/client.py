@@ -209,7 +209,10 @@ class EngineClient:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise EngineRetryableError(f"/generate {req.rid}: reply is not JSON (cut off?)") from exc
-        return parse_generate_reply(data)
+        try:
+            return parse_generate_reply(data)
+        except EngineError as exc:  # a 200 that is not a /generate reply: the engine's fault, retried
+            raise EngineRetryableError(f"/generate {req.rid}: malformed reply: {exc}") from exc
 
     async def abort(self, rid: str) -> bool:
         """POST ``/abort_request {rid}``; True if the engine accepted it."""

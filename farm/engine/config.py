@@ -35,6 +35,9 @@ class FaultConfig(_Section):
     error_rate: float = Field(default=0.0, ge=0, le=1, description="answer HTTP 500 before generating")
     hang_rate: float = Field(default=0.0, ge=0, le=1, description="never answer (until hang_s or disconnect)")
     drop_rate: float = Field(default=0.0, ge=0, le=1, description="close the connection mid-response")
+    malformed_rate: float = Field(
+        default=0.0, ge=0, le=1, description="answer HTTP 200 with a body that is not a /generate reply"
+    )
     hang_s: float = Field(default=3600.0, gt=0, description="how long a hung request hangs")
 
 

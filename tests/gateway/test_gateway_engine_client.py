@@ -65,6 +65,11 @@ async def test_5xx_and_drops_are_retried(hf_tokenizer):
             with pytest.raises(EngineRetryableError, match="cut off"):
                 await client.generate(_req([5, 6]))
         assert worker.stats.faults["drop"] == 3
+    async with _worker(hf_tokenizer, ScriptedPolicy(), faults=FaultConfig(malformed_rate=1.0)) as (worker, url):
+        async with EngineClient(url, FAST) as client:
+            with pytest.raises(EngineRetryableError, match="malformed reply: engine reply has no output_ids"):
+                await client.generate(_req([5, 6]))
+        assert worker.stats.faults["malformed"] == 3  # a 200 that is not a reply: retried like a 5xx
 
 
 async def test_retry_then_success():

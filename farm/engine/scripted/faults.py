@@ -19,6 +19,7 @@ class Fault(str, Enum):
     ERROR = "error"  # HTTP 500 before generating
     HANG = "hang"  # no answer until hang_s passes or the client goes away
     DROP = "drop"  # the connection is closed mid-response
+    MALFORMED = "malformed"  # HTTP 200 with a body that is not a /generate reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +31,10 @@ class RequestPlan:
 
 
 def decide_fault(rng: random.Random, cfg: FaultConfig) -> Fault:
-    """One draw against the cumulative rates (error, then hang, then drop)."""
+    """One draw against the cumulative rates (error, hang, drop, then malformed)."""
     x = rng.random()
-    for fault, rate in ((Fault.ERROR, cfg.error_rate), (Fault.HANG, cfg.hang_rate), (Fault.DROP, cfg.drop_rate)):
+    for fault, rate in ((Fault.ERROR, cfg.error_rate), (Fault.HANG, cfg.hang_rate), (Fault.DROP, cfg.drop_rate),
+                        (Fault.MALFORMED, cfg.malformed_rate)):  # fmt: skip
         if x < rate:
             return fault
         x -= rate

@@ -245,6 +245,8 @@ class ScriptedWorker:
             self.stats.faults[plan.fault.value] += 1
         if plan.fault is Fault.ERROR:
             return web.json_response(error_body("injected fault: internal server error", 500), status=500)
+        if plan.fault is Fault.MALFORMED:  # a 200 that is not SGLang's reply (a misconfigured server, a proxy)
+            return web.json_response({"text": "injected fault: not a /generate reply", "meta_info": {}})
 
         state = Inflight(rid)
         self.inflight[rid] = state
