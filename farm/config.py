@@ -34,6 +34,12 @@ class RolloutConfig(BaseModel):
     agent_timeout_s: float | None = Field(
         default=None, gt=0, description="agent budget; default: the task's timeouts.agent_s"
     )
+    agent_idle_timeout_s: float | None = Field(
+        default=300.0, gt=0,
+        description="a CLI with no model request in flight and no tool running for this long is stuck: killed "
+        "and recorded as agent_error (infrastructure, retried), never the policy's timeout; None = off "
+        "(local sandboxes only: E2B cannot tell a running tool)",
+    )
     max_attempts: int = Field(
         default=3, ge=1, description="dispatches of one rollout when the actor running it dies"
     )

@@ -20,8 +20,9 @@ short client timeout); flaky sandbox exec (a bwrap wrapper failing every 10th ca
 sandbox create failure (an unusable sandbox base dir: every attempt fails: recorded as
 infrastructure, no Sample); setup failure (a task variant whose setup fails); test hang
 (a task variant whose tests sleep past their timeout: graded 0, a policy outcome); CLI
-crash (SIGKILL of the CLI mid-run) and CLI hang (SIGSTOP, ended by a short agent
-budget); kill -9 of the sandbox actor, the reducer, the router actor, the driver;
+crash (SIGKILL of the CLI mid-run) and CLI hang (SIGSTOP: found stuck by
+``rollout.agent_idle_timeout_s``, 8 s here, before its 20 s agent budget: infrastructure,
+retried); kill -9 of the sandbox actor, the reducer, the router actor, the driver;
 SIGTERM and SIGINT of the job. ``--quick`` runs a handful.
 
 Last line: ``bench_faults: scenarios=N lost=0 duplicated=0 poisoned=0 leaked=0``
@@ -280,7 +281,7 @@ def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
     elif name == "cli_crash":
         _with_cli(sc, plain, signal.SIGKILL)
     elif name == "cli_hang":
-        _with_cli(sc, sc.config(rollout__agent_timeout_s=20), signal.SIGSTOP)
+        _with_cli(sc, sc.config(rollout__agent_timeout_s=20, rollout__agent_idle_timeout_s=8), signal.SIGSTOP)
     elif name.startswith("kill_"):
         cls = {"kill_sandbox_actor": b"SandboxActor", "kill_reducer": b"ReducerActor",
                "kill_router": b"RouterActor"}.get(name)  # fmt: skip

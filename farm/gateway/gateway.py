@@ -155,6 +155,10 @@ class Gateway:
             self._closed_stats.popitem(last=False)
         return session.tree
 
+    def session_idle_s(self, session_id: str) -> float:
+        """Seconds since the open session last had a model request in flight (0 while one is)."""
+        return self.sessions.get(session_id).idle_s()
+
     def stats(self, session_id: str) -> SessionStats:
         """Counters of an open or recently closed session."""
         if session_id in self._closed_stats:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -86,6 +87,7 @@ class Session:
     seen_tools: bool = False  # a main request carried tools (then tool-less requests are side requests)
     memos: dict[str, TranslationMemo] = field(default_factory=dict)
     bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
+    last_activity: float = field(default_factory=time.monotonic)  # opened, or a request began / ended
 
     def memo(self, protocol: str) -> TranslationMemo:
         """The translation memo of this session's last request in ``protocol``."""
@@ -102,8 +104,17 @@ class Session:
             self.lanes.popitem(last=False)
 
     def track(self, task: asyncio.Task[Any]) -> None:
+        self.last_activity = time.monotonic()
         self.inflight.add(task)
-        task.add_done_callback(self.inflight.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.inflight.discard(task)
+        self.last_activity = time.monotonic()
+
+    def idle_s(self) -> float:
+        """Seconds since the session last had a model request in flight (0 while one is)."""
+        return 0.0 if self.inflight else time.monotonic() - self.last_activity
 
 
 class SessionTable:

@@ -137,7 +137,10 @@ class FarmParts:
             budget_s=budget_s,
             env=self._agent_env(),
         )
-        result = await self.harness.run(sandbox, run)
+        stuck = await self._until_stuck(self.harness.run(sandbox, run), sandbox, secret)
+        if isinstance(stuck, str):
+            return AgentRun(exit_code=None, status="agent_error", reason=stuck)
+        result = stuck
         self._excludes[spec.rollout_id] = list(result.diff_excludes)
         return AgentRun(
             exit_code=result.exit_code,
@@ -147,6 +150,31 @@ class FarmParts:
             status=result.status.value,
             reason=result.reason,
         )
+
+    async def _until_stuck(self, running: Any, sandbox: Sandbox, secret: str) -> Any:
+        """The harness run's result, or (a str) why its CLI was found stuck and killed: no
+        model request in flight and no tool running for ``rollout.agent_idle_timeout_s``.
+        A policy's own long tool call keeps a process busy, a model call keeps a request
+        in flight: neither is stuck. Only where the sandbox can tell (local)."""
+        limit = self.cfg.rollout.agent_idle_timeout_s
+        busy = getattr(sandbox, "busy_processes", None)
+        task = asyncio.ensure_future(running)
+        if not limit or busy is None:
+            return await task
+        session = self._secrets[secret]
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=min(5.0, limit / 4))
+                if done:
+                    return task.result()
+                idle = self.gateway.session_idle_s(session)
+                if idle >= limit and await asyncio.to_thread(busy) == 0:
+                    return (f"{self.harness.name} was stuck: no model request in flight and no tool running "
+                            f"for {idle:.0f} s (rollout.agent_idle_timeout_s); CLI killed")  # fmt: skip
+        finally:
+            if not task.done():
+                task.cancel()  # the runner kills the CLI's process tree on the way out
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _connect(self, sandbox: Sandbox, secret: str) -> str:
         """Cut the agent sandbox off every network but its own gateway session: the network

@@ -41,6 +41,7 @@ from farm.sandboxes.local_files import LocalFiles
 from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
     LABELS_FILE,
     MARKER_ENV,
+    busy_processes,
     reap,
     remove_sandbox_dir,
     safe_component,
@@ -257,6 +258,10 @@ class LocalSandbox(LocalFiles, ClosingContext):
             "disk_bytes": str(lim.disk_bytes),
             "lifetime_s": f"{self._spec.timeout_s:g}",
         }
+
+    def busy_processes(self) -> int:
+        """Processes doing work of their own (a tool the agent runs); see ``local_dirs``."""
+        return busy_processes(self.id)
 
     @property
     def breaches(self) -> list[str]:

@@ -97,6 +97,34 @@ def sandbox_pids(sandbox_id: str) -> list[int]:
     return pids
 
 
+FARM_COMMS = frozenset({"bwrap", "socat"})  # farm's own processes in a sandbox (jail, port relay)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(command name, parent pid) of a live process."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            head, _, rest = fh.read().rpartition(")")
+        return head.split("(", 1)[1], int(rest.split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def busy_processes(sandbox_id: str) -> int:
+    """Processes of the sandbox doing work of their own: every one carrying its marker
+    except farm's (bwrap, socat) and the commands farm started (a bwrap's direct child:
+    the agent CLI, a probe). So a tool the agent runs, and whatever it starts, count."""
+    busy = 0
+    for pid in sandbox_pids(sandbox_id):
+        me = _stat(pid)
+        if me is None or me[0] in FARM_COMMS:
+            continue
+        parent = _stat(me[1])
+        if parent is not None and parent[0] != "bwrap":
+            busy += 1
+    return busy
+
+
 async def reap(run_id: str, *, cfg) -> list[str]:  # noqa: ANN001 - LocalSandboxConfig (no import cycle)
     """Kill every process of every local sandbox labelled ``run_id``, remove its cgroups and dirs."""
     run_dir = Path(os.path.realpath(os.path.expanduser(cfg.base_dir)), safe_component(run_id))

@@ -19,3 +19,40 @@ async def test_exit_is_seen_while_a_leftover_holds_the_pipes():
     result = await asyncio.wait_for(proc.wait(timeout=120), 30)
     assert result.exit_code == 0 and "started" in result.stdout
     assert time.monotonic() - t0 < 15, "waited for the leftover's pipes"
+
+
+async def test_busy_processes_count_the_agents_tools_not_farms_own(local_cfg):
+    """What ``rollout.agent_idle_timeout_s`` reads: a started command alone (the CLI) and
+    farm's jail and port relay are not work; a process it starts (a tool) is."""
+    from farm.sandboxes.base import SandboxSpec
+    from farm.sandboxes.factory import create_sandbox
+
+    sb = await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "busy"}))
+    try:
+        await sb.isolate_network()
+        await sb.forward_port(45678)  # a socat relay in every later command's jail
+        cli = await sb.start("sleep 30")  # the CLI waiting (for the model)
+        await asyncio.sleep(1.0)
+        assert await asyncio.to_thread(sb.busy_processes) == 0
+        tool = await sb.start("bash -c 'sleep 30; true'")  # a CLI running a tool
+        await asyncio.sleep(1.0)
+        assert await asyncio.to_thread(sb.busy_processes) == 1
+        await tool.kill()
+        await cli.kill()
+    finally:
+        await sb.close()
+
+
+async def test_a_session_is_idle_only_without_a_request_in_flight():
+    from farm.gateway.sessions import SessionTable
+
+    session = SessionTable().open("s", model_name="m", max_turns=5, max_context_tokens=100)
+    gate = asyncio.Event()
+    task = asyncio.ensure_future(gate.wait())
+    session.track(task)
+    await asyncio.sleep(0.2)
+    assert session.idle_s() == 0.0
+    gate.set()
+    await task
+    await asyncio.sleep(0.2)
+    assert 0.15 < session.idle_s() < 5
