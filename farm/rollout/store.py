@@ -57,8 +57,10 @@ class RolloutStore:
         # the writers verified every shard they kept when they opened: no second pass here
         self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
         self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False)
+
         self.rebuilt_rows = 0
         self.retracted: list[str] = []
+        self._promised: dict[str, int] = {}  # rollout id -> Samples its row promises (read once, at open)
         self.summaries: dict[str, RolloutSummary] = self._load_summaries()
         self._buffer = Batch()
         self.buffered_rows = 0
@@ -67,9 +69,11 @@ class RolloutStore:
     def _load_summaries(self) -> dict[str, RolloutSummary]:
         out: dict[str, RolloutSummary] = {}
         for entry in self.rollouts.entries:
-            table = self.rollouts_reader.read_shard(entry).select(SUMMARY_COLUMNS)
+            table = self.rollouts_reader.read_shard(entry).select([*SUMMARY_COLUMNS, "num_samples"])
             for row in table.to_pylist():
-                out.setdefault(row["rollout_id"], row_to_summary(row))
+                if row["rollout_id"] not in out:
+                    out[row["rollout_id"]] = row_to_summary(row)
+                    self._promised[row["rollout_id"]] = row["num_samples"]
         return out
 
     # --- recovery -------------------------------------------------------------
@@ -105,6 +109,7 @@ class RolloutStore:
             }  # fmt: skip
             self.rollouts.write_rollout(rid, rows_to_table([row]))
             self.summaries[rid] = row_to_summary(row)
+            self._promised[rid] = len(samples)
         self.rollouts.flush()
         self.rebuilt_rows += len(orphans)
         return len(orphans)
@@ -115,16 +120,13 @@ class RolloutStore:
         have: Counter[str] = Counter()
         for entry in self.samples.entries:
             have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
-        promised: dict[str, int] = {}
-        for entry in self.rollouts.entries:
-            for row in self.rollouts_reader.read_shard(entry).select(["rollout_id", "num_samples"]).to_pylist():
-                promised.setdefault(row["rollout_id"], row["num_samples"])
-        bad = sorted(rid for rid, n in promised.items() if have[rid] != n)
+        bad = sorted(rid for rid, n in self._promised.items() if have[rid] != n)
         if bad:
             self.samples.retract([rid for rid in bad if have[rid]])
             self.rollouts.retract(bad)
             for rid in bad:
                 self.summaries.pop(rid, None)
+                self._promised.pop(rid, None)
             self.retracted.extend(bad)
         return bad
 

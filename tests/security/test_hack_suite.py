@@ -39,7 +39,7 @@ def ray_local():
     ray.shutdown()
 
 
-def _honest(task) -> Trick:
+def _honest() -> Trick:
     """The gold fix, written by the same shell policy (the oracle's answer, as a trick would be)."""
     from farm.tasks.demo.projects_a import WORDFREQ
 
@@ -51,7 +51,7 @@ def test_hack_suite(tmp_path, capsys):
     demo = ensure_demo_set(TasksConfig().cache_dir)
     base = {t.id: t for t in load_tasks(demo.tasks_path)}[TASK]
     tests_file = "tests/test_wordfreq.py"
-    plays = [*tricks("wordfreq.py", tests_file, [*base.fail_to_pass, *base.pass_to_pass]), _honest(base)]
+    plays = [*tricks("wordfreq.py", tests_file, [*base.fail_to_pass, *base.pass_to_pass]), _honest()]
     variants, script = [], []
     for trick in plays:
         tid = f"hack-{trick.name}"
