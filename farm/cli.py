@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("farm.commands.run", "run rollouts for a config"),
     "validate-tasks": ("farm.commands.validate_tasks", "check every task: gold resolves, empty does not"),
+    "envs": ("farm.commands.envs", "environment snapshots: build, ls, rm, gc"),
     "inspect": ("farm.commands.inspect", "summarize an output directory and decode a Sample"),
     "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),

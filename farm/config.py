@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from farm.engine.config import EngineConfig
+from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
 from farm.grading.config import GradingConfig
@@ -91,6 +92,7 @@ class FarmConfig(BaseModel):
 
     run_id: str = Field(default="local", description="labels sandboxes and Samples")
     tasks: TasksConfig = Field(default_factory=TasksConfig)
+    envs: EnvsConfig = Field(default_factory=EnvsConfig)
     grading: GradingConfig = Field(default_factory=GradingConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)

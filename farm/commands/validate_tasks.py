@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN202 - config/rich types
     import asyncio
 
+    from farm.envs.provider import provider_for
     from farm.grading.validate import validate_tasks
     from farm.sandboxes.factory import create_sandbox, make_limiter
     from farm.tasks.runtime import TaskRuntime
@@ -91,6 +92,8 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
 
     def new_sandbox(spec):  # noqa: ANN001, ANN202
         return create_sandbox(cfg.sandbox, spec, limiter=limiter, e2b_api_key=api_key)
+
+    runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox)  # one build per environment
 
     def progress(result) -> None:  # noqa: ANN001
         mark = "[green]valid[/green]" if result.valid else f"[red]INVALID[/red] {result.reason[:160]}"

@@ -155,7 +155,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     t0 = time.monotonic()
     test, res = await run_command(
         sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
-        env=probe.env(dict(task.env)) if probe else task.env, path_prefix=runtime.path_prefix,
+        env=probe.env(dict(task.env)) if probe else task.env, path_prefix=runtime.path_prefix_for(task),
         tail_chars=cfg.output_tail_chars,
     )  # fmt: skip
     common["timings"]["test_s"] = time.monotonic() - t0
@@ -255,7 +255,7 @@ async def _grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: T
         verify.append(
             await run_step(
                 sandbox, command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=env,
-                path_prefix=runtime.path_prefix, tail_chars=runtime.config.output_tail_chars,
+                path_prefix=runtime.path_prefix_for(task), tail_chars=runtime.config.output_tail_chars,
             )
         )
     common["timings"]["test_s"] = time.monotonic() - t0

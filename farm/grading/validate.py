@@ -41,12 +41,13 @@ SandboxFactory = Callable[[SandboxSpec], Awaitable[Sandbox]]
 
 async def solution_diff(task: Task, *, runtime: TaskRuntime, new_sandbox: SandboxFactory, labels: Mapping[str, str]) -> str:
     """Run the task's solution commands in a prepared sandbox; their diff."""
-    sandbox = await new_sandbox(grading_spec(task, labels, purpose="solution"))
+    sandbox = await new_sandbox(await runtime.sandbox_spec(task, grading_spec(task, labels, purpose="solution")))
     try:
         ws = await prepare_workspace(sandbox, task, runtime)
         for command in task.solution_commands:
             step = await run_step(
-                sandbox, command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=task.env, path_prefix=runtime.path_prefix
+                sandbox, command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=task.env,
+                path_prefix=runtime.path_prefix_for(task),
             )
             if not step.ok:
                 raise FarmError(f"solution command {step.describe()}")
@@ -69,9 +70,13 @@ async def validate_task(
             gold = await solution_diff(task, runtime=runtime, new_sandbox=new_sandbox, labels=labels)
         if gold is None:
             return TaskValidation(task_id=task.id, kind=task.kind, valid=False, reason="no gold patch or solution commands")
+
+        async def fresh() -> Sandbox:
+            return await new_sandbox(await runtime.sandbox_spec(task, grading_spec(task, labels)))
+
         gold_r, empty_r = await asyncio.gather(
-            grade(task, gold, runtime=runtime, make_sandbox=lambda: new_sandbox(grading_spec(task, labels))),
-            grade(task, "", runtime=runtime, make_sandbox=lambda: new_sandbox(grading_spec(task, labels))),
+            grade(task, gold, runtime=runtime, make_sandbox=fresh),
+            grade(task, "", runtime=runtime, make_sandbox=fresh),
         )
     except FarmError as exc:
         return TaskValidation(

@@ -61,6 +61,7 @@ class FarmParts:
     async def start(self) -> str:
         from farm.engine.client import EngineClient
         from farm.engine.tokenizer import load_tokenizer
+        from farm.envs.provider import provider_for
         from farm.gateway.gateway import Gateway
         from farm.harnesses import make_harness
         from farm.tasks.runtime import TaskRuntime
@@ -68,6 +69,7 @@ class FarmParts:
         e = self.cfg.engine
         tokenizer = await asyncio.to_thread(load_tokenizer, e.tokenizer, e.tokenizer_cache_dir)
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)
+        self.runtime.envs = provider_for(self.cfg.envs, self.cfg.sandbox, self.runtime, self._create)
         self.harness = make_harness(self.cfg.harness)
         self.engine = EngineClient(self.engine_url, self.cfg.gateway.engine_client)
         self.gateway = Gateway(self.cfg.gateway, tokenizer, self.engine, e.tool_parser, model_name=e.model_name)
@@ -94,8 +96,6 @@ class FarmParts:
         }
 
     async def create_sandbox(self, spec: RolloutSpec, purpose: str, sb_spec: SandboxSpec | None = None) -> Sandbox:
-        from farm.sandboxes.factory import create_sandbox
-
         if sb_spec is None:
             cli = await self.harness.host_prefix() if purpose == "agent" and self.harness is not None else None
             sb_spec = SandboxSpec(
@@ -104,6 +104,12 @@ class FarmParts:
                 timeout_s=self.cfg.rollout.timeout_s + 300,
                 ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
             )
+        sb_spec = await self.runtime.sandbox_spec(spec.task, sb_spec)  # interpreter, environment snapshot
+        return await self._create(sb_spec)
+
+    async def _create(self, sb_spec: SandboxSpec) -> Sandbox:
+        from farm.sandboxes.factory import create_sandbox
+
         t0 = time.monotonic()
         sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.e2b_api_key)
         if self.on_sandbox_created is not None:
@@ -135,7 +141,7 @@ class FarmParts:
             model=self.cfg.engine.model_name,
             workdir=workspace.workdir,
             budget_s=budget_s,
-            env=self._agent_env(),
+            env=self._agent_env(spec.task),
         )
         stuck = await self._until_stuck(self.harness.run(sandbox, run), sandbox, secret)
         if isinstance(stuck, str):
@@ -193,13 +199,13 @@ class FarmParts:
         await self.gateway.serve_session_socket(self._secrets[secret], path)
         return f"http://127.0.0.1:{port}"
 
-    def _agent_env(self) -> dict[str, str]:
+    def _agent_env(self, task: Any) -> dict[str, str]:
         """The task's interpreter first on the agent's PATH, as the grader has it.
 
         Without it the agent's own ``python -m pytest`` runs a python without the
         task's test dependencies (or none at all) while the grader's run passes.
         """
-        prefix = self.runtime.path_prefix if self.runtime is not None else None
+        prefix = self.runtime.path_prefix_for(task) if self.runtime is not None else None
         if not prefix:
             return {}
         from farm.sandboxes.config import DEFAULT_PATH

@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.sandboxes.views import SnapshotView
+
 
 class ExecResult(BaseModel):
     """Outcome of one finished command."""
@@ -43,6 +45,11 @@ class SandboxSpec(BaseModel):
         default_factory=list,
         description="host paths a local sandbox shows read-only at the same path (e.g. the harness CLI's "
         "package); E2B ignores it",
+    )
+    view: SnapshotView | None = Field(
+        default=None,
+        description="start from a frozen environment: its tree at view.mount, as a private copy-on-write view "
+        "(local), or the environment's template (E2B: see farm.envs)",
     )
 
 

@@ -6,7 +6,8 @@ Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs ro
   2. the sandbox's own tmp dir at ``/tmp`` (private, persists across its commands);
   3. requested read-only binds (farm's Python, the harness CLI, config), same path;
   4. the forwarded ports' socket dir at /run/farm (read-only: the sockets are the host's);
-  5. the sandbox's root read-write at the same path (paths are identical in and out).
+  5. the sandbox's root read-write at the same path (paths are identical in and out);
+  6. its environment view (``farm.sandboxes.views``) read-write at the path it was built at.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def bwrap_argv(
     sock_dir: str | None,
     ro_binds: Sequence[str],
     cwd: str,
+    view: tuple[str, str] | None = None,
     env: Mapping[str, str],
     argv: Sequence[str],
     uid: int | None,
@@ -79,6 +81,8 @@ def bwrap_argv(
     if sock_dir is not None:
         args += ["--ro-bind", sock_dir, FORWARD_DIR]
     args += ["--bind", root, root]
+    if view is not None:
+        args += ["--bind", view[0], view[1]]
     # bwrap's root is a tmpfs: read-only, so nothing outside root, /tmp and /run is writable.
     args += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for key, value in env.items():

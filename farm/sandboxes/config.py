@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.sandboxes.views import ViewMode
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -88,6 +90,12 @@ class LocalSandboxConfig(BaseModel):
     )
     path: str = Field(default=DEFAULT_PATH, description="PATH inside the sandbox (override per command via env)")
     limits: LocalLimits = Field(default_factory=LocalLimits)
+    view: ViewMode = Field(
+        default="auto",
+        description="how a sandbox gets its private copy-on-write view of an environment snapshot: 'overlay' "
+        "(kernel overlayfs, needs root), 'fuse-overlayfs' (unprivileged), 'copy' (full copy; reflinked on "
+        "btrfs/xfs); 'auto' = the first that works here (see farm.sandboxes.views)",
+    )
     keep: bool = Field(default=False, description="keep the sandbox directory after close (debugging)")
     kill_grace_s: float = Field(default=10.0, gt=0, description="how long to wait for a killed tree to exit")
 

@@ -49,6 +49,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
     socket_dir,
 )
 from farm.sandboxes.process import HostProcess
+from farm.sandboxes.views import mount_view, resolve_mode, unmount_under
 from farm.sandboxes.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,11 @@ class LocalSandbox(LocalFiles, ClosingContext):
         self._tmp_dir = str(self.dir / "tmp")
         self._etc_dir = str(self.dir / "etc")
         self._sock_dir = ""  # made with the dirs (local_dirs.socket_dir)
+        self.view_ready_s = 0.0
+        self.view = spec.view  # the environment snapshot it starts from (None: an empty root)
+        self._view_map: tuple[str, str] | None = None  # (host dir, mount path) once made
+        if self.view is not None and not self._isolated:
+            raise SandboxError("a sandbox started from an environment snapshot needs sandbox.local.isolation: bwrap")
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
@@ -93,6 +99,7 @@ class LocalSandbox(LocalFiles, ClosingContext):
         self._cgroup: SandboxCgroup | None = None
         self._watchdog = Watchdog(
             path=str(self.dir),
+            extra_paths=[self.view.lower] if self.view is not None and self.view.writable else [],
             disk_bytes=cfg.limits.disk_bytes,
             interval_s=cfg.limits.disk_check_s,
             lifetime_s=spec.timeout_s,
@@ -172,6 +179,7 @@ class LocalSandbox(LocalFiles, ClosingContext):
             "farm_pid": os.getpid(),
             "cgroups": [str(d) for d in self._cgroup.dirs.values()] if self._cgroup else [],
             "sock_dir": str(socket_dir(self.id)) if self._isolated else "",
+            "view": self.view.model_dump() if self.view is not None else None,
         }
         self._sock_dir = info["sock_dir"]
         staged = self.dir / f".{LABELS_FILE}.tmp"
@@ -184,6 +192,14 @@ class LocalSandbox(LocalFiles, ClosingContext):
         passwd, group = user_files(self._cfg.uid, self.home)
         Path(self._etc_dir, "passwd").write_text(passwd)
         Path(self._etc_dir, "group").write_text(group)
+        if self.view is not None:  # after labels.json: reap finds (and unmounts) it
+            t0 = time.monotonic()
+            if self.view.writable:
+                host = self.view.lower
+            else:
+                host = str(mount_view(self.view.lower, self.dir / "view", resolve_mode(self._cfg.view)))
+            self._view_map = (host, self.view.mount)
+            self.view_ready_s = time.monotonic() - t0
 
     # --- commands ------------------------------------------------------------
     def _uid(self, user: str | None) -> int | None:
@@ -313,6 +329,7 @@ class LocalSandbox(LocalFiles, ClosingContext):
                 sock_dir=self._sock_dir if isolated and self._forwards else None,
                 ro_binds=self._ro_binds(),
                 cwd=workdir,
+                view=self._view_map,
                 env=inner_env,
                 argv=limited,
                 uid=self._uid(user),
@@ -388,6 +405,8 @@ class LocalSandbox(LocalFiles, ClosingContext):
                 await asyncio.to_thread(self._cgroup.remove)
             if self._sock_dir:
                 await asyncio.to_thread(shutil.rmtree, self._sock_dir, True)
+            if self.view is not None and not self.view.writable:
+                await asyncio.to_thread(unmount_under, self.dir)
             if not self._cfg.keep and self.dir.exists():
                 await asyncio.to_thread(remove_sandbox_dir, self.dir)
                 try:

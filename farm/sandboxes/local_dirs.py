@@ -58,7 +58,11 @@ def _rmtree(path: Path) -> None:
 def remove_sandbox_dir(sb_dir: Path) -> None:
     """Remove a sandbox directory with its labels file LAST: a process killed midway
     (an actor dying while it closes a sandbox) leaves a directory ``reap`` still
-    recognises as the run's, never an unlabelled remnant it must leave alone."""
+    recognises as the run's, never an unlabelled remnant it must leave alone. An
+    environment view still mounted there is unmounted first (never deleted through)."""
+    from farm.sandboxes.views import unmount_under
+
+    unmount_under(sb_dir)
     for child in sb_dir.iterdir():
         if child.name == LABELS_FILE:
             continue

@@ -20,11 +20,12 @@ def _within(path: str, area: str) -> bool:
 
 
 class LocalFiles:
-    """Mixin for LocalSandbox: needs ``id``, ``root``, ``_tmp_dir``, ``_isolated``, ``_closed``."""
+    """Mixin for LocalSandbox: needs ``id``, ``root``, ``_tmp_dir``, ``_view_map``, ``_isolated``, ``_closed``."""
 
     id: str
     root: str
     _tmp_dir: str
+    _view_map: tuple[str, str] | None  # (host dir, path inside the sandbox) of its environment view
     _isolated: bool
     _closed: bool
 
@@ -34,14 +35,21 @@ class LocalFiles:
 
     # --- files ---------------------------------------------------------------
     def host_path(self, path: str) -> Path:
-        """Where a sandbox path lives on the host; refuses anything outside root and /tmp."""
+        """Where a sandbox path lives on the host; refuses anything outside root, /tmp and
+        the environment view."""
         self._check_open()
         inside = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.root, path))
+        areas = [self.root, self._tmp_dir]
         if self._isolated and _within(inside, "/tmp") and not _within(inside, self.root):
             inside = self._tmp_dir + inside[len("/tmp") :]
+        if self._view_map is not None:
+            host, mount = self._view_map
+            areas.append(host)
+            if _within(inside, mount):
+                inside = host + inside[len(mount) :]
         real = os.path.realpath(inside)
-        if not any(_within(real, area) for area in (self.root, self._tmp_dir)):
-            raise SandboxError(f"{path}: outside the sandbox's writable areas ({self.root}, /tmp)")
+        if not any(_within(real, area) for area in areas):
+            raise SandboxError(f"{path}: outside the sandbox's writable areas ({', '.join(areas)})")
         return Path(real)
 
     async def write_file(self, path: str, data: str | bytes) -> None:

@@ -21,9 +21,14 @@ log = logging.getLogger(__name__)
 
 
 def disk_usage(path: str) -> int:
-    """Bytes allocated under ``path`` (not following symlinks; hard links once)."""
+    """Bytes allocated under ``path`` (not following symlinks; hard links once; not
+    descending into other file systems: a sandbox's overlay view counts by its upper dir)."""
     total = 0
     seen: set[tuple[int, int]] = set()
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return 0
     stack = [path]
     while stack:
         try:
@@ -42,7 +47,7 @@ def disk_usage(path: str) -> int:
                         continue
                     seen.add(key)
                 total += st.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
+                if entry.is_dir(follow_symlinks=False) and st.st_dev == dev:
                     stack.append(entry.path)
     return total
 
@@ -58,12 +63,14 @@ class Watchdog:
         self,
         *,
         path: str,
+        extra_paths: list[str] | None = None,
         disk_bytes: int | None,
         interval_s: float,
         lifetime_s: float | None,
         kill: Callable[[], Awaitable[None]],
     ) -> None:
         self._path = path
+        self._paths = [path, *(extra_paths or [])]
         self._disk_bytes = disk_bytes
         self._interval = interval_s
         self._deadline = time.monotonic() + lifetime_s if lifetime_s else None
@@ -91,7 +98,7 @@ class Watchdog:
             self.breaches["lifetime"] = f"lifetime: {self._lifetime_s:g} s exceeded: processes killed"
             await self._kill()
         if self._disk_bytes is not None:
-            used = await asyncio.to_thread(disk_usage, self._path)
+            used = sum([await asyncio.to_thread(disk_usage, p) for p in self._paths])
             if used > self._disk_bytes:
                 self.breaches["disk"] = (
                     f"disk: {_size(used)} used, over the {_size(self._disk_bytes)} limit: processes killed"

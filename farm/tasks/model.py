@@ -118,6 +118,11 @@ class Task(_Model):
     )
     setup_commands: list[str] = Field(default_factory=list, description="run one by one in workdir; any failure = setup_failed")
     env: dict[str, str] = Field(default_factory=dict, description="extra env for setup, test and verify commands")
+    python: str | None = Field(
+        default=None,
+        description="this task's interpreter (first on PATH for setup, tests and the agent): a version found on "
+        "the machine ('3.9', '3.11.7': pyenv, then python3.X on PATH), an absolute path, or None = tasks.python",
+    )
     # How a competent agent would solve it (oracle policy; validation).
     gold_patch: str | None = None
     solution_commands: list[str] = Field(default_factory=list)

@@ -69,13 +69,13 @@ async def _run(argv: Sequence[str], *, cwd: str | Path | None = None, timeout: f
     return proc.returncode or 0, text[-2000:]
 
 
-class _FileLock:
+class FileLock:
     """An exclusive ``flock`` on a lock file, polled so the wait has a timeout."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self._path, self._timeout, self._fd = path, timeout, -1
 
-    async def __aenter__(self) -> "_FileLock":
+    async def __aenter__(self) -> "FileLock":
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self._timeout
@@ -146,7 +146,7 @@ class RepoCache:
         what = source.repo or source.url
         if not self.fetch or url is None:
             raise TaskError(f"repository {what} not found (looked in: {', '.join(looked)}; fetching is off)")
-        async with self._lock(str(cached)), _FileLock(cached.with_suffix(".lock"), self.git_timeout_s):
+        async with self._lock(str(cached)), FileLock(cached.with_suffix(".lock"), self.git_timeout_s):
             if cached.is_dir():
                 return cached
             tmp = cached.parent / f".tmp-{uuid.uuid4().hex}"
@@ -184,7 +184,7 @@ class RepoCache:
         out = self.cache_dir / "workspaces" / self._name(source).removesuffix(".git") / f"{sha}{suffix}.tar"
         if out.is_file():
             return out
-        async with self._lock(str(out)), _FileLock(out.with_suffix(".lock"), self.git_timeout_s):
+        async with self._lock(str(out)), FileLock(out.with_suffix(".lock"), self.git_timeout_s):
             if out.is_file():
                 return out
             build = self.cache_dir / "tmp" / uuid.uuid4().hex

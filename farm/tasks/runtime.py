@@ -1,19 +1,31 @@
 """``TaskRuntime``: what preparing and grading tasks needs on one host, built once from config.
 
-It holds the repository cache (mirrors + fetched repos + workspace tarballs) and the
-PATH prefix that puts the configured python first inside sandboxes. Build one per
-process (sandbox actor, ``farm validate-tasks``) with ``TaskRuntime.from_config``.
+It holds the repository cache (mirrors + fetched repos + workspace tarballs), the
+interpreter each task's commands run with (``tasks.python`` or the task's own
+``python``: a path, or a version found on this machine) and, when environment
+snapshots are on, the snapshot store (``farm.envs``). Build one per process (sandbox
+actor, ``farm validate-tasks``, ``farm envs``) with ``TaskRuntime.from_config``.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
+import re
+import shutil
+import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from farm.errors import TaskError
 from farm.tasks.config import TasksConfig
+from farm.tasks.model import Task
 from farm.tasks.repos import RepoCache
+
+_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
 
 
 def python_path_prefix(python: str) -> str | None:
@@ -24,11 +36,68 @@ def python_path_prefix(python: str) -> str | None:
     return os.path.dirname(exe) or None
 
 
+@dataclass(frozen=True)
+class PythonChoice:
+    """The interpreter a task's setup, tests and agent find first on PATH."""
+
+    spec: str  # as configured: auto, none, a path or a version
+    exe: str | None  # None: PATH left alone
+    version: str = ""  # "3.11.7" when known (part of an environment's identity)
+    ro_bind: str | None = None  # host prefix a local sandbox must show (a version found on this machine)
+
+    @property
+    def path_prefix(self) -> str | None:
+        return os.path.dirname(self.exe) if self.exe else None
+
+    def setup_env(self) -> dict[str, str]:
+        """Setup commands may use uv (on PATH beside farm's python) with this interpreter,
+        never a downloaded one: ``uv venv`` / ``uv pip install`` pick it up."""
+        if not self.exe:
+            return {}
+        return {"FARM_PYTHON": self.exe, "UV_PYTHON": self.exe, "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def _pyenv_roots() -> list[str]:
+    roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]
+    return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
+
+
+def find_python(version: str) -> str:
+    """An interpreter of ``version`` ("3.9", "3.11.7") on this machine: pyenv's versions
+    (newest patch release first), then ``python3.X`` on PATH. TaskError if none."""
+    parts = version.split(".")
+    candidates: list[str] = []
+    for root in _pyenv_roots():
+        found = glob.glob(os.path.join(root, "versions", f"{version}*", "bin", "python"))
+        exact = [f for f in found if re.fullmatch(re.escape(version) + r"(\.\d+)*", Path(f).parents[1].name)]
+        candidates += sorted(exact, key=lambda f: [int(x) for x in Path(f).parents[1].name.split(".") if x.isdigit()], reverse=True)
+    if len(parts) >= 2:
+        on_path = shutil.which(f"python{parts[0]}.{parts[1]}")
+        if on_path:
+            candidates.append(on_path)
+    for exe in candidates:
+        if _version_of(exe).startswith(version):
+            return exe
+    raise TaskError(f"no python {version} on this machine (looked in pyenv {_pyenv_roots()} and PATH)")
+
+
+@functools.lru_cache(maxsize=64)
+def _version_of(exe: str) -> str:
+    try:
+        res = subprocess.run([exe, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
 @dataclass
 class TaskRuntime:
     config: TasksConfig
     repos: RepoCache
-    path_prefix: str | None = None
+    path_prefix: str | None = None  # tasks.python's (tasks without a python of their own)
+    envs: Any = None  # farm.envs.provider.EnvProvider when snapshots are on (set by its owner)
+    _pythons: dict[str, PythonChoice] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: TasksConfig) -> "TaskRuntime":
@@ -43,3 +112,36 @@ class TaskRuntime:
             cache_dir=cfg.cache_dir, mirror_dirs=mirror_dirs, fetch=cfg.fetch, git_timeout_s=cfg.git_timeout_s
         )
         return cls(config=cfg, repos=repos, path_prefix=python_path_prefix(cfg.python))
+
+    def python_for(self, task: Task | None) -> PythonChoice:
+        """The task's interpreter (its own ``python``, else ``tasks.python``), resolved once."""
+        spec = (task.python if task is not None else None) or self.config.python
+        if spec not in self._pythons:
+            self._pythons[spec] = self._resolve(spec)
+        return self._pythons[spec]
+
+    def _resolve(self, spec: str) -> PythonChoice:
+        if spec == "none":
+            return PythonChoice(spec=spec, exe=None)
+        if spec == "auto":
+            return PythonChoice(spec=spec, exe=sys.executable, version=_version_of(sys.executable))
+        if _VERSION.match(spec):
+            exe = find_python(spec)
+            prefix = str(Path(exe).resolve().parents[1])
+            return PythonChoice(spec=spec, exe=exe, version=_version_of(exe), ro_bind=prefix)
+        # An absolute path inside the sandbox (an image's python): its version is the image's.
+        return PythonChoice(spec=spec, exe=spec)
+
+    def path_prefix_for(self, task: Task | None) -> str | None:
+        return self.python_for(task).path_prefix
+
+    async def sandbox_spec(self, task: Task, spec: Any) -> Any:
+        """``spec`` (a SandboxSpec) with what ``task`` needs of a sandbox: its interpreter's
+        prefix shown read-only, and its environment snapshot (built first if needed)."""
+        update: dict[str, Any] = {}
+        python = self.python_for(task)
+        if python.ro_bind and python.ro_bind not in spec.ro_binds:
+            update["ro_binds"] = [*spec.ro_binds, python.ro_bind]
+        if self.envs is not None and spec.view is None:
+            update["view"] = await self.envs.view_for(task)
+        return spec.model_copy(update=update) if update else spec

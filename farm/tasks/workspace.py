@@ -10,10 +10,14 @@
    PATH, ``timeouts.setup_s`` each), recording exit code, duration and output tails in
    a ``SetupReport``. The first failure stops: ``SetupCommandFailed`` (carrying the
    report) is raised, which the rollout records as ``setup_failed``.
-3. snapshots the workspace as setup left it (``baseline_commit``, kept reachable under
+3. commits the workspace as setup left it (``baseline_commit``, kept reachable under
    ``refs/farm/baseline``). The agent's diff is taken against this snapshot, so files
    setup wrote or changed never show up as the agent's work, and the grader (which
    runs the same setup in its fresh sandbox) applies the diff onto the same state.
+
+A sandbox started from an environment snapshot (``farm.envs``: the result of these three
+steps, built once) skips all three: its workspace is the snapshot's, at the path it was
+built at, and the build's record gives the commits and the setup report.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class Workspace(BaseModel):
 
 
 def workdir_of(sandbox: Sandbox, task: Task) -> str:
+    view = getattr(sandbox, "view", None)  # an environment snapshot's tree (farm.envs): the workdir
+    if view is not None:
+        return view.mount
     return task.workdir if posixpath.isabs(task.workdir) else posixpath.join(sandbox.root, task.workdir)
 
 
@@ -145,8 +152,8 @@ async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir:
             command,
             cwd=workdir,
             timeout=task.timeouts.setup_s,
-            env=task_env(task),
-            path_prefix=runtime.path_prefix,
+            env={**runtime.python_for(task).setup_env(), **task_env(task)},
+            path_prefix=runtime.path_prefix_for(task),
             tail_chars=runtime.config.output_tail_chars,
         )
         steps.append(step)
@@ -187,6 +194,15 @@ async def prepare_workspace(
     res = await sandbox.exec(["mkdir", "-p", scratch], timeout=60)
     if res.exit_code != 0:
         raise TaskError(f"cannot create {scratch}: {res.stderr.strip()}")
+    view = getattr(sandbox, "view", None)
+    if view is not None and not view.writable and runtime.envs is not None:
+        # Started from the environment's snapshot: materialized, set up and snapshotted once, at build.
+        record = runtime.envs.record(view.key)
+        return Workspace(
+            task_id=task.id, workdir=workdir, scratch=scratch, base_commit=record.base_commit,
+            baseline_commit=record.baseline_commit, setup=record.setup,
+            timings={"snapshot_view_s": getattr(sandbox, "view_ready_s", 0.0), "prepare_s": time.monotonic() - t0},
+        )
     base = await _materialize(sandbox, task, runtime, workdir)
     t1 = time.monotonic()
     setup = await run_setup(sandbox, task, runtime, workdir)

@@ -1,0 +1,111 @@
+"""``EnvProvider``: the environment snapshot a sandbox starts from, built on first use.
+
+Rollouts and grading ask for ``view_for(task)``: the environment's key is computed once
+per task; a published snapshot is used at once; a missing one is built exactly once
+however many rollouts ask together (one build task per key in this process, shielded
+from the cancellation of any one waiter; across processes of a node, the key's flock,
+after which a process that waited finds the other's snapshot). A failed build is read
+back as ``EnvBuildFailed`` (a ``SetupCommandFailed``: the rollout ends ``setup_failed``
+with the build's reason and log), never rebuilt per rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from farm.envs.build import SandboxMaker, build_env
+from farm.envs.config import EnvsConfig
+from farm.envs.identity import EnvIdentity, identity_of
+from farm.envs.store import EnvRecord, EnvStore
+from farm.errors import SetupCommandFailed, TaskError
+from farm.sandboxes.config import SandboxConfig
+from farm.sandboxes.views import SnapshotView
+from farm.tasks.model import Task
+from farm.tasks.runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
+
+
+class EnvBuildFailed(SetupCommandFailed):
+    """The task's environment failed to build (once, recorded): its setup report rides along."""
+
+
+class EnvProvider:
+    def __init__(
+        self, cfg: EnvsConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker, *, labels: dict[str, str] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.runtime = runtime
+        self.store = EnvStore(cfg.cache_dir)
+        self.make_sandbox = make_sandbox
+        self.labels = {"run_id": "envs", **(labels or {})}
+        self._ids: dict[str, EnvIdentity] = {}
+        self._builds: dict[str, asyncio.Future[EnvRecord]] = {}
+        self.built: list[str] = []  # keys this process built (for the run summary and tests)
+
+    async def identity(self, task: Task) -> EnvIdentity:
+        if task.id not in self._ids:
+            self._ids[task.id] = await identity_of(task, self.runtime, mount_root=self.cfg.mount_root)
+        return self._ids[task.id]
+
+    def record(self, key: str) -> EnvRecord:
+        rec = self.store.record(key)
+        if rec is None:
+            raise TaskError(f"environment {key} has no record in {self.store.root} (removed while in use?)")
+        return rec
+
+    async def ensure(self, task: Task) -> EnvRecord:
+        """The environment's record, building it first if needed (never twice at once)."""
+        ident = await self.identity(task)
+        rec = self.store.record(ident.key)
+        if rec is not None:
+            return rec
+        fut = self._builds.get(ident.key)
+        if fut is None:
+            fut = asyncio.ensure_future(self._build(task, ident))
+            self._builds[ident.key] = fut
+            fut.add_done_callback(lambda _f, k=ident.key: self._builds.pop(k, None))
+        return await asyncio.shield(fut)
+
+    async def _build(self, task: Task, ident: EnvIdentity) -> EnvRecord:
+        async with self.store.lock(ident.key, self.cfg.build_timeout_s):
+            rec = self.store.record(ident.key)  # another process built it while we waited
+            if rec is not None:
+                return rec
+            rec = await build_env(
+                task, ident, runtime=self.runtime, store=self.store, make_sandbox=self.make_sandbox, labels=self.labels
+            )
+            self.built.append(ident.key)
+        if rec.ok and self.cfg.max_size_bytes is not None:
+            removed = await asyncio.to_thread(self.store.gc, self.cfg.max_size_bytes)
+            if removed:
+                log.info("envs: removed %d least-recently-used snapshot(s) to fit envs.max_size_bytes", len(removed))
+        return rec
+
+    async def view_for(self, task: Task) -> SnapshotView:
+        """The private view a sandbox for ``task`` starts from; ``EnvBuildFailed`` when its
+        environment cannot be built."""
+        rec = await self.ensure(task)
+        if not rec.ok:
+            tail = rec.log_tail()
+            raise EnvBuildFailed(
+                f"task {task.id}: environment {rec.key[:12]} failed to build (once, for task {rec.task_ids[0]}; "
+                f"`farm envs rm --failed` to retry): {rec.reason}" + (f"; log: {tail}" if tail else ""),
+                report=rec.setup,
+            )
+        self.store.touch(rec.key)
+        return SnapshotView(key=rec.key, lower=str(self.store.tree(rec.key)), mount=rec.mount)
+
+
+def provider_for(
+    cfg: EnvsConfig, sandbox: SandboxConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker
+) -> EnvProvider | None:
+    """The provider when ``envs.enabled`` and the backend starts sandboxes from snapshots
+    (local with bwrap); None otherwise (every sandbox materializes and sets up itself)."""
+    if not cfg.enabled:
+        return None
+    if sandbox.backend != "local" or sandbox.local.isolation != "bwrap":
+        log.info("envs: snapshots need the local backend with isolation bwrap; setup runs per sandbox")
+        return None
+    return EnvProvider(cfg, runtime, make_sandbox)

@@ -1,0 +1,220 @@
+"""The snapshot cache on disk: one directory per environment key.
+
+Layout (``envs.cache_dir``, mode 0700: no sandbox ever sees it; a snapshot reaches a
+sandbox only as the lower layer of its private view)::
+
+    <cache>/<key>/meta.json        the EnvRecord: identity, setup report, commits, size, build time
+    <cache>/<key>/tree/            the frozen workspace (only when the build succeeded)
+    <cache>/<key>/last_used        its mtime is the last use (LRU for ``gc``)
+    <cache>/.build/<key>.<rand>/   a build in progress; never read; renamed into place whole
+    <cache>/.locks/<key>.lock      flock: one build per key across every process of this node
+
+A snapshot appears by one ``rename`` of a complete directory (meta.json written and
+synced first), so a crash mid-build leaves only a ``.build`` remnant (cleaned by the next
+build or ``gc``), never a half-built snapshot. A failed build is published the same way
+with ``ok: false`` and no tree: every later rollout of that environment reads the
+failure instead of building again (``farm envs rm --failed`` forgets failures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from farm.sandboxes.views import mounts_under
+from farm.sandboxes.watchdog import disk_usage
+from farm.tasks.repos import FileLock
+from farm.tasks.workspace import SetupReport
+
+
+class EnvRecord(BaseModel):
+    """What a build produced (or why it failed)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    ok: bool
+    reason: str = ""
+    mount: str
+    identity: dict = Field(default_factory=dict)
+    task_ids: list[str] = Field(default_factory=list, description="the task that built it")
+    base_commit: str = ""
+    baseline_commit: str = ""
+    setup: SetupReport = Field(default_factory=SetupReport)
+    build_s: float = 0.0
+    built_at: float = 0.0
+    size_bytes: int = 0
+    backend: str = "local"
+    template: str | None = Field(default=None, description="E2B: the template built for this environment")
+
+    def log_tail(self, chars: int = 1500) -> str:
+        """The end of the failing setup step's output (the build's log, for the rollout's reason)."""
+        for step in reversed(self.setup.steps):
+            if not step.ok:
+                return (step.stderr_tail.strip() or step.stdout_tail.strip())[-chars:]
+        return ""
+
+
+class EnvEntry(BaseModel):
+    record: EnvRecord
+    size_bytes: int
+    last_used: float
+    in_use: bool
+
+
+class EnvStore:
+    def __init__(self, cache_dir: str | Path) -> None:
+        self.root = Path(os.path.expanduser(str(cache_dir)))
+        self._ok: dict[str, EnvRecord] = {}
+
+    def _ensure_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+
+    def tree(self, key: str) -> Path:
+        return self.root / key / "tree"
+
+    def lock(self, key: str, timeout: float) -> FileLock:
+        self._ensure_root()
+        return FileLock(self.root / ".locks" / f"{key}.lock", timeout)
+
+    # --- records ------------------------------------------------------------------
+    def record(self, key: str) -> EnvRecord | None:
+        """The published record of ``key`` (None: never built, or removed)."""
+        if key in self._ok and (self.root / key / "meta.json").is_file():
+            return self._ok[key]
+        try:
+            rec = EnvRecord.model_validate_json((self.root / key / "meta.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        if rec.ok:
+            self._ok[key] = rec
+        return rec
+
+    def staging(self, key: str) -> Path:
+        """A fresh directory to build ``key`` in (under ``.build``; removes remnants of
+        crashed builds of the same key: the caller holds its lock)."""
+        self._ensure_root()
+        build = self.root / ".build"
+        build.mkdir(exist_ok=True)
+        for old in build.glob(f"{key}.*"):
+            if not mounts_under(old):
+                shutil.rmtree(old, ignore_errors=True)
+        path = build / f"{key}.{uuid.uuid4().hex[:8]}"
+        path.mkdir()
+        return path
+
+    def publish(self, staging: Path, record: EnvRecord) -> EnvRecord:
+        """Make ``staging`` (with ``tree/`` if ok) the snapshot of ``record.key``, in one rename."""
+        meta = staging / "meta.json"
+        with open(meta, "w") as fh:
+            fh.write(record.model_dump_json(indent=1))
+            fh.flush()
+            os.fsync(fh.fileno())
+        (staging / "last_used").touch()
+        final = self.root / record.key
+        if final.exists():  # an earlier failure record (the caller holds the key's lock)
+            self._discard(final)
+        os.rename(staging, final)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._ok.pop(record.key, None)
+        return record
+
+    def touch(self, key: str) -> None:
+        try:
+            os.utime(self.root / key / "last_used")
+        except OSError:
+            pass
+
+    # --- management ------------------------------------------------------------------
+    def in_use(self, key: str) -> bool:
+        """A live sandbox's view has this snapshot as its lower layer (or a copy is running)."""
+        needle = f"lowerdir={self.tree(key)}"
+        try:
+            text = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return False
+        return needle in text
+
+    def entries(self) -> list[EnvEntry]:
+        out = []
+        if not self.root.is_dir():
+            return out
+        for d in sorted(self.root.iterdir()):
+            if d.name.startswith(".") or not d.is_dir():
+                continue
+            rec = self.record(d.name)
+            if rec is None:
+                continue
+            try:
+                last = (d / "last_used").stat().st_mtime
+            except OSError:
+                last = rec.built_at
+            out.append(EnvEntry(record=rec, size_bytes=rec.size_bytes, last_used=last, in_use=self.in_use(d.name)))
+        return out
+
+    def remove(self, key: str, *, force: bool = False) -> bool:
+        """Remove one snapshot; refuses (False) while a sandbox uses it unless ``force``."""
+        d = self.root / key
+        if not d.is_dir() or (self.in_use(key) and not force):
+            return False
+        self._discard(d)
+        self._ok.pop(key, None)
+        return True
+
+    def _discard(self, d: Path) -> None:
+        trash = self.root / ".build" / f"trash-{d.name}.{uuid.uuid4().hex[:8]}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(d, trash)  # gone from view at once; then deleted
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def gc(self, max_size_bytes: int) -> list[str]:
+        """Remove least-recently-used snapshots (failures first) until the cache holds at
+        most ``max_size_bytes``; snapshots in use stay. Also clears crashed builds."""
+        removed = []
+        build = self.root / ".build"
+        if build.is_dir():
+            for old in build.iterdir():
+                lock = self.root / ".locks" / f"{old.name.split('.', 1)[0]}.lock"
+                if old.name.startswith("trash-") or not _locked(lock):
+                    shutil.rmtree(old, ignore_errors=True)
+        entries = sorted(self.entries(), key=lambda e: (e.record.ok, e.last_used))
+        total = sum(e.size_bytes for e in entries)
+        for e in entries:
+            if total <= max_size_bytes:
+                break
+            if self.remove(e.record.key):
+                total -= e.size_bytes
+                removed.append(e.record.key)
+        return removed
+
+
+def tree_size(path: Path) -> int:
+    return disk_usage(str(path))
+
+
+def _locked(lock: Path) -> bool:
+    """Someone holds ``lock`` (a build in progress)."""
+    import fcntl
+
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
