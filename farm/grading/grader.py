@@ -32,7 +32,7 @@ from farm.grading.apply import apply_patch, restore_paths
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import decide, runtime_flags, static_flags
 from farm.grading.probe import install_probe, read_probe
-from farm.grading.parsers import PASSING, TestStatus, get_parser
+from farm.grading.parsers import PASSING, TestStatus, get_parser, status_of
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -175,8 +175,8 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         fields["flags"] = sorted({*fields["flags"], *runtime_flags(
             seen, pytest_task=pytest_task, watched=watched, printed={k: v.value for k, v in printed.items()},
             f2p=task.fail_to_pass)})  # fmt: skip
-    f2p = {t: statuses[t].value if t in statuses else MISSING for t in task.fail_to_pass}
-    p2p = {t: statuses[t].value if t in statuses else MISSING for t in task.pass_to_pass}
+    f2p = {t: status_of(statuses, t, MISSING) for t in task.fail_to_pass}
+    p2p = {t: status_of(statuses, t, MISSING) for t in task.pass_to_pass}
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):
@@ -186,7 +186,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
                 mismatches[name] = [want, got]
     ok = lambda s: s in {p.value for p in PASSING}  # noqa: E731
     f2p_ok = sum(ok(s) for s in f2p.values())
-    p2p_all = all(ok(s) for s in p2p.values())
+    p2p_all = all(ok(s) or s == TestStatus.SKIPPED.value for s in p2p.values())  # SWE-bench: P2P may skip
     listed = bool(f2p or p2p or task.expected_test_statuses)
     resolved = (f2p_ok == len(f2p) and p2p_all and not mismatches) if listed else res.exit_code == 0
     reward = 1.0 if resolved else 0.0
@@ -214,7 +214,8 @@ def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: 
         return f"the test command exited {exit_code}"
     parts = []
     bad_f2p = [t for t, s in f2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value)]
-    bad_p2p = [t for t, s in p2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value)]
+    bad_p2p = [t for t, s in p2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value,
+                                                      TestStatus.SKIPPED.value)]
     if bad_f2p:
         parts.append(f"{len(bad_f2p)}/{len(f2p)} FAIL_TO_PASS not passing (e.g. {bad_f2p[0]}: {f2p[bad_f2p[0]]})")
     if bad_p2p:

@@ -57,6 +57,18 @@ def register(name: str) -> Callable[[LogParser], LogParser]:
     return deco
 
 
+def status_of(statuses: dict[str, TestStatus], test_id: str, missing: str) -> str:
+    """The status of ``test_id`` (a value), SWE-bench's way: an exact id, else the id cut
+    at its first space (parsers that split lines on whitespace report parametrized ids
+    with spaces cut there, and those match the listed id by prefix)."""
+    if test_id in statuses:
+        return statuses[test_id].value
+    cut = test_id.split(" ", 1)[0]
+    if cut != test_id and cut in statuses:
+        return statuses[cut].value
+    return missing
+
+
 def get_parser(name: str) -> LogParser:
     try:
         return PARSERS[name]

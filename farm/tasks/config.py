@@ -19,6 +19,11 @@ class TasksConfig(BaseModel):
     format: TaskFormat = Field(
         default="auto", description="row format; 'auto' detects it per row (farm, swebench, swegym, swesmith, r2e)"
     )
+    recipes: str | None = Field(
+        default=None,
+        description="recipe file (YAML: repository -> version -> setup, python, env, test command) filling in what "
+        "SWE-bench-family rows leave to their docker image (see farm.tasks.recipes)",
+    )
     strict: bool = Field(default=False, description="stop at the first malformed row (default: report and skip it)")
     mirror_dir: str | None = Field(
         default=None,

@@ -95,6 +95,28 @@ _SWEBENCH_FIELDS = {
 }
 
 
+# SWE-bench-family rows name their parser ``parse_log_<name>`` (SWE-bench's harness
+# functions, per repository): the equivalent parser of farm's own.
+SWEBENCH_PARSERS = {
+    "parse_log_pytest": "pytest",
+    "parse_log_pytest_v2": "pytest",
+    "parse_log_pytest_options": "pytest",
+    "parse_log_matplotlib": "pytest",
+    "parse_log_seaborn": "pytest",
+    "parse_log_astropy": "pytest",
+    "parse_log_requests": "pytest",
+    "parse_log_xarray": "pytest",
+    "parse_log_pylint": "pytest",
+    "parse_log_sphinx": "pytest",
+}  # not parse_log_django / parse_log_sympy: their ids ("test_x (mod.Class)") are not farm's unittest ids
+
+
+def canonical_parser(name: str) -> str:
+    """farm's name for a log parser named the SWE-bench way (unknown names pass through,
+    and ``get_parser`` reports them)."""
+    return SWEBENCH_PARSERS.get(name, name)
+
+
 def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
     """SWE-bench's docker image naming convention for an instance."""
     return f"swebench/sweb.eval.{arch}.{instance_id.replace('__', '_1776_').lower()}:latest"
@@ -107,15 +129,19 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
         raise RowError("FAIL_TO_PASS", "no FAIL_TO_PASS tests")
     test_patch = _str_or_none(row, "test_patch")
     test_cmd = _str_or_none(row, "test_cmd") or _str_or_none(row, "test_command")
+    files = touched_paths(test_patch) if test_patch else _test_files_of(f2p + p2p)
+    meta_keys = ("version", "environment_setup_commit", "created_at", "hints_text", "difficulty", "eval_script")
+    metadata = {k: row[k] for k in meta_keys if row.get(k) not in (None, "")}
     if test_cmd is None:
-        files = touched_paths(test_patch) if test_patch else _test_files_of(f2p + p2p)
         if not files:
             raise RowError("test_patch", "no test_cmd and no test files to run")
         test_cmd = pytest_command(files)
-    meta_keys = ("version", "environment_setup_commit", "created_at", "hints_text", "difficulty")
-    metadata = {k: row[k] for k in meta_keys if row.get(k) not in (None, "")}
+        metadata["test_command_default"] = True  # a recipe's test_command may replace it
+    metadata["test_files"] = files
     metadata["source"] = source
-    metadata["docker_image"] = _str_or_none(row, "image_name") or swebench_image(str(row["instance_id"]))
+    metadata["docker_image"] = (
+        _str_or_none(row, "image") or _str_or_none(row, "image_name") or swebench_image(str(row["instance_id"]))
+    )
     return _validated(
         lambda: Task(
             id=str(row["instance_id"]),
@@ -127,7 +153,7 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
             test_command=test_cmd,
             fail_to_pass=f2p,
             pass_to_pass=p2p,
-            log_parser=_str_or_none(row, "log_parser") or "pytest",
+            log_parser=canonical_parser(_str_or_none(row, "log_parser") or "pytest"),
             metadata=metadata,
         ),
         _SWEBENCH_FIELDS,

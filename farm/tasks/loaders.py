@@ -19,6 +19,7 @@ from farm.errors import TaskLoadError
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
+from farm.tasks.recipes import apply_recipe, load_recipes
 
 _JSONL = (".jsonl", ".ndjson", ".jsonl.gz")
 
@@ -100,7 +101,8 @@ def _open_text(path: Path):  # noqa: ANN202 - a text file object
 
 
 def load_tasks(
-    source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None
+    source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None,
+    recipes: str | Path | None = None,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
     format and strict). Bad rows become ``TaskLoadError``s in the result (or raise, with
@@ -108,7 +110,9 @@ def load_tasks(
     if isinstance(source, TasksConfig):
         format = source.format if format is None else format
         strict = source.strict if strict is None else strict
+        recipes = source.recipes if recipes is None else recipes
         source = resolve_tasks_path(source)
+    book = load_recipes(recipes) if recipes else {}
     format = format or "auto"
     strict = bool(strict)
     p = Path(source).expanduser()
@@ -131,6 +135,7 @@ def load_tasks(
             except RowError as exc:
                 err = TaskLoadError(str(p), lineno, exc.field, f"{exc.message} ({fmt} row)")
             else:
+                task = apply_recipe(task, book) if book else task
                 if task.id in seen:
                     err = TaskLoadError(str(p), lineno, "id", f"duplicate task id {task.id!r}")
                 else:

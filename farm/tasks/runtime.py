@@ -51,10 +51,15 @@ class PythonChoice:
 
     def setup_env(self) -> dict[str, str]:
         """Setup commands may use uv (on PATH beside farm's python) with this interpreter,
-        never a downloaded one: ``uv venv`` / ``uv pip install`` pick it up."""
+        never a downloaded one: ``uv venv`` / ``uv pip install`` pick it up. uv trusts the
+        system's certificate store (as pip does here through /etc), copies out of its
+        cache (the sandbox's cache and workdir are different mounts: no hard links)."""
         if not self.exe:
             return {}
-        return {"FARM_PYTHON": self.exe, "UV_PYTHON": self.exe, "UV_PYTHON_DOWNLOADS": "never"}
+        return {
+            "FARM_PYTHON": self.exe, "UV_PYTHON": self.exe, "UV_PYTHON_DOWNLOADS": "never", "UV_LINK_MODE": "copy",
+            "UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1",
+        }
 
 
 def _pyenv_roots() -> list[str]:
