@@ -59,17 +59,26 @@ def _ago(ts: float) -> str:
 async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmConfig, [Task]
     import asyncio
 
-    from farm.envs.provider import EnvProvider
+    import os
+
+    from farm.envs.provider import provider_for
     from farm.sandboxes.factory import create_sandbox, make_limiter
     from farm.tasks.runtime import TaskRuntime
 
     runtime = await asyncio.to_thread(TaskRuntime.from_config, cfg.tasks)
     limiter = make_limiter(cfg.sandbox)
 
-    def new_sandbox(spec):  # noqa: ANN001, ANN202
-        return create_sandbox(cfg.sandbox, spec, limiter=limiter)
+    api_key = os.environ.get("E2B_API_KEY") if cfg.sandbox.backend == "e2b" else None
 
-    envs = EnvProvider(cfg.envs, runtime, new_sandbox)
+    def new_sandbox(spec):  # noqa: ANN001, ANN202
+        return create_sandbox(cfg.sandbox, spec, limiter=limiter, e2b_api_key=api_key)
+
+    envs = provider_for(cfg.envs.model_copy(update={"enabled": True}), cfg.sandbox, runtime, new_sandbox,
+                        e2b_api_key=api_key)  # fmt: skip
+    if envs is None:
+        print("farm envs build: this sandbox backend cannot start from snapshots (local needs isolation: bwrap; "
+              "E2B needs envs.e2b_templates)", file=sys.stderr)  # fmt: skip
+        return 2
     runtime.envs = envs
     by_key: dict[str, list] = {}
     for task in tasks:

@@ -93,7 +93,7 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
     def new_sandbox(spec):  # noqa: ANN001, ANN202
         return create_sandbox(cfg.sandbox, spec, limiter=limiter, e2b_api_key=api_key)
 
-    runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox)  # one build per environment
+    runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox, e2b_api_key=api_key)  # one build per env
 
     def progress(result) -> None:  # noqa: ANN001
         mark = "[green]valid[/green]" if result.valid else f"[red]INVALID[/red] {result.reason[:160]}"

@@ -25,6 +25,11 @@ class EnvsConfig(BaseModel):
     build_timeout_s: float = Field(
         default=7200.0, gt=0, description="how long a rollout waits for another process's build of its environment"
     )
+    e2b_templates: bool = Field(
+        default=True,
+        description="E2B backend: build one template per environment (the e2b SDK's template builder) and create "
+        "every sandbox from it; False: every E2B sandbox materializes and sets up itself",
+    )
     max_size_bytes: int | None = Field(
         default=None, ge=0,
         description="after each build, least-recently-used snapshots are removed until the cache fits (None: never)",

@@ -33,9 +33,12 @@ class EnvBuildFailed(SetupCommandFailed):
 
 class EnvProvider:
     def __init__(
-        self, cfg: EnvsConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker, *, labels: dict[str, str] | None = None
+        self, cfg: EnvsConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker, *, labels: dict[str, str] | None = None,
+        backend: str = "local", e2b: dict | None = None,
     ) -> None:
         self.cfg = cfg
+        self.backend = backend
+        self.e2b = dict(e2b or {})  # build_e2b_env's api_key, domain, default_template (and sdk, in tests)
         self.runtime = runtime
         self.store = EnvStore(cfg.cache_dir)
         self.make_sandbox = make_sandbox
@@ -46,7 +49,9 @@ class EnvProvider:
 
     async def identity(self, task: Task) -> EnvIdentity:
         if task.id not in self._ids:
-            self._ids[task.id] = await identity_of(task, self.runtime, mount_root=self.cfg.mount_root)
+            self._ids[task.id] = await identity_of(
+                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend
+            )
         return self._ids[task.id]
 
     def record(self, key: str) -> EnvRecord:
@@ -73,9 +78,15 @@ class EnvProvider:
             rec = self.store.record(ident.key)  # another process built it while we waited
             if rec is not None:
                 return rec
-            rec = await build_env(
-                task, ident, runtime=self.runtime, store=self.store, make_sandbox=self.make_sandbox, labels=self.labels
-            )
+            if self.backend == "e2b":
+                from farm.envs.e2b_templates import build_e2b_env
+
+                rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, **self.e2b)
+            else:
+                rec = await build_env(
+                    task, ident, runtime=self.runtime, store=self.store, make_sandbox=self.make_sandbox,
+                    labels=self.labels,
+                )
             self.built.append(ident.key)
         if rec.ok and self.cfg.max_size_bytes is not None:
             removed = await asyncio.to_thread(self.store.gc, self.cfg.max_size_bytes)
@@ -95,17 +106,26 @@ class EnvProvider:
                 report=rec.setup,
             )
         self.store.touch(rec.key)
+        if rec.template:
+            return SnapshotView(key=rec.key, mount=rec.mount, template=rec.template)
         return SnapshotView(key=rec.key, lower=str(self.store.tree(rec.key)), mount=rec.mount)
 
 
 def provider_for(
-    cfg: EnvsConfig, sandbox: SandboxConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker
+    cfg: EnvsConfig, sandbox: SandboxConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker,
+    *, e2b_api_key: str | None = None,
 ) -> EnvProvider | None:
     """The provider when ``envs.enabled`` and the backend starts sandboxes from snapshots
-    (local with bwrap); None otherwise (every sandbox materializes and sets up itself)."""
+    (local with bwrap: overlay views; E2B: a template per environment, when
+    ``envs.e2b_templates``); None otherwise (every sandbox materializes and sets up itself)."""
     if not cfg.enabled:
         return None
-    if sandbox.backend != "local" or sandbox.local.isolation != "bwrap":
-        log.info("envs: snapshots need the local backend with isolation bwrap; setup runs per sandbox")
+    if sandbox.backend == "e2b":
+        if not cfg.e2b_templates:
+            return None
+        e2b = {"api_key": e2b_api_key, "domain": sandbox.e2b.domain, "default_template": sandbox.e2b.template}
+        return EnvProvider(cfg, runtime, make_sandbox, backend="e2b", e2b=e2b)
+    if sandbox.local.isolation != "bwrap":
+        log.info("envs: snapshots need sandbox.local.isolation bwrap; setup runs per sandbox")
         return None
     return EnvProvider(cfg, runtime, make_sandbox)

@@ -69,7 +69,9 @@ class FarmParts:
         e = self.cfg.engine
         tokenizer = await asyncio.to_thread(load_tokenizer, e.tokenizer, e.tokenizer_cache_dir)
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)
-        self.runtime.envs = provider_for(self.cfg.envs, self.cfg.sandbox, self.runtime, self._create)
+        self.runtime.envs = provider_for(
+            self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.e2b_api_key
+        )
         self.harness = make_harness(self.cfg.harness)
         self.engine = EngineClient(self.engine_url, self.cfg.gateway.engine_client)
         self.gateway = Gateway(self.cfg.gateway, tokenizer, self.engine, e.tool_parser, model_name=e.model_name)

@@ -179,6 +179,7 @@ class E2BSandbox(ClosingContext):
         self._sleep = sleep
         self.id = str(sdk_sandbox.sandbox_id)
         self.labels = dict(spec.labels)
+        self.view = spec.view  # the environment template it was created from (farm.envs), if any
         self.root = cfg.root
         self.home = "/root" if cfg.user == "root" else f"/home/{cfg.user}"
         self._procs: set[E2BProcess] = set()
@@ -202,9 +203,12 @@ class E2BSandbox(ClosingContext):
         if cfg.domain:
             opts["domain"] = cfg.domain
 
+        view = spec.view
+        template = view.template if view is not None and view.template else spec.image or cfg.template
+
         async def create_once() -> Any:
             return await sdk.create(
-                template=spec.image or cfg.template,
+                template=template,
                 timeout=int(spec.timeout_s),
                 metadata=dict(spec.labels),
                 envs=dict(spec.env),

@@ -42,7 +42,8 @@ ViewMode = Literal["auto", "overlay", "fuse-overlayfs", "copy"]
 
 
 class SnapshotView(BaseModel):
-    """What a sandbox starts from: ``lower`` (a host directory) shown at ``mount`` in its jail.
+    """What a sandbox starts from: ``lower`` (a host directory) shown at ``mount`` in its
+    jail (local), or ``template`` holding the tree at ``mount`` (E2B).
 
     ``writable``: ``lower`` itself is bound read-write (building a snapshot); otherwise
     the sandbox gets a private copy-on-write view and ``lower`` is never written.
@@ -51,9 +52,10 @@ class SnapshotView(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str = Field(description="the environment's key (for the record)")
-    lower: str = Field(description="host directory: the frozen tree, or the build dir when writable")
+    lower: str = Field(default="", description="local: the frozen tree's host directory (the build dir when writable)")
     mount: str = Field(description="absolute path where the tree appears inside the sandbox")
     writable: bool = False
+    template: str | None = Field(default=None, description="E2B: the environment's template to create from")
 
 
 def resolve_mode(mode: ViewMode) -> Literal["overlay", "fuse-overlayfs", "copy"]:

@@ -198,9 +198,13 @@ async def prepare_workspace(
     if view is not None and not view.writable and runtime.envs is not None:
         # Started from the environment's snapshot: materialized, set up and snapshotted once, at build.
         record = runtime.envs.record(view.key)
+        base, baseline = record.base_commit, record.baseline_commit
+        if not baseline:  # an E2B template: its build recorded the commits in the repository
+            out = await _checked(sandbox, f"git rev-parse HEAD {BASELINE_REF}", cwd=workdir, what=f"task {task.id}")
+            base, baseline = out.split()[:2]
         return Workspace(
-            task_id=task.id, workdir=workdir, scratch=scratch, base_commit=record.base_commit,
-            baseline_commit=record.baseline_commit, setup=record.setup,
+            task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base,
+            baseline_commit=baseline, setup=record.setup,
             timings={"snapshot_view_s": getattr(sandbox, "view_ready_s", 0.0), "prepare_s": time.monotonic() - t0},
         )
     base = await _materialize(sandbox, task, runtime, workdir)

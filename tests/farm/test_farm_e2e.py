@@ -1,5 +1,7 @@
-"""`farm run` end to end on the demo tasks with the real CLIs, the real router, the
-scripted engine and local sandboxes (Ray started by the test module)."""
+"""`farm run` end to end with the real CLIs, the real router, the scripted engine and
+local sandboxes (Ray started by the test module), on a real SWE-bench-format row: a
+repository built from a PyPI sdist, its environment (a venv installed with uv from the
+registry) supplied by a recipe and built once for the whole group (farm.envs)."""
 
 from __future__ import annotations
 
@@ -29,14 +31,22 @@ def ray_local():
     ray.shutdown()
 
 
-def e2e_config(tmp_path: Path, run_id: str, harness: str, policy: str = "oracle", n: int = 2) -> FarmConfig:
+@pytest.fixture(scope="module")
+def swe_row(tmp_path_factory) -> dict[str, Path]:
+    from farm.testing.sdist_task import make_task_set
+
+    return make_task_set(tmp_path_factory.mktemp("swe-row"), installer="uv")
+
+
+def e2e_config(tmp_path: Path, run_id: str, harness: str, tasks: dict[str, Path], n: int = 2) -> FarmConfig:
     return FarmConfig.model_validate({
         "run_id": run_id,
-        "tasks": {"path": "demo"},
+        "tasks": {"path": str(tasks["tasks"]), "recipes": str(tasks["recipes"]), "mirror_dir": str(tasks["mirrors"])},
+        "envs": {"cache_dir": str(tmp_path / "envs")},
         "harness": {"name": harness},
-        "engine": {"mode": "scripted", "policy": policy, "scripted": {"record_path": str(tmp_path / "rec")}},
+        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"record_path": str(tmp_path / "rec")}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
-        "rollout": {"limit": n, "concurrency": 2, "timeout_s": 600},
+        "rollout": {"n_samples": n, "concurrency": 2, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
         "output": {"dir": str(tmp_path / "out")},
     })
@@ -82,12 +92,20 @@ def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
-def test_farm_run_each_harness(tmp_path, harness):
-    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness)
+def test_farm_run_each_harness(tmp_path, harness, swe_row):
+    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, swe_row)
     summary = run_farm(cfg, console=Console(quiet=True))
     assert summary.by_status == {"completed": 2}, summary
     rows, _ = check_output(tmp_path, expect_resolved=True)
     assert len(rows) == 2 and summary.resolved == 2
+    # Setup ran once for the whole group: one environment was built, and every agent and
+    # grading sandbox worked from it (the setup report each grading used is the build's).
+    (env,) = [json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json")]
+    assert env["ok"] and env["task_ids"] == ["pypi__inflection-1"] and len(env["setup"]["steps"]) == 3
+    for row in rows:
+        report = json.loads(row["grading"])
+        assert report["setup"] == env["setup"]
+        assert report["pass_to_pass"]["test_inflection.py::test_titleize[active_record-Active Record]"] == "PASSED"
     assert all(r["diff"].startswith("diff --git") for r in rows)
     # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)
     assert not [f for r in rows for f in json.loads(r["grading"])["flags"] if f.startswith(("runtime:", "static:"))]

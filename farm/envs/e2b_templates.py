@@ -1,0 +1,146 @@
+"""Environments on E2B: one template per environment, built with the e2b SDK's template
+builder (``AsyncTemplate.build``), then every agent and grading sandbox is created from it.
+
+The template starts from the task's own E2B template (``Task.image``), else the
+container image its row names (``metadata.docker_image``: SWE-bench, SWE-Gym,
+SWE-smith, R2E-Gym), else E2B's base image; then the workspace (the same per-commit
+tarball local sandboxes get, copied in and unpacked at the environment's mount path),
+the task's env, each setup command as its own build step (a failing one fails the build
+with E2B's reason and log), and last the post-setup commit under ``refs/farm/baseline``
+(the rollout reads it back: a template's build cannot return values).
+
+A build that fails (``BuildException``: a step failed) is recorded once like a local
+one; an API or transport failure (auth, 5xx, network) is infrastructure: it raises and
+is not recorded, so a later rollout tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from farm.envs.identity import EnvIdentity
+from farm.envs.store import EnvRecord, EnvStore
+from farm.errors import TaskError
+from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
+from farm.tasks.runtime import TaskRuntime
+from farm.tasks.shell import CommandReport, git_env
+from farm.tasks.workspace import BASELINE_REF, SetupReport
+
+log = logging.getLogger(__name__)
+
+WS_TAR = "farm-workspace.tar"
+
+# The post-setup state, committed without touching HEAD or the index (as workspace.snapshot).
+_BASELINE = (
+    "export GIT_INDEX_FILE=/tmp/farm-baseline.index; rm -f $GIT_INDEX_FILE; "
+    "git read-tree HEAD && git add -A . && tree=$(git write-tree) && "
+    'if [ "$tree" = "$(git rev-parse HEAD^{tree})" ]; then c=$(git rev-parse HEAD); '
+    "else c=$(git commit-tree \"$tree\" -p HEAD -m 'farm: workspace after setup'); fi && "
+    f'git update-ref {BASELINE_REF} "$c" && rm -f $GIT_INDEX_FILE'
+)
+_INIT = (
+    "git init -q -b main 2>/dev/null || git init -q; git add -A && "
+    "git commit -q --no-verify --allow-empty -m 'task base'"
+)
+
+
+def template_name(key: str) -> str:
+    return f"farm-env-{key[:24]}"
+
+
+def base_of(task: Task, default: str | None) -> tuple[str, str | None]:
+    """("template" | "image" | "base", name)."""
+    if task.image:
+        return "template", task.image
+    image = task.metadata.get("docker_image") if isinstance(task.metadata, dict) else None
+    if isinstance(task.workspace, ImageSource):
+        image = task.workspace.image
+    if image:
+        return "image", str(image)
+    if default:
+        return "template", default
+    return "base", None
+
+
+async def template_for(task: Task, ident: EnvIdentity, runtime: TaskRuntime, context: Path, default: str | None) -> Any:
+    """The SDK template object for ``task``'s environment (files staged under ``context``)."""
+    from e2b import AsyncTemplate
+
+    context.mkdir(parents=True, exist_ok=True)
+    tpl = AsyncTemplate(file_context_path=str(context))
+    kind, name = base_of(task, default)
+    builder = tpl.from_template(name) if kind == "template" else tpl.from_image(name) if kind == "image" else tpl.from_base_image()
+    mount = shlex.quote(ident.mount)
+    git = " ".join(f"{k}={shlex.quote(v)}" for k, v in git_env().items() if k.startswith(("GIT_AUTHOR", "GIT_COMMITTER")))
+    src = task.workspace
+    if isinstance(src, (GitSource, TarballSource)):
+        tar = await runtime.repos.workspace_tarball(src, task.pre_patch) if isinstance(src, GitSource) else Path(src.path)
+        (context / WS_TAR).unlink(missing_ok=True)
+        (context / WS_TAR).symlink_to(Path(tar).expanduser().resolve())
+        builder = builder.copy(WS_TAR, f"/tmp/{WS_TAR}", resolve_symlinks=True)
+        builder = builder.run_cmd(f"mkdir -p {mount} && tar -xf /tmp/{WS_TAR} -C {mount} && rm -f /tmp/{WS_TAR}")
+        if isinstance(src, TarballSource):
+            builder = builder.run_cmd(f"cd {mount} && (test -e .git || (export {git}; {_INIT}))")
+    elif isinstance(src, ImageSource):
+        if src.base_commit:
+            builder = builder.run_cmd(f"cd {mount} && git checkout -q -f {shlex.quote(src.base_commit)}")
+    else:
+        builder = builder.run_cmd(f"mkdir -p {mount} && cd {mount} && export {git} && {_INIT}")
+    if task.pre_patch and not isinstance(src, GitSource):
+        raise TaskError(f"task {task.id}: a pre_patch on a non-git workspace cannot be built into an E2B template")
+    builder = builder.set_workdir(ident.mount)
+    if task.env:  # (the interpreter is the template's own: tasks.python names host paths)
+        builder = builder.set_envs(dict(task.env))
+    for command in task.setup_commands:
+        builder = builder.run_cmd(command)
+    return builder.run_cmd(f"export {git}; {_BASELINE}")
+
+
+async def build_e2b_env(
+    task: Task, ident: EnvIdentity, *, runtime: TaskRuntime, store: EnvStore, api_key: str | None,
+    domain: str | None = None, default_template: str | None = None, sdk: Any = None,
+) -> EnvRecord:
+    """Build ``ident``'s template and publish its record (the caller holds the key's lock)."""
+    from e2b.exceptions import BuildException
+
+    if sdk is None:
+        from e2b import AsyncTemplate as sdk  # noqa: N813 - the SDK class, injectable for tests
+    staging = store.staging(ident.key)
+    name = template_name(ident.key)
+    logs: list[str] = []
+    t0 = time.monotonic()
+    common = {"key": ident.key, "mount": ident.mount, "identity": ident.fields, "task_ids": [task.id],
+              "backend": "e2b", "template": name}  # fmt: skip
+    opts: dict[str, Any] = {"api_key": api_key} if api_key else {}
+    if domain:
+        opts["domain"] = domain
+    try:
+        try:
+            template = await template_for(task, ident, runtime, staging / "context", default_template)
+            await sdk.build(template, name, on_build_logs=lambda e: logs.append(str(getattr(e, "message", e))), **opts)
+        except BuildException as exc:
+            step = CommandReport(command=f"e2b template build {name}", exit_code=1, duration_s=time.monotonic() - t0,
+                                 stderr_tail="\n".join(logs)[-4000:])  # fmt: skip
+            record = EnvRecord(**common, ok=False, reason=f"E2B template build failed: {exc}",
+                               setup=SetupReport(ok=False, steps=[step], reason=str(exc)),
+                               build_s=time.monotonic() - t0, built_at=time.time())  # fmt: skip
+        except TaskError as exc:
+            record = EnvRecord(**common, ok=False, reason=str(exc), build_s=time.monotonic() - t0, built_at=time.time())
+        else:
+            step = CommandReport(command=f"e2b template build {name}", exit_code=0, duration_s=time.monotonic() - t0,
+                                 stdout_tail="\n".join(logs)[-4000:])  # fmt: skip
+            record = EnvRecord(**common, ok=True, setup=SetupReport(ok=True, steps=[step], duration_s=step.duration_s),
+                               build_s=time.monotonic() - t0, built_at=time.time())  # fmt: skip
+        shutil.rmtree(staging / "context", ignore_errors=True)
+        store.publish(staging, record)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("E2B environment %s (template %s) for task %s: %s", ident.key[:12], name, task.id,
+             "built" if record.ok else f"FAILED: {record.reason}")  # fmt: skip
+    return record
