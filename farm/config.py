@@ -75,6 +75,11 @@ class RayConfig(BaseModel):
     num_sandbox_actors: int | None = Field(
         default=None, ge=1, description="sandbox actors; default one per alive node"
     )
+    env_affinity: bool = Field(
+        default=True,
+        description="send a task's rollouts to the sandbox actor (node) that ran it first while it has a free slot: "
+        "its environment snapshot is built there (each node keeps its own cache); others take the overflow",
+    )
     sandbox_actor_cpus: float = Field(default=0.0, ge=0, description="CPUs reserved per sandbox actor")
     actor_max_restarts: int = Field(default=3, ge=0, description="restarts of a dead sandbox actor")
     reducer_flush_s: float = Field(

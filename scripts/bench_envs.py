@@ -140,7 +140,7 @@ async def build_once(cfg: FarmConfig, installer_tasks: dict) -> tuple[float, flo
 
 def view_times(tree: Path, scratch: Path) -> dict[str, float]:
     out = {}
-    for mode in ("overlay", "copy"):
+    for mode in ("overlay", "fuse-overlayfs", "copy"):
         d = scratch / f"view-{mode}"
         t0 = time.monotonic()
         mount_view(str(tree), d, mode)
@@ -214,6 +214,7 @@ def main() -> None:
             "pip_build_s": build_s,
             "uv_build_s": uv_build_s,
             "view_overlay_s": views["overlay"],
+            "view_fuse_s": views["fuse-overlayfs"],
             "view_copy_s": views["copy"],
         }
         print(f"bench_envs (n={args.n}, {args.harness}, deps: {' '.join(DEPS)}):", file=sys.stderr)

@@ -66,6 +66,7 @@ class Dispatcher:
         self.queue: deque[RolloutSpec] = deque()
         self.summaries: dict[str, RolloutSummary] = {}
         self.delayed: list[tuple[float, RolloutSpec]] = []  # infrastructure retries waiting out their backoff
+        self.homes: dict[str, str] = {}  # task id -> the actor that ran it first (its node has the environment)
         self.redispatched = 0
         self.retried = 0
         self.interrupted = False
@@ -102,10 +103,13 @@ class Dispatcher:
     def _dispatch(self) -> None:
         probing = {name for name, _ in self.probes.values()}
         while self.queue:
-            name = pick_actor({n: k for n, k in self.load.items() if n not in probing}, self.capacity)
+            spec = self.queue[0]
+            home = self.homes.get(spec.task.id) if self.cfg.ray.env_affinity else None
+            name = pick_actor({n: k for n, k in self.load.items() if n not in probing}, self.capacity, prefer=home)
             if name is None:
                 return
-            spec = self.queue.popleft()
+            self.homes.setdefault(spec.task.id, name)
+            self.queue.popleft()
             ref = self.actors[name].run.remote(spec)
             self.inflight[ref] = _InFlight(spec, name, time.monotonic())
             self.load[name] += 1

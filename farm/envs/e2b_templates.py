@@ -29,20 +29,12 @@ from farm.errors import TaskError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
 from farm.tasks.shell import CommandReport, git_env
-from farm.tasks.workspace import BASELINE_REF, SetupReport
+from farm.tasks.workspace import SetupReport, commit_script
 
 log = logging.getLogger(__name__)
 
 WS_TAR = "farm-workspace.tar"
 
-# The post-setup state, committed without touching HEAD or the index (as workspace.snapshot).
-_BASELINE = (
-    "export GIT_INDEX_FILE=/tmp/farm-baseline.index; rm -f $GIT_INDEX_FILE; "
-    "git read-tree HEAD && git add -A . && tree=$(git write-tree) && "
-    'if [ "$tree" = "$(git rev-parse HEAD^{tree})" ]; then c=$(git rev-parse HEAD); '
-    "else c=$(git commit-tree \"$tree\" -p HEAD -m 'farm: workspace after setup'); fi && "
-    f'git update-ref {BASELINE_REF} "$c" && rm -f $GIT_INDEX_FILE'
-)
 _INIT = (
     "git init -q -b main 2>/dev/null || git init -q; git add -A && "
     "git commit -q --no-verify --allow-empty -m 'task base'"
@@ -98,7 +90,7 @@ async def template_for(task: Task, ident: EnvIdentity, runtime: TaskRuntime, con
         builder = builder.set_envs(dict(task.env))
     for command in task.setup_commands:
         builder = builder.run_cmd(command)
-    return builder.run_cmd(f"export {git}; {_BASELINE}")
+    return builder.run_cmd(f"export {git}; {commit_script('/tmp/farm-baseline.index')}")
 
 
 async def build_e2b_env(

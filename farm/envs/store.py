@@ -137,13 +137,23 @@ class EnvStore:
 
     # --- management ------------------------------------------------------------------
     def in_use(self, key: str) -> bool:
-        """A live sandbox's view has this snapshot as its lower layer (or a copy is running)."""
+        """A live sandbox's view has this snapshot as its lower layer: a kernel overlay
+        (its options in mountinfo) or a fuse-overlayfs daemon (its command line)."""
         needle = f"lowerdir={self.tree(key)}"
         try:
-            text = Path("/proc/self/mountinfo").read_text()
+            if needle in Path("/proc/self/mountinfo").read_text():
+                return True
         except OSError:
-            return False
-        return needle in text
+            pass
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    cmd = Path(entry.path, "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"fuse-overlayfs" in cmd and needle.encode() in cmd:
+                    return True
+        return False
 
     def entries(self) -> list[EnvEntry]:
         out = []

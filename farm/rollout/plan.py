@@ -45,8 +45,12 @@ def expand_rollouts(
     return [spec for spec in planned if spec.rollout_id not in done_set]
 
 
-def pick_actor(inflight: Mapping[str, int], capacity: int) -> str | None:
-    """The least-loaded actor with a free slot (ties: first in order), or None (backpressure)."""
+def pick_actor(inflight: Mapping[str, int], capacity: int, prefer: str | None = None) -> str | None:
+    """``prefer`` when it has a free slot (the actor whose node already holds the task's
+    environment snapshot: see farm.envs), else the least-loaded actor with a free slot
+    (ties: first in order), or None (backpressure)."""
+    if prefer is not None and inflight.get(prefer, capacity) < capacity:
+        return prefer
     best: str | None = None
     for name, n in inflight.items():
         if n < capacity and (best is None or n < inflight[best]):

@@ -58,6 +58,23 @@ def _test_list(row: dict[str, Any], name: str) -> list[str]:
     return value
 
 
+def _str_list(row: dict[str, Any], name: str) -> list[str]:
+    """An optional list of strings (a JSON string of one too)."""
+    value = row.get(name)
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = [value]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RowError(name, "expected a list of strings")
+    return value
+
+
 def _validated(build: Callable[[], Task], field_map: dict[str, str] | None = None) -> Task:
     try:
         return build()
@@ -154,6 +171,8 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
             fail_to_pass=f2p,
             pass_to_pass=p2p,
             log_parser=canonical_parser(_str_or_none(row, "log_parser") or "pytest"),
+            setup_commands=_str_list(row, "setup_commands"),
+            env=row.get("env") or {},
             metadata=metadata,
         ),
         _SWEBENCH_FIELDS,

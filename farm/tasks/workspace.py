@@ -163,17 +163,23 @@ async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir:
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0)
 
 
-async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = BASELINE_REF) -> str:
-    """Commit the current state of the workdir (untracked files included, ignored ones not)
-    without touching HEAD or the index; returns the commit (HEAD when nothing changed)."""
-    index = shlex.quote(posixpath.join(scratch, "snapshot.index"))
-    script = (
+def commit_script(index: str, ref: str = BASELINE_REF) -> str:
+    """Bash: commit the workdir's state (a scratch index; HEAD and the real index untouched)
+    under ``ref`` and print the commit (HEAD when nothing changed)."""
+    index = shlex.quote(index)
+    return (
         f"export GIT_INDEX_FILE={index}; rm -f {index}; "
         "git read-tree HEAD && git add -A . && tree=$(git write-tree) && "
         'if [ "$tree" = "$(git rev-parse HEAD^{tree})" ]; then c=$(git rev-parse HEAD); '
         "else c=$(git commit-tree \"$tree\" -p HEAD -m 'farm: workspace after setup'); fi && "
-        f'git update-ref {ref} "$c" && echo "$c"'
+        f'git update-ref {ref} "$c" && rm -f {index} && echo "$c"'
     )
+
+
+async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = BASELINE_REF) -> str:
+    """Commit the current state of the workdir (untracked files included, ignored ones not)
+    without touching HEAD or the index; returns the commit (HEAD when nothing changed)."""
+    script = commit_script(posixpath.join(scratch, "snapshot.index"), ref)
     out = await _checked(sandbox, script, cwd=workdir, what="snapshot of the workspace")
     return out.splitlines()[-1].strip()
 

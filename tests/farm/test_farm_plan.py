@@ -44,6 +44,13 @@ def test_pick_actor_least_loaded_with_backpressure():
     assert pick_actor({"x": 2, "y": 1, "z": 1}, 2) == "y"
     assert pick_actor({"x": 0}, 1) == "x"
     assert pick_actor({"x": 2, "y": 2}, 2) is None
+
+
+def test_pick_actor_prefers_the_node_with_the_environment_while_it_has_room():
+    assert pick_actor({"x": 0, "y": 1}, 2, prefer="y") == "y"  # y holds the snapshot: not the least loaded
+    assert pick_actor({"x": 0, "y": 2}, 2, prefer="y") == "x"  # full: overflow elsewhere
+    assert pick_actor({"x": 0}, 2, prefer="gone") == "x"  # its actor died: anyone
+    assert pick_actor({"x": 2}, 2, prefer="x") is None
     assert pick_actor({}, 4) is None
 
 

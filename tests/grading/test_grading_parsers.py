@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from farm.grading.parsers import TestStatus, get_parser, parse_junit, parse_pytest, parse_r2e, parse_unittest
+from farm.grading.parsers import (
+    TestStatus, get_parser, parse_junit, parse_pytest, parse_r2e, parse_unittest, status_of,
+)
 
 S = TestStatus
 
@@ -239,3 +241,13 @@ def test_registry() -> None:
     assert get_parser("pytest") is parse_pytest and get_parser("unittest") is parse_unittest
     with pytest.raises(KeyError, match="unknown log parser 'nose'"):
         get_parser("nose")
+
+
+def test_status_of_follows_swebench_id_rules():
+    """A listed id matches exactly, else as cut at its first space (parsers splitting on
+    whitespace report parametrized ids with spaces cut there)."""
+    statuses = {"t.py::test_a[x y]": TestStatus.PASSED, "t.py::test_b[p": TestStatus.FAILED}
+    assert status_of(statuses, "t.py::test_a[x y]", "MISSING") == "PASSED"
+    assert status_of(statuses, "t.py::test_b[p q]", "MISSING") == "FAILED"
+    assert status_of(statuses, "t.py::test_c", "MISSING") == "MISSING"
+    assert status_of(statuses, "t.py::test_b[pq]", "MISSING") == "MISSING"  # no space: exact only

@@ -220,3 +220,38 @@ def test_demo_set_via_config(tasks_cfg: TasksConfig) -> None:
         assert task.gold_patch, task.id
         if task.kind == "swe":
             assert task.fail_to_pass and task.pass_to_pass and task.test_patch, task.id
+
+
+def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
+    """A row as SWE-bench ships it today (parse_log_<name>, image, eval_script) loads without
+    hand edits; a recipe (repo -> version -> spec) fills what its image would have held."""
+    recipes = tmp_path / "recipes.yaml"
+    recipes.write_text(
+        "acme/thing:\n"
+        "  '1.0':\n"
+        "    python: '3.11'\n"
+        "    setup: [uv venv -q .venv, uv pip install -q --python .venv/bin/python pytest]\n"
+        "    env: {A: '1'}\n"
+        "    test_command: .venv/bin/python -m pytest -rA {test_files}\n"
+        "  '*':\n"
+        "    setup: [echo any-version]\n"
+    )
+    rows = [
+        swebench_row(log_parser="parse_log_pytest_v2", image="docker.io/acme:1", eval_script="#!/bin/bash\nrun"),
+        swebench_row(instance_id="acme__thing-2", version="2.0", env={"A": "row"}),
+        swebench_row(instance_id="acme__thing-3", test_cmd="./run.sh", setup_commands=["row's own"]),
+        swebench_row(instance_id="other__x-1", repo="other/x"),
+    ]
+    path = write_jsonl(tmp_path / "swe.jsonl", rows)
+    t1, t2, t3, t4 = load_tasks(path, format="swebench", recipes=recipes).tasks
+    assert t1.log_parser == "pytest" and t1.metadata["docker_image"] == "docker.io/acme:1"
+    assert t1.metadata["eval_script"].startswith("#!/bin/bash") and t1.metadata["recipe"] == "acme/thing@1.0"
+    assert t1.setup_commands[0] == "uv venv -q .venv" and t1.python == "3.11" and t1.env == {"A": "1"}
+    assert t1.test_command == ".venv/bin/python -m pytest -rA tests/test_core.py"  # {test_files}: the test patch's
+    assert t2.setup_commands == ["echo any-version"] and t2.test_command.startswith("python -m pytest")
+    assert t2.env == {"A": "row"}
+    assert t3.test_command == "./run.sh" and t3.setup_commands == ["row's own"]  # the row's own values win
+    assert t4.setup_commands == [] and "recipe" not in t4.metadata  # no recipe for that repository
+    with pytest.raises(TaskLoadError, match="setup"):
+        (tmp_path / "bad.yaml").write_text("acme/thing:\n  '1.0': {setup: 3}\n")
+        load_tasks(path, recipes=tmp_path / "bad.yaml")
