@@ -47,7 +47,15 @@ class PythonChoice:
 
     @property
     def path_prefix(self) -> str | None:
-        return os.path.dirname(self.exe) if self.exe else None
+        """The interpreter's directory, then uv's (the PyPI package's binary, beside farm's
+        own python) when that is elsewhere: setups can say ``uv`` whatever the interpreter."""
+        if not self.exe:
+            return None
+        dirs = [os.path.dirname(self.exe)]
+        uv = _uv_dir()
+        if uv and uv not in dirs:
+            dirs.append(uv)
+        return ":".join(dirs)
 
     def setup_env(self) -> dict[str, str]:
         """Setup commands may use uv (on PATH beside farm's python) with this interpreter,
@@ -60,6 +68,17 @@ class PythonChoice:
             "FARM_PYTHON": self.exe, "UV_PYTHON": self.exe, "UV_PYTHON_DOWNLOADS": "never", "UV_LINK_MODE": "copy",
             "UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1",
         }
+
+
+@functools.lru_cache(maxsize=1)
+def _uv_dir() -> str | None:
+    try:
+        from uv import find_uv_bin
+
+        return os.path.dirname(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        return os.path.dirname(found) if found else None
 
 
 def _pyenv_roots() -> list[str]:
