@@ -118,8 +118,12 @@ def _limit_exceeded(sandbox: Sandbox | None) -> Outcome:
 
 
 def _policy_of(sandbox: Sandbox | None) -> dict[str, str]:
-    """The agent sandbox's network and limits policy, for the record."""
+    """The agent sandbox's network and limits policy and the environment snapshot it
+    started from (farm.envs), for the record."""
     policy: dict[str, str] = {}
+    view = getattr(sandbox, "view", None)
+    if view is not None:
+        policy["env_key"] = view.key
     for attr, prefix in (("network_policy", "network_"), ("limits_policy", "limits_")):
         for key, value in (getattr(sandbox, attr, None) or {}).items():
             policy[prefix + key] = str(value)

@@ -1,4 +1,8 @@
-"""Linearize a session's turn tree into training Samples, in O(total tokens).
+"""Linearize a session's turn tree into training Samples.
+
+Cost: O(turns x depth) to lay out every chain from lengths, plus the tokens of the
+Samples actually emitted (each holds its whole context, so K emitted chains sharing a
+long prefix cost K x that prefix: inherent to one-Sample-per-chain).
 
 Chains: a turn's *contiguous* children are those whose prompt starts right after its
 full sequence (every append, every clean mount). A chain ends at each turn without a
@@ -86,33 +90,44 @@ def chain_ends(tree: TurnTree) -> list[TurnRecord]:
     return out
 
 
-def _build_chain(chain: list[TurnRecord]):
-    """(segments, prompt_length, intact outputs [(turn, start, end)], drift spans)."""
-    segs: list[np.ndarray] = []
+def _layout(chain: list[TurnRecord]) -> tuple[list[tuple[TurnRecord, int, int]], int]:
+    """Where each output that survives in the chain's Sample sits ([(turn, start, end)],
+    in order), and the Sample's length: from lengths alone, no token is copied (so a
+    chain that will not be emitted costs O(turns), not O(tokens))."""
     outs: list[tuple[TurnRecord, int, int]] = []
-    spans: list[list[int]] = []
     total = 0
-    prompt_length = chain[0].prompt_length
     for rec in chain:
         off = rec.prompt_offset if rec.prompt_offset is not None else total
-        if off < total:  # realigned: cut back to the offset
+        if off < total:  # realigned: cut back to the offset; outputs past it train in their own chain
+            total = off
+            while outs and outs[-1][2] > off:
+                outs.pop()
+        total += len(rec.prompt_delta_ids)
+        outs.append((rec, total, total + len(rec.output_ids)))
+        total += len(rec.output_ids)
+    return outs, total
+
+
+def _tokens_and_spans(chain: list[TurnRecord]) -> tuple[np.ndarray, list[list[int]]]:
+    """The chain's Sample tokens (what the model saw for its last turn, plus that turn's
+    output) and its drift spans."""
+    segs: list[np.ndarray] = []
+    spans: list[list[int]] = []
+    total = 0
+    for rec in chain:
+        off = rec.prompt_offset if rec.prompt_offset is not None else total
+        if off < total:
             while total > off:
                 last = segs.pop()
                 total -= len(last)
                 if total < off:
                     segs.append(last[: off - total])
                     total = off
-            while outs and outs[-1][2] > off:
-                outs.pop()
-            spans = [s for s in spans if s[1] <= off]
-            prompt_length = min(prompt_length, off)
+            spans = [sp for sp in spans if sp[1] <= off]
         spans.extend([total + a, total + b] for a, b in rec.mask_spans)
-        segs.append(rec.prompt_delta_ids)
-        total += len(rec.prompt_delta_ids)
-        segs.append(rec.output_ids)
-        outs.append((rec, total, total + len(rec.output_ids)))
-        total += len(rec.output_ids)
-    return segs, prompt_length, outs, spans
+        segs += [rec.prompt_delta_ids, rec.output_ids]
+        total += len(rec.prompt_delta_ids) + len(rec.output_ids)
+    return (np.concatenate(segs) if segs else np.zeros(0, np.int32)), spans
 
 
 def _kind(chain: list[TurnRecord], is_main: bool, main_root: str | None) -> str:
@@ -144,17 +159,21 @@ def linearize(
         chain = tree.chain(end.turn_id)
         is_main = not main_found and main is not None and any(r is main for r in chain)
         main_found = main_found or is_main
-        segs, p, outs, spans = _build_chain(chain)
-        tokens = np.concatenate(segs) if segs else np.zeros(0, np.int32)
+        outs, length = _layout(chain)
+        mine = [(rec, a, b) for rec, a, b in outs if rec.turn_id not in assigned and is_trainable(rec)]
+        if not mine and not keep_untrained:
+            continue  # nothing to train: never built
+        # The prompt is everything before the first output the Sample keeps (a realign
+        # may cut back into the root's prompt: then the prompt is what the last turn saw).
+        p = outs[0][1] if outs else length
+        tokens, spans = _tokens_and_spans(chain)
         r = len(tokens) - p
         mask = np.zeros(r, dtype=np.uint8)
         logprobs = np.zeros(r, dtype=np.float32)
         trained: list[str] = []
         versions: list[int] = []
         missing: list[str] = []
-        for rec, a, b in outs:
-            if rec.turn_id in assigned or not is_trainable(rec):
-                continue
+        for rec, a, b in mine:
             assigned.add(rec.turn_id)
             trained.append(rec.turn_id)
             mask[a - p : b - p] = 1
@@ -164,8 +183,6 @@ def linearize(
                 missing.append(rec.turn_id)
             if rec.policy_version is not None:
                 versions.append(rec.policy_version)
-        if not trained and not keep_untrained:
-            continue
         chain_versions = [v.policy_version for v in chain if v.policy_version is not None]
         meta: dict[str, Any] = dict(info.metadata)
         meta.update(

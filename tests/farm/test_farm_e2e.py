@@ -104,7 +104,7 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
     assert env["ok"] and env["task_ids"] == ["pypi__inflection-1"] and len(env["setup"]["steps"]) == 3
     for row in rows:
         report = json.loads(row["grading"])
-        assert report["setup"] == env["setup"]
+        assert report["setup"] == env["setup"] and json.loads(row["sandbox_policy"])["env_key"] == env["key"]
         assert report["pass_to_pass"]["test_inflection.py::test_titleize[active_record-Active Record]"] == "PASSED"
     assert all(r["diff"].startswith("diff --git") for r in rows)
     # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)

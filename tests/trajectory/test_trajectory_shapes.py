@@ -248,3 +248,65 @@ def test_tree_accessors_pickle_and_dict_roundtrip():
         assert d.parent_id == a.turn_id
     assert isinstance(t.sequence_ids(a.turn_id), np.ndarray) and t.sequence_ids(a.turn_id).dtype == np.int32
     assert t.prompt_ids(b.turn_id).tolist() == [1, 2, 101, 99, 102, 103, 5]
+
+
+# ---- realign into the root's prompt; logprobs by value ------------------------------
+def test_realign_inside_the_roots_prompt_keeps_the_mask_in_the_response():
+    """The re-rendered prompt diverges at offset 1 of a 20-token root prompt: the Sample
+    is exactly what the realigned turn saw, its prompt everything before the first kept
+    output (no negative mask index), and the root's output trains in its own chain."""
+    t = TurnTree("s", max_realign_tokens=64)
+    root_prompt = list(range(1, 21))
+    a = t.mount(prompt_ids=root_prompt, output_ids=[101, 102], output_logprobs=lp(2, -1.0), finish_reason="stop",
+                messages=[{"role": "user", "content": "fix it"}], response={"role": "assistant", "content": "x"})  # fmt: skip
+    hist = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "x"},
+            {"role": "user", "content": "go on"}]  # fmt: skip
+    seen = [1, 99, 19, 20, 101, 102, 7]  # the system prompt re-rendered short; re-synced at a's tail
+    b = t.mount(prompt_ids=seen, output_ids=[104, 105], output_logprobs=lp(2, -2.0), finish_reason="stop", messages=hist)
+    assert b.parent_id == a.turn_id and b.prompt_offset == 1 and TurnFlag.DRIFT_REALIGNED in b.flags
+    s_a, s_b = lin(t)
+    assert s_a.tokens.tolist() == root_prompt + [101, 102] and s_a.prompt_length == 20 and trained(s_a) == [101, 102]
+    assert s_b.tokens.tolist() == seen + [104, 105]
+    assert s_b.prompt_length == len(seen) and mask_of(s_b) == [1, 1] and trained(s_b) == [104, 105]
+    assert s_b.rollout_logprobs.tolist() == pytest.approx(lp(2, -2.0))
+
+
+def _check_logprobs_by_value(t: TurnTree, samples) -> int:
+    """Every trained token is the engine's output token with the engine's logprob for it,
+    at the same position: a shift by one anywhere fails."""
+    checked = 0
+    for s in samples:
+        resp, mask, lps = s.response_tokens, s.loss_mask, s.rollout_logprobs
+        runs = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+        spans = list(zip(runs[::2], runs[1::2]))
+        assert len(spans) == len(s.metadata["trained_turn_ids"])
+        for (lo, hi), tid in zip(spans, s.metadata["trained_turn_ids"]):
+            rec = t.get(tid)
+            assert resp[lo:hi].tolist() == rec.output_ids.tolist()
+            assert lps[lo:hi].tolist() == pytest.approx(rec.output_logprobs.tolist())
+            checked += hi - lo
+        assert not lps[mask == 0].any()
+    return checked
+
+
+def test_logprobs_follow_their_tokens_through_every_shape():
+    """Append, realign, a retry sibling and parallel tool results (one turn whose delta
+    holds several results): each trained token keeps its own logprob."""
+    t = TurnTree("s", max_realign_tokens=64)
+    a = t.mount(prompt_ids=[1, 2, 3], output_ids=[101, 102, 103], output_logprobs=lp(3, -1.0), finish_reason="stop",
+                messages=[{"role": "user", "content": "u"}], response={"role": "assistant", "content": "a"})  # fmt: skip
+    results = [{"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"}]  # parallel calls' results
+    b = add(t, a.turn_id, [5, 6, 7, 8], [111, 112], output_logprobs=lp(2, -2.0), messages=results,
+            response={"role": "assistant", "content": "b"})  # fmt: skip
+    add(t, a.turn_id, [5, 6, 7, 9], [121], output_logprobs=lp(1, -3.0), messages=results,
+        response={"role": "assistant", "content": "b2"})  # a retry of b  # fmt: skip
+    c = add(t, b.turn_id, [10], [131, 132, 133], output_logprobs=lp(3, -4.0),
+            messages=[{"role": "tool", "content": "r3"}], response={"role": "assistant", "content": "c"})  # fmt: skip
+    hist = t.history(c.turn_id) + [{"role": "user", "content": "more"}]
+    seq = t.sequence_ids(c.turn_id).tolist()
+    seen = seq[:-2] + [77] + seq[-2:] + [11]  # a token inserted into the echo of c's output
+    d = t.mount(prompt_ids=seen, output_ids=[141, 142], output_logprobs=lp(2, -5.0), finish_reason="stop",
+                messages=hist)  # fmt: skip
+    assert TurnFlag.DRIFT_REALIGNED in d.flags
+    samples = lin(t)
+    assert _check_logprobs_by_value(t, samples) == 3 + 2 + 1 + 3 + 2  # every output trained once

@@ -91,9 +91,15 @@ class Recorder:
     """Appends finished responses in the replay format (one flushed line each)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Opens the file at once (its directory made if missing): a path that cannot be
+        written fails the worker's start with this message, not every rollout later."""
         self.path = str(path)
-        self._fh: TextIO | None = None
         self._lock = threading.Lock()
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._fh: TextIO | None = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"engine.scripted.record_path {self.path!r} cannot be opened for appending: {exc}") from None
 
     def write(self, request: PolicyRequest, output_ids: list[int], text: str, finish_reason: dict[str, Any]) -> None:
         entry = {
