@@ -68,7 +68,7 @@ def _rollouts_summary(out: Path) -> dict[str, Any]:
 
 
 def _load_tokenizer(out: Path, spec: str | None) -> Any:
-    from farm.engine.tokenizer import load_tokenizer
+    from farm.model.tokenizer import load_tokenizer
 
     cache_dir = None
     if spec is None:

@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
-from farm.gateway.config import EngineClientConfig
+from farm.engine.config import EngineClientConfig
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
 

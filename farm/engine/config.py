@@ -17,6 +17,28 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+
+class EngineClientConfig(BaseModel):
+    """The SGLang ``/generate`` client (``farm.engine.client.EngineClient``); set as
+    ``gateway.engine_client`` (the gateway owns the client it calls through)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="TCP connect to the engine")
+    request_timeout_s: float = Field(
+        default=1800.0, gt=0, description="one /generate call end to end (a hung engine fails after this)"
+    )
+    retries: int = Field(default=3, ge=0, description="extra attempts on connection errors / 5xx / dropped replies")
+    backoff_s: float = Field(default=0.5, ge=0, description="first retry delay (doubles, jittered)")
+    backoff_max_s: float = Field(default=8.0, ge=0, description="largest retry delay")
+    pool_size: int = Field(default=2048, ge=1, description="max pooled connections to the engine")
+    abort_request: bool = Field(
+        default=True,
+        description="also POST /abort_request {rid} on abort (workers honour it; the router answers 404, ignored)",
+    )
+    abort_timeout_s: float = Field(default=2.0, gt=0, description="the /abort_request call")
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

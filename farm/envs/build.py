@@ -21,7 +21,7 @@ from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.views import SnapshotView
 from farm.tasks.model import Task
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import TaskError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.shell import CommandReport, git_env
-from farm.tasks.workspace import SetupReport, commit_script
+from farm.workspace.shell import CommandReport, git_env
+from farm.workspace.prepare import SetupReport, commit_script
 
 log = logging.getLogger(__name__)
 

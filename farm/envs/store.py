@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from farm.sandboxes.views import mounts_under
 from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.repos import FileLock
-from farm.tasks.workspace import SetupReport
+from farm.workspace.prepare import SetupReport
 
 
 class EnvRecord(BaseModel):

@@ -1,7 +1,6 @@
 """farm.gateway: the Anthropic / Responses / Chat endpoints the coding-agent CLIs talk to.
 
-Public API (import from the modules; this package imports nothing on its own so the
-light modules, e.g. ``toolcalls`` used by the scripted worker, stay light):
+Public API (import from the modules; this package imports nothing on its own):
 
 - ``farm.gateway.gateway.Gateway`` -- ``Gateway(config, tokenizer, engine, tool_format,
   model_name=)`` / ``Gateway.from_config(farm_cfg, engine)``; ``await start() -> base_url``,
@@ -9,7 +8,8 @@ light modules, e.g. ``toolcalls`` used by the scripted worker, stay light):
   -> SessionHandle(session_id, secret)``, ``await close_session(session_id) -> TurnTree``,
   ``stats(session_id) -> SessionStats``, ``await stop()``; an async context manager.
 - ``farm.gateway.config.GatewayConfig`` (section ``gateway`` of ``FarmConfig``).
-- ``farm.gateway.toolcalls`` -- ``get_format(name)``, ``ToolCall``, ``ParsedOutput``.
 - ``farm.engine.client.EngineClient`` -- the SGLang ``/generate`` client the gateway uses.
-- ``farm.engine.tokenizer.load_tokenizer(spec, cache_dir)`` -- ``engine.tokenizer`` -> HF tokenizer.
+- Below both the gateway and the engine (``farm.model``): ``farm.model.toolcalls``
+  (``get_format(name)``, ``ToolCall``, ``ParsedOutput``) and
+  ``farm.model.tokenizer.load_tokenizer(spec, cache_dir)`` (``engine.tokenizer`` -> HF tokenizer).
 """

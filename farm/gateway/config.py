@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.engine.config import EngineClientConfig
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -30,24 +32,6 @@ class SamplingConfig(_Section):
     stop_token_ids: list[int] = Field(
         default_factory=list, description="extra stop token ids (SGLang already stops at the model's EOS ids)"
     )
-
-
-class EngineClientConfig(_Section):
-    """The SGLang ``/generate`` client (``farm.engine.client.EngineClient``)."""
-
-    connect_timeout_s: float = Field(default=10.0, gt=0, description="TCP connect to the engine")
-    request_timeout_s: float = Field(
-        default=1800.0, gt=0, description="one /generate call end to end (a hung engine fails after this)"
-    )
-    retries: int = Field(default=3, ge=0, description="extra attempts on connection errors / 5xx / dropped replies")
-    backoff_s: float = Field(default=0.5, ge=0, description="first retry delay (doubles, jittered)")
-    backoff_max_s: float = Field(default=8.0, ge=0, description="largest retry delay")
-    pool_size: int = Field(default=2048, ge=1, description="max pooled connections to the engine")
-    abort_request: bool = Field(
-        default=True,
-        description="also POST /abort_request {rid} on abort (workers honour it; the router answers 404, ignored)",
-    )
-    abort_timeout_s: float = Field(default=2.0, gt=0, description="the /abort_request call")
 
 
 class GatewayConfig(_Section):

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from farm.engine.client import EngineClient
-from farm.engine.tokenizer import load_tokenizer
+from farm.model.tokenizer import load_tokenizer
 from farm.errors import GatewayError
 from farm.gateway.app import GatewayApp
 from farm.gateway.config import GatewayConfig
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
 from farm.gateway.sessions import SessionHandle, SessionStats, SessionTable
-from farm.gateway.toolcalls import ToolCallFormat, get_format
+from farm.model.toolcalls import ToolCallFormat, get_format
 from farm.trajectory.tree import TurnTree
 
 if TYPE_CHECKING:

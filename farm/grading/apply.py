@@ -16,7 +16,7 @@ from farm.errors import GradingError
 from farm.grading.report import PatchReport, PatchStrategy
 from farm.sandboxes.base import Sandbox
 from farm.tasks.patches import is_empty, touched_paths
-from farm.tasks.shell import CommandReport, git_script, tail
+from farm.workspace.shell import CommandReport, git_script, tail
 
 _STRATEGIES: tuple[tuple[PatchStrategy, str], ...] = (
     ("git_apply", "git apply --whitespace=nowarn {p}"),

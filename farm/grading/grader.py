@@ -36,12 +36,12 @@ from farm.grading.parsers import PASSING, TestStatus, get_parser, status_of
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
-from farm.tasks.capture import CapturedDiff
+from farm.workspace.capture import CapturedDiff
 from farm.tasks.model import Task
 from farm.tasks.patches import touched_paths
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.shell import CommandReport, git_script, run_command, run_step
-from farm.tasks.workspace import Workspace, prepare_workspace
+from farm.workspace.shell import CommandReport, git_script, run_command, run_step
+from farm.workspace.prepare import Workspace, prepare_workspace
 
 SandboxMaker = Callable[[], Awaitable[Sandbox]]
 _MAX_REPORT_BYTES = 64 << 20

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.grading.parsers import TestStatus
 from farm.status import Outcome, RolloutStatus
-from farm.tasks.shell import CommandReport
-from farm.tasks.workspace import SetupReport
+from farm.workspace.shell import CommandReport
+from farm.workspace.prepare import SetupReport
 
 PatchStrategy = Literal["empty", "git_apply", "git_apply_3way", "patch_fuzz"]
 MISSING = "MISSING"  # a listed test that the run did not report (counts as failing)

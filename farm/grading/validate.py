@@ -17,11 +17,11 @@ from farm.errors import FarmError
 from farm.grading.grader import grade, grading_spec
 from farm.grading.report import GradingReport
 from farm.sandboxes.base import Sandbox, SandboxSpec
-from farm.tasks.capture import capture_diff
+from farm.workspace.capture import capture_diff
 from farm.tasks.model import Task
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.shell import run_step
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.shell import run_step
+from farm.workspace.prepare import prepare_workspace
 
 
 class TaskValidation(BaseModel):

@@ -11,17 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from farm.errors import SandboxError, SandboxTimeout
-from farm.harnesses.base import HarnessResult, LaunchPlan, diff_excludes
+from farm.harnesses.plan import HarnessHooks, HarnessResult, LaunchPlan, diff_excludes
 from farm.harnesses.events import last_line, parse_json_lines, tail
 from farm.harnesses.probe import probe_gateway
 from farm.sandboxes.base import BackgroundProcess, Sandbox
 from farm.status import RolloutStatus
 
-if TYPE_CHECKING:
-    from farm.harnesses.base import Harness
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +35,7 @@ class _Ended:
         self.exit_code, self.timed_out, self.stuck = exit_code, timed_out, stuck
 
 
-async def run_plan(harness: Harness, sandbox: Sandbox, plan: LaunchPlan) -> HarnessResult:
+async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> HarnessResult:
     cfg = harness.config
     t0 = time.monotonic()
     unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
@@ -71,7 +68,7 @@ async def run_plan(harness: Harness, sandbox: Sandbox, plan: LaunchPlan) -> Harn
     )
 
 
-async def _supervise(harness: Harness, sandbox: Sandbox, plan: LaunchPlan, proc: BackgroundProcess) -> _Ended:
+async def _supervise(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, proc: BackgroundProcess) -> _Ended:
     waiter = asyncio.ensure_future(proc.wait(timeout=plan.budget_s))
     tasks: set[asyncio.Future] = {waiter}
     watcher = None
@@ -94,7 +91,7 @@ async def _supervise(harness: Harness, sandbox: Sandbox, plan: LaunchPlan, proc:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _watch(harness: Harness, sandbox: Sandbox, plan: LaunchPlan) -> str:
+async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> str:
     """Returns (only) when the run should be stopped: why."""
     cfg = harness.config
     failed = 0
@@ -129,7 +126,7 @@ async def _read_text(sandbox: Sandbox, path: str) -> str:
 
 
 def _classify(
-    harness: Harness, plan: LaunchPlan, ended: _Ended, events: list[dict], stderr: str
+    harness: HarnessHooks, plan: LaunchPlan, ended: _Ended, events: list[dict], stderr: str
 ) -> tuple[RolloutStatus, str]:
     S = RolloutStatus
     if ended.stuck is not None:
@@ -149,7 +146,7 @@ def _classify(
     return S.AGENT_ERROR, f"{harness.name} {how}: {detail}"
 
 
-def _result(harness: Harness, plan: LaunchPlan, t0: float, status: RolloutStatus, reason: str) -> HarnessResult:
+def _result(harness: HarnessHooks, plan: LaunchPlan, t0: float, status: RolloutStatus, reason: str) -> HarnessResult:
     return HarnessResult(
         harness=harness.name,
         status=status,

@@ -60,7 +60,7 @@ class FarmParts:
 
     async def start(self) -> str:
         from farm.engine.client import EngineClient
-        from farm.engine.tokenizer import load_tokenizer
+        from farm.model.tokenizer import load_tokenizer
         from farm.envs.provider import provider_for
         from farm.gateway.gateway import Gateway
         from farm.harnesses import make_harness
@@ -121,7 +121,7 @@ class FarmParts:
         return sb
 
     async def prepare(self, sandbox: Sandbox, spec: RolloutSpec) -> Any:
-        from farm.tasks.workspace import prepare_workspace
+        from farm.workspace.prepare import prepare_workspace
 
         return await prepare_workspace(sandbox, spec.task, self.runtime)
 
@@ -216,7 +216,7 @@ class FarmParts:
         return {"PATH": f"{prefix}:{base}"}
 
     async def capture(self, sandbox: Sandbox, spec: RolloutSpec, workspace: Any) -> str:
-        from farm.tasks.capture import capture_diff
+        from farm.workspace.capture import capture_diff
 
         excludes = self._excludes.pop(spec.rollout_id, [])
         captured = await capture_diff(

@@ -38,6 +38,7 @@ from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
 from farm.sandboxes.hostview import user_files
 from farm.sandboxes.local_files import LocalFiles
+from farm.sandboxes.local_net import LocalNetwork
 from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
     LABELS_FILE,
     MARKER_ENV,
@@ -62,7 +63,7 @@ def _describe(cmd: str | list[str]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-class LocalSandbox(LocalFiles, ClosingContext):
+class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
     """A sandbox on this machine. Build with ``await LocalSandbox.create(cfg, spec)``."""
 
     def __init__(
@@ -227,41 +228,6 @@ class LocalSandbox(LocalFiles, ClosingContext):
         binds = [sys.prefix, sys.base_prefix, *self._spec.ro_binds]
         binds += [os.path.expanduser(p) for p in self._cfg.ro_binds]
         return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
-
-    # --- network -------------------------------------------------------------
-    def _net_isolated(self) -> bool:
-        if self._cfg.network == "host":
-            return False
-        return self._net_latched or self._cfg.setup_network == "isolated"
-
-    async def isolate_network(self) -> None:
-        """From now on every command has only its own loopback (plus forwarded ports)."""
-        self._check_open()
-        self._net_latched = True
-
-    async def forward_port(self, port: int) -> str | None:
-        """Relay 127.0.0.1:``port`` inside the sandbox to a unix socket; return its host path
-        (the caller listens there). None when the sandbox shares the host network."""
-        self._check_open()
-        if not self._isolated or self._cfg.network == "host":
-            return None
-        if self._socat is None:
-            self._socat = shutil.which("socat")
-            if self._socat is None:
-                raise SandboxError("socat not found: install the 'socat' package (apt-get install socat)")
-        if port not in self._forwards:
-            self._forwards.append(port)
-        return f"{self._sock_dir}/port-{port}.sock"
-
-    @property
-    def network_policy(self) -> dict[str, str]:
-        if not self._isolated or self._cfg.network == "host":
-            return {"setup": "host", "agent": "host", "forwarded_ports": ""}
-        return {
-            "setup": self._cfg.setup_network,
-            "agent": "isolated",
-            "forwarded_ports": ",".join(map(str, self._forwards)),
-        }
 
     # --- limits --------------------------------------------------------------
     @property

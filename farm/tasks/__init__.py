@@ -1,8 +1,8 @@
-"""Tasks: the task model, loaders, repository cache, workspace preparation, diff capture.
+"""Tasks as data: the task model, row formats and loaders, recipes, the repository cache,
+the interpreter a task runs with. Nothing here drives a sandbox (that is ``farm.workspace``).
 
 Public API: ``Task`` (model), ``load_tasks`` (loaders), ``TaskRuntime`` (runtime),
-``prepare_workspace`` / ``Workspace`` / ``SetupReport`` (workspace), ``capture_diff`` /
-``CapturedDiff`` (capture), ``ensure_demo_set`` (demo).
+``load_recipes`` / ``apply_recipe`` (recipes), ``ensure_demo_set`` (demo).
 """
 
 from farm.tasks.model import GitSource, ImageSource, Task, TarballSource, TaskTimeouts, WorkspaceSource

@@ -35,7 +35,16 @@ from pathlib import Path
 
 from farm.errors import TaskError
 from farm.tasks.model import GitSource
-from farm.tasks.shell import GIT_IDENTITY
+
+# farm's fixed git identity and dates: the same commits (ids) on every machine, host or sandbox.
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "farm",
+    "GIT_AUTHOR_EMAIL": "farm@localhost",
+    "GIT_COMMITTER_NAME": "farm",
+    "GIT_COMMITTER_EMAIL": "farm@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
 
 
 async def _run(argv: Sequence[str], *, cwd: str | Path | None = None, timeout: float, stdin: bytes | None = None) -> tuple[int, str]:

@@ -3,13 +3,10 @@ it is for logs, fixtures and non-Python consumers)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from farm.trajectory.drift import DriftStats
 from farm.trajectory.records import FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
-
-if TYPE_CHECKING:
-    from farm.trajectory.tree import TurnTree
 
 
 def record_to_dict(rec: TurnRecord) -> dict[str, Any]:
@@ -60,7 +57,7 @@ def record_from_dict(d: Mapping[str, Any]) -> TurnRecord:
     )
 
 
-def tree_to_dict(tree: TurnTree) -> dict[str, Any]:
+def tree_to_dict(tree: Any) -> dict[str, Any]:  # a TurnTree (tree.py imports this module)
     return {
         "session_id": tree.session_id,
         "max_realign_tokens": tree.max_realign_tokens,
@@ -69,7 +66,7 @@ def tree_to_dict(tree: TurnTree) -> dict[str, Any]:
     }
 
 
-def tree_from_dict(cls: type[TurnTree], data: Mapping[str, Any]) -> TurnTree:
+def tree_from_dict(cls: Any, data: Mapping[str, Any]) -> Any:  # cls: TurnTree; returns one
     return cls._restore(
         data["session_id"],
         int(data.get("max_realign_tokens", 256)),

@@ -27,6 +27,7 @@ import numpy as np
 from farm.errors import TrajectoryError
 from farm.trajectory.drift import DriftKind, DriftStats, classify
 from farm.trajectory.records import FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
+from farm.trajectory.serde import tree_from_dict, tree_to_dict
 
 _SEQ_CACHE = 4  # full sequences kept (the gateway asks for the latest parent's)
 _MAX_CANDIDATES = 8  # same-history turns (retries) token-checked per mount
@@ -341,14 +342,10 @@ class TurnTree:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (ids as lists). ``from_dict`` inverts it."""
-        from farm.trajectory.serde import tree_to_dict
-
         return tree_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TurnTree:
-        from farm.trajectory.serde import tree_from_dict
-
         return tree_from_dict(cls, data)
 
     @classmethod

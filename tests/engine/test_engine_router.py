@@ -14,7 +14,7 @@ from farm.engine.client import EngineClient, GenerateRequest
 from farm.engine.config import FaultConfig, LatencyConfig, RouterConfig
 from farm.engine.launchers import router_argv, start_router, start_scripted_worker
 from farm.errors import EngineRetryableError
-from farm.gateway.config import EngineClientConfig
+from farm.engine.config import EngineClientConfig
 
 pytestmark = pytest.mark.slow
 

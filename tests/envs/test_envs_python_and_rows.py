@@ -20,7 +20,7 @@ from farm.sandboxes.factory import create_sandbox
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import Task
 from farm.tasks.runtime import TaskRuntime, find_python
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 OTHER = "3.12" if not sys.version.startswith("3.12") else "3.11"
 

@@ -29,7 +29,7 @@ from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import Task
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 SETUP = [
     "echo ran >> setup-runs.log",

@@ -14,9 +14,10 @@ import aiohttp
 from farm.engine.client import EngineClient
 from farm.engine.config import FaultConfig, LatencyConfig
 from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
-from farm.gateway.config import EngineClientConfig, GatewayConfig
+from farm.engine.config import EngineClientConfig
+from farm.gateway.config import GatewayConfig
 from farm.gateway.gateway import Gateway
-from farm.gateway.toolcalls import ToolCall, get_format
+from farm.model.toolcalls import ToolCall, get_format
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 PATHS = {"anthropic": "/v1/messages?beta=true", "responses": "/v1/responses", "chat": "/v1/chat/completions"}

@@ -14,7 +14,7 @@ from farm.engine.client import EngineClient, GenerateRequest, backoff_delay, par
 from farm.engine.config import FaultConfig, LatencyConfig
 from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
-from farm.gateway.config import EngineClientConfig
+from farm.engine.config import EngineClientConfig
 
 FAST = EngineClientConfig(retries=2, backoff_s=0.0, request_timeout_s=10.0)
 

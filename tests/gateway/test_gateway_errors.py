@@ -10,7 +10,7 @@ import pytest
 from gateway_helpers import Conversation, check_stream, gateway_env, parse_sse, reply_text
 
 from farm.engine.config import FaultConfig, LatencyConfig
-from farm.gateway.config import EngineClientConfig
+from farm.engine.config import EngineClientConfig
 from farm.trajectory.records import TurnFlag
 
 PROTOCOLS = ["anthropic", "responses", "chat"]

@@ -8,11 +8,11 @@ import pytest
 from farm.grading import GradeStatus, grade, grading_spec, validate_tasks
 from farm.sandboxes.base import SandboxSpec
 from farm.status import RolloutStatus
-from farm.tasks.capture import capture_diff
+from farm.workspace.capture import capture_diff
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task, TaskTimeouts
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 
 @pytest.fixture
@@ -203,7 +203,7 @@ async def test_agent_work_captured_then_graded(demo, runtime, new_sandbox, grade
 
 
 async def test_r2e_style_expected_statuses_and_oversized_diffs(demo, grader) -> None:
-    from farm.tasks.capture import CapturedDiff
+    from farm.workspace.capture import CapturedDiff
 
     base = demo["demo-lrucache"]
     names = ["test_put_get", "test_evicts_oldest", "test_update_refreshes", "test_get_refreshes"]

@@ -28,11 +28,11 @@ from farm.sandboxes.config import DEFAULT_PATH, LocalSandboxConfig, SandboxConfi
 from farm.sandboxes.factory import open_sandbox
 from farm.sandboxes.local import sandbox_pids
 from farm.status import RolloutStatus
-from farm.tasks.capture import capture_diff
+from farm.workspace.capture import capture_diff
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks, resolve_tasks_path
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 from harness_testutil import free_port
 

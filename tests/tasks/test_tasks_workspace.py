@@ -11,11 +11,11 @@ import pytest
 
 from farm.errors import PatchApplyError, SetupCommandFailed, TaskError
 from farm.sandboxes.base import SandboxSpec
-from farm.tasks.capture import capture_diff
+from farm.workspace.capture import capture_diff
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import GitSource, Task, TarballSource, TaskTimeouts
 from farm.tasks.repos import RepoCache
-from farm.tasks.workspace import prepare_workspace
+from farm.workspace.prepare import prepare_workspace
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@
 one in process (tests). Policies: ``oracle``, ``noop``, ``replay``, ``scripted``.
 """
 
-from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest, make_policy
+from farm.engine.scripted.policies import make_policy
+from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest
 from farm.engine.scripted.replies import ScriptedPolicy
 from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
 from aiohttp import web
 
@@ -15,8 +15,14 @@ from farm.engine.scripted.generation import Completion, IncrementalText, final_t
 from farm.engine.scripted.protocol import GenerateRequest, finish_abort
 from farm.engine.scripted.state import Inflight
 
-if TYPE_CHECKING:
-    from farm.engine.scripted.server import ScriptedWorker
+
+class WorkerView(Protocol):
+    """What a job uses of its worker (``server.ScriptedWorker``, which imports this module)."""
+
+    stats: Any
+    weight_version: str
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...
 
 
 class Dropped(Exception):
@@ -30,7 +36,7 @@ class Disconnected(Exception):
 class Job:
     """One admitted request's outcome and how to serialize its (partial) state."""
 
-    def __init__(self, worker: ScriptedWorker, req: GenerateRequest, input_ids: list[int], rid: str,
+    def __init__(self, worker: WorkerView, req: GenerateRequest, input_ids: list[int], rid: str,
                  completion: Completion, logprobs: list[float], cached: int, t0: float) -> None:
         self.worker, self.req, self.input_ids, self.rid = worker, req, input_ids, rid
         self.completion, self.logprobs, self.cached, self.t0 = completion, logprobs, cached, t0

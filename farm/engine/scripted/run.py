@@ -8,9 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
-from farm.engine.scripted.policy import make_policy
+from farm.engine.scripted.policies import make_policy
 from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
-from farm.engine.tokenizer import load_tokenizer, resolve_tokenizer
+from farm.model.tokenizer import load_tokenizer, resolve_tokenizer
 
 
 def build_worker(

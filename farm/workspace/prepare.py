@@ -34,7 +34,7 @@ from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.tasks.shell import CommandReport, git_script, run_step
+from farm.workspace.shell import CommandReport, git_script, run_step
 
 SCRATCH = ".farm/tasks"  # under the sandbox root; never inside the workdir
 BASELINE_REF = "refs/farm/baseline"

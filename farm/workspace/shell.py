@@ -14,17 +14,10 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import SandboxTimeout
 from farm.sandboxes.base import ExecResult, Sandbox
+from farm.tasks.repos import GIT_IDENTITY  # noqa: F401 - re-exported: one identity for host and sandbox git
 
 # Fixed identity and dates: commits farm makes (task base, setup baseline) are
 # reproducible, so the same workspace gets the same commit ids in every sandbox.
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "farm",
-    "GIT_AUTHOR_EMAIL": "farm@localhost",
-    "GIT_COMMITTER_NAME": "farm",
-    "GIT_COMMITTER_EMAIL": "farm@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
 
 
 def tail(text: str, chars: int) -> str:

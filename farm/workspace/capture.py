@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.errors import PatchApplyError, SandboxTimeout
 from farm.sandboxes.base import Sandbox
-from farm.tasks.shell import git_script
-from farm.tasks.workspace import Workspace
+from farm.workspace.shell import git_script
+from farm.workspace.prepare import Workspace
 
 _DIFF_OPTS = "--binary --no-color --no-ext-diff --no-textconv --no-renames --src-prefix=a/ --dst-prefix=b/"
 
