@@ -18,7 +18,6 @@ failure instead of building again (``farm envs rm --failed`` forgets failures).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import uuid

@@ -29,7 +29,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 from farm.engine.client import EngineClient, GenerateRequest, GenerateResult
 from farm.errors import EngineError, EngineRejected, EngineTimeout, GatewayRequestError
