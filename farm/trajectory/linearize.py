@@ -207,5 +207,5 @@ def linearize(
         )  # fmt: skip
     reward = info.reward
     if reward is not None and reward_policy == "split" and rows:
-        reward = reward
+        reward = reward / len(rows)
     return [Sample(**row, reward=reward) for row in rows]

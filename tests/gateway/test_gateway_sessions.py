@@ -288,3 +288,49 @@ async def test_turns_carry_the_engine_weight_version(hf_tokenizer):
         await _turn(env, conv, h.secret, "pv", "still after")
         tree = await env.gw.close_session("pv")
     assert [t.policy_version for t in tree.turns] == [1, 7, 7]
+
+
+async def test_an_assistant_message_among_the_new_ones_is_rendered_in_full(hf_tokenizer):
+    """A request that extends the lane but carries an assistant message the model never
+    wrote (a note the CLI inserted) is not an append: its tokens are the template's, so it
+    is rendered in full and mounted (counted), never spliced in as a delta."""
+    conv = Conversation("chat")
+    async with gateway_env(hf_tokenizer) as env:
+        h = env.gw.open_session("d")
+        r1 = await _turn(env, conv, h.secret, "d", reply_text("", [("bash", {"command": "ls"})]))
+        conv.echo(r1, ["a.py"])
+        conv.body["messages"] += [{"role": "assistant", "content": "(a note the CLI inserted)"},
+                                  {"role": "user", "content": "go on"}]  # fmt: skip
+        await _turn(env, conv, h.secret, "d", "ok")
+        stats = env.gw.stats("d")
+        tree = env.gw.tree("d")
+    assert stats.fallback_reasons == {"assistant_in_delta": 1} and stats.appended == 0
+    assert TurnFlag.FULL_RENDER in tree.turns[-1].flags
+
+
+
+def test_a_retry_of_a_realigned_turn_is_rendered_again(hf_tokenizer):
+    """A re-sent request whose turn was realigned (mounted inside its parent's sequence) is
+    not spliced as parent sequence + delta: that is not the prompt the turn saw. It is
+    rendered in full again (counted as retry_of_realigned_turn)."""
+    from farm.gateway.canonical import tools_digest
+    from farm.gateway.history import plan_turn
+    from farm.gateway.render import PromptRenderer
+    from farm.gateway.sessions import Lane, Session
+    from farm.trajectory import TurnTree
+
+    tree = TurnTree("s")
+    h0 = [{"role": "user", "content": "fix it"}]
+    a = tree.mount(prompt_ids=[1, 2], output_ids=[101, 102, 103], output_logprobs=[-0.1] * 3, finish_reason="stop",
+                   messages=h0, response={"role": "assistant", "content": "looking"})  # fmt: skip
+    hist = h0 + [{"role": "assistant", "content": "looking"}, {"role": "user", "content": "go on"}]
+    b = tree.mount(prompt_ids=[1, 2, 101, 99, 102, 103, 5], output_ids=[104], output_logprobs=[-0.2],
+                   finish_reason="stop", messages=hist)  # fmt: skip
+    assert TurnFlag.DRIFT_REALIGNED in b.flags and b.parent_id == a.turn_id
+    session = Session(session_id="s", secret="k", model_name="m", max_turns=9, max_context_tokens=4096,
+                      policy_version=None, tree=tree)  # fmt: skip
+    lane = Lane(turn_id=b.turn_id, request=hist, response={"role": "assistant", "content": "done"},
+                tools_digest=tools_digest([]), generated_end="", sequence_length=b.sequence_length)  # fmt: skip
+    session.add_lane(lane, replaces=None, keep=4)
+    plan = plan_turn(session, hist, [], PromptRenderer(hf_tokenizer), max_candidates=4)
+    assert plan.mode == "full" and plan.fallback_reason == "retry_of_realigned_turn"

@@ -121,3 +121,15 @@ def test_template_that_needs_history_is_rendered_in_full(tokenizer_dir):
     r = PromptRenderer(tok)
     assert r.tail == "<|im_end|>\n" and not r.incremental
     assert r.delta_ids({"role": "assistant", "content": "x"}, [{"role": "user", "content": "y"}]) is None
+
+
+def test_a_reply_the_template_rewrites_later_is_not_rendered_incrementally(hf_tokenizer):
+    """The Qwen3-style template drops a think block written in an earlier reply's content
+    once a later user turn follows: the render of the history no longer starts with the
+    render the delta would extend, so there is no incremental delta (a full render)."""
+    r = PromptRenderer(hf_tokenizer)
+    assert r.incremental
+    plain = {"role": "assistant", "content": "x"}
+    assert r.delta_text(plain, [{"role": "user", "content": "y"}]) is not None
+    thinking = {"role": "assistant", "content": "<think>\nt\n</think>\n\nx"}
+    assert r.delta_text(thinking, [{"role": "user", "content": "y"}]) is None

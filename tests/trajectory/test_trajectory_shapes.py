@@ -310,3 +310,31 @@ def test_logprobs_follow_their_tokens_through_every_shape():
     assert TurnFlag.DRIFT_REALIGNED in d.flags
     samples = lin(t)
     assert _check_logprobs_by_value(t, samples) == 3 + 2 + 1 + 3 + 2  # every output trained once
+
+
+def test_classify_is_clean_only_for_the_whole_parent_sequence():
+    from farm.trajectory.drift import DriftKind, classify
+
+    parent = np.array([1, 2, 3, 4], dtype=np.int32)
+    assert classify(parent, np.array([1, 2, 3, 4, 9]), 8).kind is DriftKind.CLEAN
+    near = classify(parent, np.array([1, 2, 3, 7, 4, 9]), 8)  # diverges at the parent's last token
+    assert near.kind is DriftKind.REALIGN and near.offset == 3 and near.dropped == 1
+
+
+def test_a_second_realign_drops_the_drift_spans_it_cuts():
+    """b realigns onto a (a drift span), then c realigns onto b at an offset before that
+    span: c's Sample keeps only its own span."""
+    t = TurnTree("s", max_realign_tokens=64)
+    a, hist = _conv(t)
+    seen_b = [1, 2, 101, 99, 102, 103, 5]
+    b = t.mount(prompt_ids=seen_b, output_ids=[104], output_logprobs=lp(1), finish_reason="stop", messages=hist,
+                response={"role": "assistant", "content": "b"})  # fmt: skip
+    assert b.prompt_offset == 3 and b.mask_spans == ((0, 3),)
+    hist_c = hist + [{"role": "assistant", "content": "b"}, {"role": "user", "content": "more"}]
+    seq_b = t.sequence_ids(b.turn_id).tolist()
+    seen_c = seq_b[:2] + [88] + seq_b[2:] + [6]  # diverges at 2, before b's span [3, 6)
+    c = t.mount(prompt_ids=seen_c, output_ids=[107], output_logprobs=lp(1), finish_reason="stop", messages=hist_c)
+    assert c.parent_id == b.turn_id and c.prompt_offset == 2 and TurnFlag.DRIFT_REALIGNED in c.flags
+    s_c = lin(t)[-1]
+    assert s_c.tokens.tolist() == seen_c + [107]
+    assert s_c.metadata["drift_spans"] == [[2 + lo, 2 + hi] for lo, hi in c.mask_spans]
