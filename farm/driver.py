@@ -302,6 +302,17 @@ def _run_owned(
     return summary
 
 
+def _fidelity(out_dir: Path) -> dict[str, Any] | None:
+    """The output's token-fidelity totals (never fails the run's end)."""
+    from farm.trajectory.fidelity import fidelity_report
+
+    try:
+        return fidelity_report(out_dir)[0]
+    except Exception as exc:  # noqa: BLE001 - a summary field, not worth a failed run
+        log.warning("token fidelity totals not computed: %s", exc)
+        return None
+
+
 def _finish(
     cfg: FarmConfig, console: Console, farm: Farm, dispatcher: Dispatcher | None, planned: int, skipped: int,
     t0: float, started_at: float, out_dir: Path, started_ray: bool, recovery: list[str],
@@ -322,6 +333,7 @@ def _finish(
             interrupted=bool(dispatcher and dispatcher.interrupted),
         ).model_copy(update={"recovery": recovery})
         summary = with_history(summary, out_dir, started_at=started_at, group_size=cfg.rollout.n_samples)
+        summary = summary.model_copy(update={"fidelity": _fidelity(out_dir)})
         write_summary(summary, out_dir)
         console.print(summary_table(summary))
         if started_ray:

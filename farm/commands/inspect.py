@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer spec (default: engine.tokenizer of the run)")
     parser.add_argument("--max-chars", type=int, default=6000, help="truncate the decoded text (0 = no limit)")
     parser.add_argument("--no-sample", action="store_true", help="print the summary only")
+    parser.add_argument("--fidelity", action="store_true",
+                        help="token fidelity: each Sample's context vs a fresh chat-template render, worst first")
+    parser.add_argument("--top", type=int, default=20, help="with --fidelity: Samples listed")
 
 
 def trained_spans(loss_mask: np.ndarray) -> list[tuple[int, int, bool]]:
@@ -67,6 +70,30 @@ def _rollouts_summary(out: Path) -> dict[str, Any]:
     }
 
 
+def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
+    from farm.trajectory.fidelity import fidelity_report
+
+    totals, rows = fidelity_report(out)
+    console.print("[bold]token fidelity[/bold] (context the engine saw vs a fresh chat-template render)")
+    console.print_json(json.dumps(totals))
+    if not rows:
+        console.print("no Sample carries a fidelity record (gateway.fidelity: off, or an older run)")
+        return 0
+    for r in rows[: args.top]:
+        console.print(f"  {r['rollout_id']} chain={r['chain_index']} ({r['chain_kind']}): "
+                      f"{r['differing_tokens']}/{r['seen_tokens']} tokens differ: model_output={r['model_output']} "
+                      f"tool_result={r['tool_result']} template={r['template']}")  # fmt: skip
+    worst = rows[0]
+    if worst["differing_tokens"] and worst.get("runs"):
+        tok = _load_tokenizer(out, args.tokenizer)
+        console.print(f"[bold]worst Sample[/bold] {worst['rollout_id']} chain={worst['chain_index']}: first differences")
+        for run in worst["runs"]:
+            console.print(f"  at token {run['at']} ({run['kind']}):", highlight=False)
+            console.print(f"    engine saw: {tok.decode(run['seen'], skip_special_tokens=False)!r}", markup=False)
+            console.print(f"    re-render : {tok.decode(run['fresh'], skip_special_tokens=False)!r}", markup=False)
+    return 0
+
+
 def _load_tokenizer(out: Path, spec: str | None) -> Any:
     from farm.model.tokenizer import load_tokenizer
 
@@ -98,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     summary_path = out / "summary.json"
     if summary_path.exists():
         console.print_json(summary_path.read_text())
+    if args.fidelity:
+        return _print_fidelity(out, args, console)
     table = _rollouts_summary(out)
     console.print("[bold]rollouts table[/bold]")
     console.print_json(json.dumps(table))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,11 @@ class GatewayConfig(_Section):
     )
     keepalive_s: float = Field(default=10.0, gt=0, description="SSE keepalive comment interval while generating")
     close_timeout_s: float = Field(default=10.0, gt=0, description="close_session waits this long for aborts")
+    fidelity: Literal["off", "ends", "all"] = Field(
+        default="ends",
+        description="at session close, compare prompts with a fresh chat-template render (farm.gateway.fidelity): "
+        "'ends' = each Sample's context (one full render per Sample), 'all' = every turn, 'off'",
+    )
     side_request_markers: list[str] = Field(
         default_factory=lambda: [
             "Generate a concise, sentence-case title",  # Claude Code title request

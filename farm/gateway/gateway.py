@@ -15,6 +15,7 @@ The gateway does not own the engine client (close it yourself).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -22,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from farm.engine.client import EngineClient
-from farm.model.tokenizer import load_tokenizer
 from farm.errors import GatewayError
 from farm.gateway.app import GatewayApp
 from farm.gateway.config import GatewayConfig
+from farm.gateway.fidelity import measure_session
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
 from farm.gateway.sessions import SessionHandle, SessionStats, SessionTable
+from farm.model.tokenizer import load_tokenizer
 from farm.model.toolcalls import ToolCallFormat, get_format
 from farm.trajectory.tree import TurnTree
 
@@ -150,6 +152,12 @@ class Gateway:
         await self._stop_socket(session_id)
         session = await self.sessions.close(session_id, timeout_s=self.config.close_timeout_s)
         self.sessions.forget(session_id)
+        if self.config.fidelity != "off":
+            args = (session.tree, self.renderer, session.tools_by_digest, self.config.fidelity)
+            if self.renderer.thread_safe:  # a full render per Sample: off the event loop
+                await asyncio.to_thread(measure_session, *args)
+            else:
+                measure_session(*args)
         self._closed_stats[session_id] = session.stats
         while len(self._closed_stats) > _KEEP_CLOSED_STATS:
             self._closed_stats.popitem(last=False)

@@ -120,6 +120,7 @@ class TurnService:
             session.seen_tools = session.seen_tools or bool(req.tools)
             plan = plan_turn(session, req.messages, req.tools, self.renderer,
                              max_candidates=self.config.max_match_candidates)  # fmt: skip
+            session.tools_by_digest.setdefault(plan.tools_digest, list(req.tools))
         pending = PendingTurn(session, req, plan, side, call_id_prefix=call_id_prefix)
         pending.timings["plan_ms"] = (time.perf_counter() - t0) * 1e3
         if not plan.needs_render:

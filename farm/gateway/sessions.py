@@ -85,6 +85,7 @@ class Session:
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
     closed: bool = False
     seen_tools: bool = False  # a main request carried tools (then tool-less requests are side requests)
+    tools_by_digest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # for farm.gateway.fidelity
     memos: dict[str, TranslationMemo] = field(default_factory=dict)
     bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
     last_activity: float = field(default_factory=time.monotonic)  # opened, or a request began / ended

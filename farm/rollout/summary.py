@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,6 +73,10 @@ class RunSummary(BaseModel):
     interrupted: bool = False
     recovery: list[str] = Field(
         default_factory=list, description="what opening the output directory repaired (farm.trajectory.recovery)"
+    )
+    fidelity: dict[str, Any] | None = Field(
+        default=None, description="token fidelity of the output's Samples (farm.trajectory.fidelity): context "
+        "tokens, tokens differing from a fresh chat-template render, by kind",
     )
     cumulative: CumulativeSummary | None = Field(
         default=None, description="the whole output directory, across every invocation (from the rollouts table)"
@@ -235,6 +240,11 @@ def summary_table(summary: RunSummary):
         hacks = {k: n for k, n in c.grading_flags.items() if k.startswith(("runtime:", "static:", "judge:"))}
         if hacks:
             rows.append(("  reward-hack flags", ", ".join(f"{k}={n}" for k, n in hacks.items())))
+    f = summary.fidelity
+    if f and f.get("samples_measured"):
+        rows.append(("token fidelity (vs a fresh render)",
+                     f"{f['differing_tokens']}/{f['context_tokens']} tokens differ ({f['differing_pct']}%) in "
+                     f"{f['samples_with_differences']}/{f['samples_measured']} Samples"))  # fmt: skip
     for k, v in rows:
         table.add_row(k, v)
     return table

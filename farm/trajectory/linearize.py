@@ -90,7 +90,7 @@ def chain_ends(tree: TurnTree) -> list[TurnRecord]:
     return out
 
 
-def _layout(chain: list[TurnRecord]) -> tuple[list[tuple[TurnRecord, int, int]], int]:
+def chain_layout(chain: list[TurnRecord]) -> tuple[list[tuple[TurnRecord, int, int]], int]:
     """Where each output that survives in the chain's Sample sits ([(turn, start, end)],
     in order), and the Sample's length: from lengths alone, no token is copied (so a
     chain that will not be emitted costs O(turns), not O(tokens))."""
@@ -159,7 +159,7 @@ def linearize(
         chain = tree.chain(end.turn_id)
         is_main = not main_found and main is not None and any(r is main for r in chain)
         main_found = main_found or is_main
-        outs, length = _layout(chain)
+        outs, length = chain_layout(chain)
         mine = [(rec, a, b) for rec, a, b in outs if rec.turn_id not in assigned and is_trainable(rec)]
         if not mine and not keep_untrained:
             continue  # nothing to train: never built
@@ -195,6 +195,8 @@ def linearize(
         )
         if missing:
             meta["missing_logprobs_turns"] = missing
+        if "fidelity" in end.meta:  # this Sample's context vs a fresh render (farm.gateway.fidelity)
+            meta["fidelity"] = end.meta["fidelity"]
         rows.append(
             dict(
                 run_id=info.run_id, task_id=info.task_id, rollout_id=info.rollout_id, group_id=info.group_id,

@@ -96,8 +96,11 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
     cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, swe_row)
     summary = run_farm(cfg, console=Console(quiet=True))
     assert summary.by_status == {"completed": 2}, summary
-    rows, _ = check_output(tmp_path, expect_resolved=True)
+    rows, samples = check_output(tmp_path, expect_resolved=True)
     assert len(rows) == 2 and summary.resolved == 2
+    # every Sample's context was compared with a fresh chat-template render (farm.gateway.fidelity)
+    assert summary.fidelity["samples_measured"] == len(samples) and all("fidelity" in s.metadata for s in samples)
+    print(f"fidelity {harness}: {summary.fidelity}")
     # Setup ran once for the whole group: one environment was built, and every agent and
     # grading sandbox worked from it (the setup report each grading used is the build's).
     (env,) = [json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json")]

@@ -35,3 +35,32 @@ async def test_inspect_decodes_trained_spans(tmp_path, tokenizer_dir, hf_tokeniz
     assert f"{OPEN}I will look{CLOSE}" in out and f"{OPEN}done now{CLOSE}" in out
     assert "tool says ok" in out and f"{OPEN} tool" not in out
     assert '"completed": 1' in out
+
+
+async def test_inspect_fidelity_lists_the_worst_samples(tmp_path, tokenizer_dir, hf_tokenizer, capsys):
+    from farm.gateway.fidelity import measure_session
+    from farm.gateway.render import PromptRenderer
+
+    r = PromptRenderer(hf_tokenizer)
+    h0 = [{"role": "user", "content": "fix it"}]
+    reply = "<think>\nLook first.\n</think>\n\nOn it.<|im_end|>"
+    response = {"role": "assistant", "content": "On it.", "reasoning_content": "Look first."}
+    tree = TurnTree("s")
+    out_ids = r.encode(reply)
+    t1 = tree.append(parent_id=None, prompt_delta_ids=r.full_prompt(h0, []), output_ids=out_ids,
+                     output_logprobs=[-0.1] * len(out_ids), finish_reason="stop", messages=h0, response=response)
+    new = [{"role": "user", "content": "go on"}]
+    delta = r.delta_ids(response, new, generated_end="<|im_end|>")
+    tree.append(parent_id=t1.turn_id, prompt_delta_ids=delta, output_ids=r.encode("done"), output_logprobs=[-0.2],
+                finish_reason="stop", messages=new)  # fmt: skip
+    assert measure_session(tree, r, {"": []}, "ends") == 1
+    result = make_result("t.0", turns=0).model_copy(update={"tree": tree})
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    await red.submit(result)
+    await red.close()
+    (tmp_path / "run_config.yaml").write_text(yaml.safe_dump({"engine": {"tokenizer": str(tokenizer_dir)}}))
+    assert main(["inspect", str(tmp_path), "--fidelity"]) == 0
+    out = capsys.readouterr().out
+    assert '"samples_measured": 1' in out and '"samples_with_differences": 1' in out
+    assert "t.0 chain=0" in out and "model_output=" in out
+    assert "engine saw:" in out and "Look first." in out
