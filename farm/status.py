@@ -38,6 +38,7 @@ class RolloutStatus(str, Enum):
     GRADING_ERROR = "grading_error"  # the grader's infrastructure failed (not the model's tests)
     INTERRUPTED = "interrupted"  # the run was stopped (signal) while it ran: rerun it
     CANCELLED = "cancelled"  # the rollout was cancelled (no record is kept: a rerun runs it)
+    STALE = "stale"  # began under weights older than rollout.max_staleness allows: dropped or aborted, run again
 
     @property
     def failure_class(self) -> FailureClass:

@@ -218,6 +218,7 @@ class Dispatcher:
             group_id=spec.group_id,
             task_id=spec.task.id,
             sample_index=spec.sample_index,
+            group_index=spec.group_index,
             attempt=spec.attempt,
             harness=self.cfg.harness.name,
             model=self.cfg.engine.model_name,

@@ -129,6 +129,7 @@ class ReducerActor:
             task_id=result.task_id,
             group_id=result.group_id,
             sample_index=result.sample_index,
+            group_index=result.group_index,
             harness=result.harness,
             model=result.model,
             status=result.status.value,

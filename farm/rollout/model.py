@@ -28,6 +28,8 @@ class RolloutSpec(BaseModel):
     sample_index: int = Field(ge=0)
     task: Task
     attempt: int = Field(default=1, ge=1, description="dispatch attempt (re-dispatch after an actor died)")
+    group_index: int | None = Field(default=None, ge=0, description="the group's position in the run's task stream")
+    epoch: int = Field(default=0, ge=0, description="pass over the task set this rollout belongs to")
 
 
 class RolloutCounts(BaseModel):
@@ -40,6 +42,8 @@ class RolloutCounts(BaseModel):
     prompt_tokens: int = 0
     output_tokens: int = 0
     engine_errors: int = 0
+    policy_version_min: int | None = None  # weight versions of the trained turns
+    policy_version_max: int | None = None
 
 
 class RolloutResult(BaseModel):
@@ -52,6 +56,7 @@ class RolloutResult(BaseModel):
     group_id: str
     task_id: str
     sample_index: int
+    group_index: int | None = None
     attempt: int = 1
     harness: str
     model: str = ""
@@ -69,6 +74,7 @@ class RolloutResult(BaseModel):
         default_factory=dict, description="the agent sandbox's network and limits policy, as applied"
     )
     actor: str = Field(default="", description="the sandbox actor that ran it")
+    policy_version_at_finish: int | None = Field(default=None, description="the farm's weight version when recorded")
     started_at: float = 0.0
     finished_at: float = 0.0
     tree: Any = Field(default=None, exclude=True, description="the session's TurnTree (not serialized)")

@@ -185,6 +185,7 @@ class RolloutPipeline:
             group_id=spec.group_id,
             task_id=spec.task.id,
             sample_index=spec.sample_index,
+            group_index=spec.group_index,
             attempt=spec.attempt,
             harness=self.harness,
             model=self.model,

@@ -25,7 +25,7 @@ def expand_rollouts(
     """
     planned: list[RolloutSpec] = []
     seen: set[str] = set()
-    for task in tasks:
+    for group_index, task in enumerate(tasks):
         if task.id in seen:
             raise ValueError(f"duplicate task id {task.id!r}")
         seen.add(task.id)
@@ -36,6 +36,7 @@ def expand_rollouts(
                     rollout_id=make_rollout_id(task.id, i),
                     group_id=task.id,
                     sample_index=i,
+                    group_index=group_index,
                     task=task,
                 )
             )

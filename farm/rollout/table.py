@@ -24,6 +24,7 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("group_id", pa.string()),
         pa.field("task_id", pa.string()),
         pa.field("sample_index", pa.int32()),
+        pa.field("group_index", pa.int64(), metadata={"doc": "the group's position in the run's task stream"}),
         pa.field("attempt", pa.int32()),
         pa.field("harness", pa.string()),
         pa.field("model", pa.string()),
@@ -39,6 +40,10 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("output_tokens", pa.int64()),
         pa.field("engine_errors", pa.int32()),
         pa.field("num_samples", pa.int32()),
+        pa.field("policy_version_min", pa.int64(), metadata={"doc": "oldest weight version of a trained turn"}),
+        pa.field("policy_version_max", pa.int64(), metadata={"doc": "newest weight version of a trained turn"}),
+        pa.field("policy_version_at_finish", pa.int64(),
+                 metadata={"doc": "the farm's weight version when the rollout was recorded (staleness = this - min)"}),
         pa.field("timings", pa.string(), metadata={"doc": "seconds per phase, JSON"}),
         pa.field("duration_s", pa.float64()),
         pa.field("started_at", pa.float64()),
@@ -63,6 +68,7 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "group_id": result.group_id,
         "task_id": result.task_id,
         "sample_index": result.sample_index,
+        "group_index": result.group_index,
         "attempt": result.attempt,
         "harness": result.harness,
         "model": result.model,
@@ -78,6 +84,9 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "output_tokens": c.output_tokens,
         "engine_errors": c.engine_errors,
         "num_samples": num_samples,
+        "policy_version_min": c.policy_version_min,
+        "policy_version_max": c.policy_version_max,
+        "policy_version_at_finish": result.policy_version_at_finish,
         "timings": json.dumps(result.timings, sort_keys=True),
         "duration_s": result.duration_s,
         "started_at": result.started_at,
@@ -90,6 +99,15 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
 
 def rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=ROLLOUT_SCHEMA)
+
+
+def migrate_rollouts(table: pa.Table) -> pa.Table:
+    """A rollouts table written before a column existed, with that column as nulls
+    (columns are only ever added: the Sample schema's migration rule)."""
+    for f in ROLLOUT_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(ROLLOUT_SCHEMA.names)
 
 
 def row_to_summary(row: dict[str, Any]) -> RolloutSummary:
@@ -118,7 +136,10 @@ def counts_of(tree: Any) -> RolloutCounts:
     from farm.trajectory.records import FinishReason
 
     turns = list(tree.turns)
+    versions = [t.policy_version for t in turns if t.policy_version is not None and is_trainable(t)]
     return RolloutCounts(
+        policy_version_min=min(versions) if versions else None,
+        policy_version_max=max(versions) if versions else None,
         turns=len(turns),
         trainable_turns=sum(1 for t in turns if is_trainable(t)),
         prompt_tokens=sum(len(t.prompt_delta_ids) for t in turns),

@@ -59,6 +59,7 @@ class RolloutInfo(BaseModel):
     task_id: str = ""
     group_id: str = ""
     sample_index: int = Field(default=0, ge=0, description="index of the rollout in its group")
+    group_index: int | None = Field(default=None, description="the group's position in the run's task stream")
     harness: str = ""
     model: str = ""
     status: str = "completed"
@@ -202,7 +203,9 @@ def linearize(
                 run_id=info.run_id, task_id=info.task_id, rollout_id=info.rollout_id, group_id=info.group_id,
                 sample_index=info.sample_index, chain_index=index, chain_kind=_kind(chain, is_main, main_root),
                 session_id=tree.session_id, harness=info.harness, model=info.model,
-                policy_version=min(versions or chain_versions) if (versions or chain_versions) else None,
+                group_index=info.group_index,
+                policy_version_min=min(versions or chain_versions) if (versions or chain_versions) else None,
+                policy_version_max=max(versions or chain_versions) if (versions or chain_versions) else None,
                 tokens=tokens, prompt_length=p, response_length=r, loss_mask=mask, rollout_logprobs=logprobs,
                 status=info.status, finish_reason=end.finish_reason.value, num_turns=len(chain), metadata=meta,
             )

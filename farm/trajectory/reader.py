@@ -44,11 +44,16 @@ class ShardReader:
         manifest_name: str | None = None,
         verify: bool = True,
         on_damaged: Literal["raise", "skip"] = "raise",
+        migrate: Callable[[pa.Table], pa.Table] | None = None,
     ) -> None:
         if on_damaged not in ("raise", "skip"):
             raise ValueError(f"on_damaged must be 'raise' or 'skip', not {on_damaged!r}")
         self.directory = Path(directory)
         self.name, self.schema, self.verify, self.on_damaged = name, schema, verify, on_damaged
+        if migrate is None and name == "samples":
+            from farm.trajectory.schema import migrate_table as migrate
+        # shards written by an older schema version come out in the current shape
+        self.migrate = migrate
         self.skipped: list[tuple[ManifestEntry, str]] = []  # (shard, why) left out with on_damaged="skip"
         # shards this reader already verified, by file identity: a second read (another
         # epoch, follow then read_table) is not hashed again unless the file changed
@@ -87,7 +92,7 @@ class ShardReader:
                 table = pq.read_table(path)
             if check:
                 self._verified[entry.shard] = identity
-            return table
+            return self.migrate(table) if self.migrate is not None else table
         except FileNotFoundError:
             raise ShardError(f"{path}: named by {self.manifest_path.name} but missing") from None
         except pa.ArrowInvalid as exc:
@@ -109,7 +114,7 @@ class ShardReader:
             if self.schema is None:
                 raise ShardError(f"{self.manifest_path}: no shards yet and no schema given")
             return self.schema.empty_table()
-        return pa.concat_tables(tables)
+        return pa.concat_tables(tables, promote_options="default")
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
         for e in self.entries():

@@ -38,6 +38,14 @@ Int32Array = _array(np.int32)
 UInt8Array = _array(np.uint8)
 Float32Array = _array(np.float32)
 
+# Version 2 (this one): ``group_index`` (the group's place in the run's task stream)
+# and ``policy_version_min``/``policy_version_max`` (weight versions of the Sample's
+# trained turns) replace version 1's ``policy_version`` (which was the minimum).
+# Migration rule: columns are only ever added or replaced, never re-typed; a reader
+# upgrades an older table on the fly (``migrate_table``), filling what the old version
+# did not have with null (``policy_version`` -> both new columns).
+SCHEMA_VERSION = 2
+
 SAMPLE_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -50,7 +58,9 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("session_id", pa.string(), nullable=False),
         pa.field("harness", pa.string(), nullable=False),
         pa.field("model", pa.string(), nullable=False),
-        pa.field("policy_version", pa.int64(), nullable=True),
+        pa.field("group_index", pa.int64(), nullable=True),
+        pa.field("policy_version_min", pa.int64(), nullable=True),
+        pa.field("policy_version_max", pa.int64(), nullable=True),
         pa.field("tokens", pa.list_(pa.int32()), nullable=False),
         pa.field("prompt_length", pa.int32(), nullable=False),
         pa.field("response_length", pa.int32(), nullable=False),
@@ -62,7 +72,7 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("num_turns", pa.int32(), nullable=False),
         pa.field("metadata", pa.string(), nullable=False),  # JSON object
     ],
-    metadata={b"farm.table": b"samples", b"farm.schema_version": b"1"},
+    metadata={b"farm.table": b"samples", b"farm.schema_version": str(SCHEMA_VERSION).encode()},
 )
 _LIST_COLS = {"tokens": np.int32, "loss_mask": np.uint8, "rollout_logprobs": np.float32}
 _SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name != "metadata"]
@@ -83,7 +93,9 @@ class Sample(BaseModel):
     session_id: str = ""
     harness: str = ""
     model: str = ""
-    policy_version: int | None = None
+    group_index: int | None = Field(default=None, description="the group's position in the run's task stream")
+    policy_version_min: int | None = Field(default=None, description="oldest weight version of a trained turn")
+    policy_version_max: int | None = Field(default=None, description="newest weight version of a trained turn")
     tokens: Int32Array
     prompt_length: int = Field(ge=0)
     response_length: int = Field(ge=0)
@@ -158,6 +170,7 @@ def table_to_samples(table: pa.Table | pa.RecordBatch) -> list[Sample]:
     """Arrow rows -> Samples (token columns are zero-copy numpy views where possible)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
+    table = migrate_table(table)
     missing = [f.name for f in SAMPLE_SCHEMA if f.name not in table.column_names]
     if missing:
         raise TrajectoryError(f"not a Sample table: missing columns {missing}")
@@ -180,21 +193,59 @@ def table_to_samples(table: pa.Table | pa.RecordBatch) -> list[Sample]:
     return out
 
 
+def migrate_table(table: pa.Table) -> pa.Table:
+    """An older Samples table in the current schema's shape (see ``SCHEMA_VERSION``)."""
+    names = table.column_names
+    if "policy_version" in names and "policy_version_min" not in names:  # version 1
+        old = table.column("policy_version").cast(pa.int64())
+        table = table.drop_columns(["policy_version"])
+        table = table.append_column("policy_version_min", old).append_column("policy_version_max", old)
+        names = table.column_names
+    if "group_index" not in names and "tokens" in names:
+        table = table.append_column("group_index", pa.nulls(table.num_rows, pa.int64()))
+    return table
+
+
 # ---- slime ---------------------------------------------------------------------
 _SLIME_STATUS = {"stop": "completed", "length": "truncated", "abort": "aborted", "error": "failed"}
+_FARM_COLUMNS = {"run_id", "task_id", "rollout_id", "group_id", "sample_index", "chain_index", "chain_kind", "harness",
+                 "model", "group_index", "policy_version_min", "policy_version_max", "prompt_length", "status",
+                 "finish_reason", "num_turns"}  # fmt: skip
 
 
-def to_slime_dict(sample: Sample, tokenizer: Any = None) -> dict[str, Any]:
+def slime_status(sample: Sample) -> str:
+    """slime's ``Sample.Status`` value: the rollout's status first (a Sample of a rollout
+    that is not a trainable outcome is ``failed`` whatever its last turn said), then how
+    the chain's last turn ended."""
+    from farm.status import RolloutStatus
+
+    try:
+        trainable = RolloutStatus(sample.status).trainable
+    except ValueError:
+        trainable = False
+    if not trainable:
+        return "failed"
+    return _SLIME_STATUS.get(sample.finish_reason, "completed")
+
+
+def stable_index(sample: Sample) -> int:
+    """A deterministic non-negative int64 unique per (rollout, chain) with overwhelming
+    probability: slime's ``index`` when the caller has no running counter."""
+    import xxhash
+
+    return xxhash.xxh3_64_intdigest(f"{sample.rollout_id}\x00{sample.chain_index}".encode()) >> 1
+
+
+def to_slime_dict(sample: Sample, tokenizer: Any = None, *, index: int | None = None) -> dict[str, Any]:
     """A dict in the shape of ``slime.utils.types.Sample.to_dict()``.
 
     slime's own fields are filled from ours; every farm column that slime lacks is
     kept under ``metadata["farm"]`` so ``from_slime_dict`` restores the Sample
-    exactly. ``prompt``/``response`` text is decoded only if a tokenizer is given.
+    exactly. ``group_index`` is the group's position in the run's task stream (an int,
+    whatever the task id); ``index`` is the caller's running counter if given, else
+    ``stable_index``. ``prompt``/``response`` text is decoded only if a tokenizer is given.
     """
-    farm = sample.model_dump(
-        include={"run_id", "task_id", "rollout_id", "group_id", "sample_index", "chain_index", "chain_kind",
-                 "harness", "model", "policy_version", "prompt_length", "status", "finish_reason", "num_turns"}
-    )  # fmt: skip
+    farm = sample.model_dump(include=_FARM_COLUMNS)
     metadata = dict(sample.metadata)
     metadata["farm"] = farm
     prompt = response = ""
@@ -202,8 +253,8 @@ def to_slime_dict(sample: Sample, tokenizer: Any = None) -> dict[str, Any]:
         prompt = tokenizer.decode(sample.tokens[: sample.prompt_length].tolist(), skip_special_tokens=False)
         response = tokenizer.decode(sample.response_tokens.tolist(), skip_special_tokens=False)
     return {
-        "group_index": _int_or_none(sample.group_id),
-        "index": sample.sample_index,
+        "group_index": sample.group_index,
+        "index": stable_index(sample) if index is None else index,
         "prompt": prompt,
         "tokens": sample.tokens.tolist(),
         "response": response,
@@ -214,7 +265,7 @@ def to_slime_dict(sample: Sample, tokenizer: Any = None) -> dict[str, Any]:
         "weight_versions": [str(v) for v in metadata.get("policy_versions", [])],
         "rollout_log_probs": sample.rollout_logprobs.tolist(),
         "remove_sample": False,
-        "status": _SLIME_STATUS.get(sample.finish_reason, "completed"),
+        "status": slime_status(sample),
         "metadata": metadata,
         "session_id": sample.session_id,
     }
@@ -243,10 +294,3 @@ def from_slime_dict(data: Mapping[str, Any]) -> Sample:
         reward=data.get("reward"),
         metadata=metadata,
     )
-
-
-def _int_or_none(s: str) -> int | None:
-    try:
-        return int(s)
-    except ValueError:
-        return None

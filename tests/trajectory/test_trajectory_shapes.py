@@ -142,7 +142,7 @@ def test_policy_version_is_oldest_trained():
     a = add(t, None, [1], [101], policy_version=3)
     add(t, a.turn_id, [2], [102], policy_version=4)
     [s] = lin(t)
-    assert s.policy_version == 3 and s.metadata["policy_versions"] == [3, 4]
+    assert (s.policy_version_min, s.policy_version_max) == (3, 4) and s.metadata["policy_versions"] == [3, 4]
 
 
 # ---- drift: each class ----------------------------------------------------------

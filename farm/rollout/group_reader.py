@@ -1,0 +1,237 @@
+"""Groups as the unit a trainer consumes: all n Samples of a task's group at once,
+with its statistics, as soon as the group is done, following a run in progress.
+
+A group is **done** when each of its ``size`` rollouts is recorded (any status) and
+every Sample those rollouts promise (the rollouts table's ``num_samples``) is readable.
+It is **complete** when every one of its rollouts is a trainable outcome. A rollout
+that failed for infrastructure reasons was already retried (``rollout.infra_retries``)
+before it was recorded; its group is then *incomplete*: left out by default and
+counted in ``GroupReader.incomplete``, never yielded short or padded.
+
+Order: ``"completion"`` yields groups as they become done; ``"task"`` in the order of
+the run's task stream (``group_index``), holding a done group back until every group
+before it is done. Both read only what the manifests name, so a reader never sees a
+partial shard, and each rollout counts once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from farm.rollout.groups import group_size_of
+from farm.rollout.table import migrate_rollouts
+from farm.status import RolloutStatus
+from farm.trajectory.reader import ShardReader, Stop
+from farm.trajectory.schema import Sample, table_to_samples
+
+GroupOrder = Literal["completion", "task"]
+# rollouts-table columns a group carries (the diff and the log tail stay in the table)
+ROW_COLUMNS = [
+    "rollout_id", "group_id", "task_id", "sample_index", "group_index", "attempt", "status", "reason", "reward",
+    "grading", "turns", "num_samples", "policy_version_min", "policy_version_max", "policy_version_at_finish",
+    "duration_s",
+]  # fmt: skip
+
+
+def _resolved(row: dict[str, Any]) -> bool:
+    if row["status"] != RolloutStatus.COMPLETED.value:
+        return False
+    try:
+        report = json.loads(row.get("grading") or "{}")
+    except ValueError:
+        report = {}
+    if isinstance(report, dict) and "resolved" in report:
+        return bool(report["resolved"])
+    return float(row.get("reward") or 0.0) >= 1.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """One task's group: its rollouts (rollouts-table rows, by sample index) and the
+    Samples of its trainable ones (by sample index, then chain index)."""
+
+    group_id: str
+    task_id: str
+    group_index: int | None
+    size: int
+    rollouts: list[dict[str, Any]]
+    samples: list[Sample]
+    complete: bool
+
+    @property
+    def rewards(self) -> list[float]:
+        """One reward per rollout with a trainable outcome, by sample index."""
+        return [float(r["reward"]) for r in self.rollouts if RolloutStatus(r["status"]).trainable]
+
+    @property
+    def reward_mean(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards else math.nan
+
+    @property
+    def reward_std(self) -> float:
+        """Population standard deviation (GRPO's normalizer)."""
+        return float(np.std(self.rewards)) if self.rewards else math.nan
+
+    @property
+    def resolved(self) -> int:
+        return sum(1 for r in self.rollouts if _resolved(r))
+
+    @property
+    def policy_versions(self) -> tuple[int | None, int | None]:
+        """(oldest, newest) weight version of any trained turn in the group."""
+        lo = [s.policy_version_min for s in self.samples if s.policy_version_min is not None]
+        hi = [s.policy_version_max for s in self.samples if s.policy_version_max is not None]
+        return (min(lo) if lo else None, max(hi) if hi else None)
+
+    def samples_of(self, sample_index: int) -> list[Sample]:
+        return [s for s in self.samples if s.sample_index == sample_index]
+
+    def stats(self) -> dict[str, Any]:
+        lo, hi = self.policy_versions
+        return {
+            "group_id": self.group_id, "task_id": self.task_id, "group_index": self.group_index,
+            "size": self.size, "complete": self.complete, "rewards": self.rewards,
+            "reward_mean": self.reward_mean, "reward_std": self.reward_std, "resolved": self.resolved,
+            "samples": len(self.samples), "policy_version_min": lo, "policy_version_max": hi,
+        }  # fmt: skip
+
+
+@dataclass
+class _Pending:
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # sample index -> first recorded row
+    seen_at: int = 0  # arrival order of the group's first row (completion order ties)
+
+
+class GroupReader:
+    """Reads an output directory group by group (``read``), or follows it (``follow``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        size: int | None = None,
+        order: GroupOrder = "completion",
+        include_incomplete: bool = False,
+        verify: bool = True,
+        first_index: int = 0,
+        accept: Callable[[Group], bool] | None = None,
+    ) -> None:
+        if order not in ("completion", "task"):
+            raise ValueError(f"order must be 'completion' or 'task', not {order!r}")
+        self.directory = Path(directory)
+        self.size = size if size is not None else group_size_of(self.directory)
+        self.order, self.include_incomplete, self.accept = order, include_incomplete, accept
+        from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
+
+        self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
+        self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)
+        self._seen_rollout_shards: set[str] = set()
+        self._seen_sample_shards: set[str] = set()
+        self._samples_by_rollout: dict[str, list[Sample]] = {}
+        self._rollout_ids: set[str] = set()
+        self._pending: dict[str, _Pending] = {}
+        self._done: dict[int, Group] = {}  # task order: done groups waiting for earlier ones, by group index
+        self._next_index = first_index
+        self._arrivals = 0
+        self.yielded = 0
+        self.incomplete: list[str] = []  # group ids that ended incomplete (left out unless include_incomplete)
+        self.rejected: list[str] = []  # group ids ``accept`` turned down
+
+    # --- one look at the manifests -------------------------------------------------
+    def poll(self) -> list[Group]:
+        """Groups that became done since the last call (in this reader's order)."""
+        # Samples first: the reducer commits a rollout's Samples before its row.
+        for entry in self._samples.entries():
+            if entry.shard in self._seen_sample_shards:
+                continue
+            self._seen_sample_shards.add(entry.shard)
+            for s in table_to_samples(self._samples.read_shard(entry)):
+                self._samples_by_rollout.setdefault(s.rollout_id, []).append(s)
+        for entry in self._rollouts.entries():
+            if entry.shard in self._seen_rollout_shards:
+                continue
+            self._seen_rollout_shards.add(entry.shard)
+            table = self._rollouts.read_shard(entry).select(ROW_COLUMNS)
+            for row in table.to_pylist():
+                if row["rollout_id"] in self._rollout_ids:  # a rollout counts once
+                    continue
+                self._rollout_ids.add(row["rollout_id"])
+                pending = self._pending.setdefault(row["group_id"], _Pending(seen_at=self._arrivals))
+                self._arrivals += 1
+                pending.rows.setdefault(int(row["sample_index"]), row)
+        return self._emit(self._finished())
+
+    def _finished(self) -> list[Group]:
+        out = []
+        for gid, pending in sorted(self._pending.items(), key=lambda kv: kv[1].seen_at):
+            if len(pending.rows) < self.size:
+                continue
+            rows = [pending.rows[i] for i in sorted(pending.rows)]
+            if any(len(self._samples_by_rollout.get(r["rollout_id"], [])) < int(r["num_samples"] or 0) for r in rows):
+                continue  # a Sample shard not visible yet
+            samples = [s for r in rows for s in sorted(self._samples_by_rollout.pop(r["rollout_id"], []),
+                                                        key=lambda s: s.chain_index)]
+            del self._pending[gid]
+            out.append(Group(
+                group_id=gid, task_id=rows[0]["task_id"], group_index=rows[0]["group_index"], size=self.size,
+                rollouts=rows, samples=samples, complete=all(RolloutStatus(r["status"]).trainable for r in rows),
+            ))  # fmt: skip
+        return out
+
+    def _emit(self, finished: list[Group]) -> list[Group]:
+        if self.order == "task":
+            ordered: list[Group] = []
+            for g in finished:
+                if g.group_index is None:
+                    ordered.append(g)  # a run written before group indexes: arrival order
+                else:
+                    self._done[g.group_index] = g
+            while self._next_index in self._done:
+                ordered.append(self._done.pop(self._next_index))
+                self._next_index += 1
+            finished = ordered
+        out = []
+        for g in finished:
+            if not g.complete and not self.include_incomplete:
+                self.incomplete.append(g.group_id)
+                continue
+            if self.accept is not None and not self.accept(g):
+                self.rejected.append(g.group_id)
+                continue
+            out.append(g)
+        self.yielded += len(out)
+        return out
+
+    # --- whole directory / following ---------------------------------------------
+    def read(self) -> list[Group]:
+        """Every group done so far."""
+        return self.poll()
+
+    def follow(self, *, poll_interval: float = 0.5, stop: Stop | None = None,
+               timeout: float | None = None) -> Iterator[Group]:
+        """Yield groups as they become done. Ends when ``stop`` is set / returns True
+        (after a last look) or after ``timeout`` seconds; one of them is required."""
+        if stop is None and timeout is None:
+            raise ValueError("follow() needs a stop condition or a timeout")
+        is_set = stop.is_set if isinstance(stop, threading.Event) else (stop or (lambda: False))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            stopping = is_set()
+            yield from self.poll()
+            if stopping or (deadline is not None and time.monotonic() >= deadline):
+                return
+            wait = poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic()))
+            if isinstance(stop, threading.Event):
+                stop.wait(wait)
+            else:
+                time.sleep(wait)
