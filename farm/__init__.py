@@ -1,3 +1,12 @@
 """farm: a Ray-actor distributed rollout farm for agentic RL on SWE tasks."""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # farm.Farm (continuous mode) pulls in Ray: imported on first use only
+    if name in ("Farm", "FarmStopped"):
+        from farm import continuous
+
+        return getattr(continuous, name)
+    raise AttributeError(f"module 'farm' has no attribute {name!r}")

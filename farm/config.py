@@ -18,6 +18,7 @@ from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
+from farm.rollout.stream import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
 from farm.trajectory.config import OutputConfig
@@ -104,6 +105,7 @@ class FarmConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    stream: StreamConfig = Field(default_factory=StreamConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 

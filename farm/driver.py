@@ -18,7 +18,7 @@ from rich.console import Console
 
 from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
 from farm.config import FarmConfig
-from farm.rollout.plan import expand_rollouts
+from farm.rollout.stream import StreamFeed, TaskStream
 from farm.rollout.progress import RunProgress
 from farm.rollout.runlock import RunLock
 from farm.rollout.signals import cleanup_phase, stop_signals
@@ -78,7 +78,7 @@ def _kill_stale(name: str, namespace: str) -> None:
 
 
 # --- assembly ---------------------------------------------------------------
-class Farm:
+class FarmActors:
     """The actors of one run; ``close()`` stops everything it started."""
 
     def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
@@ -262,7 +262,7 @@ def _run_owned(
     out_dir: Path, started_ray: bool,
 ) -> RunSummary:
     started_at = time.time()
-    farm = Farm(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
+    farm = FarmActors(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
     t0 = time.monotonic()
     dispatcher: Dispatcher | None = None
     planned = skipped = 0
@@ -271,22 +271,29 @@ def _run_owned(
         reducer = farm.start_reducer()
         recovery = ray.get(reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
         done = set(ray.get(reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
-        specs = expand_rollouts(cfg.run_id, tasks, cfg.rollout.n_samples, done=done, limit=cfg.rollout.limit)
+        stream = TaskStream(cfg.run_id, tasks, cfg.rollout.n_samples, cfg.stream, done=done)
+        feed = None
+        if stream.finite:
+            specs = stream.plan(cfg.rollout.limit)
+            skipped = len(TaskStream(cfg.run_id, tasks, cfg.rollout.n_samples, cfg.stream).plan(cfg.rollout.limit))
+            skipped -= len(specs)
+        else:  # stream.epochs: null: groups are pulled until the run is stopped
+            specs, skipped, feed = [], 0, StreamFeed(stream)
         planned = len(specs)
-        skipped = len(expand_rollouts(cfg.run_id, tasks, cfg.rollout.n_samples, limit=cfg.rollout.limit)) - planned
         progress = RunProgress(console, planned, run_id=cfg.run_id)
         if recovery:
             progress.note("recovered " + str(out_dir) + ": " + " | ".join(recovery))
         if skipped:
             progress.note(f"resuming: {skipped} rollouts already in {out_dir}, {planned} to run")
         try:
-            if specs:
+            if specs or feed is not None:
                 if parts_factory is None:
                     farm.start_engine(tasks)
-                n = min(cfg.ray.num_sandbox_actors or _default_num_actors(), max(1, len(specs)))
-                farm.start_sandbox_actors(n)
+                n = cfg.ray.num_sandbox_actors or _default_num_actors()
+                farm.start_sandbox_actors(n if feed is not None else min(n, max(1, len(specs))))
                 dispatcher = Dispatcher(cfg, farm.actors, reducer, progress)
-                dispatcher.run(specs)
+                dispatcher.run(specs, feed=feed)
+                planned = progress.total
         finally:
             progress.close()
     except KeyboardInterrupt:
@@ -314,7 +321,7 @@ def _fidelity(out_dir: Path) -> dict[str, Any] | None:
 
 
 def _finish(
-    cfg: FarmConfig, console: Console, farm: Farm, dispatcher: Dispatcher | None, planned: int, skipped: int,
+    cfg: FarmConfig, console: Console, farm: FarmActors, dispatcher: Dispatcher | None, planned: int, skipped: int,
     t0: float, started_at: float, out_dir: Path, started_ray: bool, recovery: list[str],
 ) -> RunSummary:
     """Stop everything the run started, write and print the summary."""

@@ -11,6 +11,8 @@ least loaded one and take every re-dispatch, each failing at once.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.plan import Decision, next_attempt, on_actor_death, pick_actor
 from farm.rollout.progress import RunProgress
+from farm.rollout.stream import StreamFeed
 from farm.status import FailureClass, RolloutStatus
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ class _InFlight:
     spec: RolloutSpec
     actor: str
     started: float
+    version: int = 0  # the farm's weight version when it was dispatched
 
 
 class Dispatcher:
@@ -70,22 +74,38 @@ class Dispatcher:
         self.redispatched = 0
         self.retried = 0
         self.interrupted = False
+        self.policy_version = 0
+        self.stale_dropped = 0  # finished beyond stream.max_staleness, not recorded, run again (on_stale=drop)
+        self.stale_aborted = 0  # cancelled at a weight update, run again (on_stale=abort)
+        self._aborting: set[Any] = set()  # refs cancelled as stale
+        self._versions: queue.SimpleQueue[int] = queue.SimpleQueue()  # weight updates from the trainer's thread
 
     # --- loop ---------------------------------------------------------------
-    def run(self, specs: list[RolloutSpec]) -> list[RolloutSummary]:
+    def run(self, specs: list[RolloutSpec] = (), *, feed: StreamFeed | None = None,
+            stop: threading.Event | None = None) -> list[RolloutSummary]:
+        """Run ``specs``, then whatever ``feed`` hands out (continuous mode) until it is
+        exhausted, or until ``stop`` is set (in-flight rollouts are then interrupted)."""
         self.queue.extend(specs)
         try:
-            while self.queue or self.inflight or self.delayed:
+            while self.queue or self.inflight or self.delayed or (feed is not None and not feed.exhausted):
+                if stop is not None and stop.is_set():
+                    self.interrupted = True
+                    self.cancel_inflight(self.cfg.ray.drain_timeout_s)
+                    break
+                self._apply_versions()
                 self._release_delayed(time.monotonic())
+                self._feed(feed)
                 self._dispatch()
                 if not self.inflight and not self.probes:
                     if self.queue and not self.load:
                         self._give_up_all("no sandbox actor left alive")
                     elif self.delayed and not self.queue:
                         time.sleep(min(1.0, max(0.0, min(t for t, _ in self.delayed) - time.monotonic())))
+                    elif feed is not None and not self.queue:
+                        time.sleep(0.05)  # back-pressure: the trainer has not consumed enough yet
                     continue
                 refs = [*self.inflight, *self.probes]
-                ready, _ = ray.wait(refs, num_returns=1, timeout=1.0, fetch_local=False)
+                ready, _ = ray.wait(refs, num_returns=1, timeout=0.2 if feed is not None else 1.0, fetch_local=False)
                 if ready:
                     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
                 for ref in ready:
@@ -100,6 +120,37 @@ class Dispatcher:
             self.cancel_inflight(self.cfg.ray.drain_timeout_s)
         return list(self.summaries.values())
 
+    def _feed(self, feed: StreamFeed | None) -> None:
+        """Pull groups while the actors have free slots for them."""
+        if feed is None:
+            return
+        free = sum(max(0, self.capacity - n) for n in self.load.values())
+        while len(self.queue) < free:
+            group = feed.next()
+            if group is None:
+                return
+            self.queue.extend(group)
+            self.progress.grow(len(group))
+
+    # --- weight versions and staleness -----------------------------------------
+    def set_policy_version(self, version: int) -> None:
+        """The trainer pushed new weights (any thread): applied by the loop."""
+        self._versions.put(int(version))
+
+    def _apply_versions(self) -> None:
+        while True:
+            try:
+                self.policy_version = max(self.policy_version, self._versions.get_nowait())
+            except queue.Empty:
+                break
+            stream = self.cfg.stream
+            if stream.on_stale != "abort" or stream.max_staleness is None:
+                continue
+            for ref, item in list(self.inflight.items()):
+                if ref not in self._aborting and self.policy_version - item.version > stream.max_staleness:
+                    self._aborting.add(ref)
+                    ray.cancel(ref)
+
     def _dispatch(self) -> None:
         probing = {name for name, _ in self.probes.values()}
         while self.queue:
@@ -111,7 +162,7 @@ class Dispatcher:
             self.homes.setdefault(spec.task.id, name)
             self.queue.popleft()
             ref = self.actors[name].run.remote(spec)
-            self.inflight[ref] = _InFlight(spec, name, time.monotonic())
+            self.inflight[ref] = _InFlight(spec, name, time.monotonic(), self.policy_version)
             self.load[name] += 1
 
     def _release(self, ref: Any) -> _InFlight:
@@ -123,6 +174,8 @@ class Dispatcher:
     def _collect(self, ref: Any) -> None:
         item = self._release(ref)
         spec = item.spec
+        aborted = ref in self._aborting
+        self._aborting.discard(ref)
         try:
             summary: RolloutSummary = ray.get(ref)
         except TaskCancelledError:
@@ -133,6 +186,9 @@ class Dispatcher:
             return
         except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself)
             summary = self._record(spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {exc.cause!r}", item.actor)
+        if not summary.durable and not self.interrupted and (aborted or summary.status is RolloutStatus.STALE):
+            self._rerun_stale(spec, summary, aborted)
+            return
         if not summary.durable and summary.status.failure_class is FailureClass.INFRASTRUCTURE \
                 and not summary.status.reruns and not self.interrupted:
             self._retry(spec, summary)
@@ -147,6 +203,19 @@ class Dispatcher:
         self.progress.note(f"{spec.rollout_id}: {failed.status.value} ({failed.reason[:120]}); "
                            f"retrying in {delay:g} s (attempt {spec.attempt + 1})")  # fmt: skip
         self.delayed.append((time.monotonic() + delay, next_attempt(spec)))
+
+    def _rerun_stale(self, spec: RolloutSpec, summary: RolloutSummary, aborted: bool) -> None:
+        """Dropped (finished too stale) or aborted at a weight update: run it again now,
+        under the current weights; after stream.max_stale_reruns it is recorded as stale."""
+        if aborted:
+            self.stale_aborted += 1
+            if spec.attempt > self.cfg.stream.max_stale_reruns:
+                reason = f"aborted as stale at weight version {self.policy_version} {spec.attempt} time(s)"
+                self._finish(self._record(spec, RolloutStatus.STALE, reason, ""))
+                return
+        else:
+            self.stale_dropped += 1
+        self.queue.appendleft(next_attempt(spec))
 
     def _release_delayed(self, now: float) -> None:
         due = [spec for t, spec in self.delayed if t <= now]

@@ -28,6 +28,7 @@ from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of
+from farm.status import RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class ReducerActor:
         self._lock: asyncio.Lock | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
+        self.policy_version = 0  # the farm's current weight version (farm.Farm.update_weights sets it)
+        self.stale_dropped = 0
         self._metrics = None
         if metrics:
             from farm.actors.metrics import FarmMetrics
@@ -80,7 +83,24 @@ class ReducerActor:
         return self.store.summaries.get(rollout_id)
 
     async def stats(self) -> dict[str, Any]:
-        return {"durable": len(self.store.summaries), "pending": len(self._pending), **self.store.stats()}
+        return {"durable": len(self.store.summaries), "pending": len(self._pending), "stale_dropped": self.stale_dropped,
+                "policy_version": self.policy_version, **self.store.stats()}
+
+    async def set_policy_version(self, version: int) -> int:
+        """The weights every later turn is generated with (staleness is measured against it)."""
+        self.policy_version = max(self.policy_version, int(version))
+        return self.policy_version
+
+    def _stale(self, result: RolloutResult) -> str | None:
+        """Why ``result`` is too stale to keep (stream.on_stale = drop), or None."""
+        stream = self.cfg.stream
+        if stream.on_stale != "drop" or stream.max_staleness is None or not result.status.trainable:
+            return None
+        oldest = counts_of(result.tree).policy_version_min if result.tree is not None else None
+        if oldest is None or self.policy_version - oldest <= stream.max_staleness:
+            return None
+        return (f"began under weight version {oldest}, recorded under {self.policy_version}: "
+                f"staleness {self.policy_version - oldest} > stream.max_staleness {stream.max_staleness}")
 
     # --- writes -------------------------------------------------------------
     async def submit(self, result: RolloutResult) -> RolloutSummary:
@@ -93,6 +113,20 @@ class ReducerActor:
             return stored
         if result.status.reruns:  # cancelled / interrupted: not a result, the next invocation runs it
             return result.summary().model_copy(update={"durable": False})
+        result.policy_version_at_finish = self.policy_version
+        if result.tree is not None and result.counts.policy_version_min is None:  # the row's version columns
+            c = counts_of(result.tree)
+            result.counts = result.counts.model_copy(
+                update={"policy_version_min": c.policy_version_min, "policy_version_max": c.policy_version_max})
+        stale = self._stale(result)
+        if stale is not None:
+            self.stale_dropped += 1
+            if result.attempt <= self.cfg.stream.max_stale_reruns:  # the driver runs it again under new weights
+                return result.summary().model_copy(
+                    update={"status": RolloutStatus.STALE, "reason": stale, "durable": False})
+            # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
+            result = result.model_copy(update={"status": RolloutStatus.STALE, "reason": stale + " (out of reruns)",
+                                               "tree": result.tree})
         fut = self._pending.get(rid)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
@@ -141,6 +175,7 @@ class ReducerActor:
                 "rollout_turns": result.counts.turns,
                 "grading": result.grading_summary if result.grading_summary is not None else _compact(result.grading),
                 "sandbox": result.sandbox_policy,
+                "policy_version_at_finish": result.policy_version_at_finish,
             },
         )
         return linearize(

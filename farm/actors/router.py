@@ -273,22 +273,49 @@ class RouterActor:
         proc.kill()
 
     async def update_weights_from_disk(self, model_path: str) -> WeightUpdate:
-        """Load new weights on every worker; bumps the policy version (sent as SGLang's
-        ``weight_version``, which every ``/generate`` reply then carries in
-        ``meta_info.weight_version``). All workers must succeed."""
+        """Load new weights on every worker (see ``update_weights``)."""
+        return await self.update_weights(model_path)
+
+    async def update_weights(self, model_path: str | None = None, version: int | None = None) -> WeightUpdate:
+        """A new policy on every worker behind the router, as one step: generation is
+        paused on all of them (``engine.weight_update_pause``), each loads ``model_path``
+        (SGLang's ``/update_weights_from_disk``) or, without a path, only stamps the new
+        version (``/update_weight_version``: the trainer synced the weights itself), and
+        generation resumes, also when the update failed. The version (``version``, else
+        the current one + 1) goes out as SGLang's ``weight_version``, which every later
+        ``/generate`` reply carries in ``meta_info.weight_version``. All workers must succeed."""
         async with self._lock:
-            version = self._policy_version + 1
+            target = self._policy_version + 1 if version is None else int(version)
+            if target < self._policy_version:
+                raise EngineError(f"weight version {target} is older than the current {self._policy_version}")
             urls = [w.url for w in await self.workers()]
-            results = await asyncio.gather(
-                *(admin.update_weights_from_disk(self._http, u, model_path, str(version),
-                                                 timeout=self.cfg.launch.startup_timeout_s) for u in urls),
-                return_exceptions=True)
-            failed = {u: str(r) for u, r in zip(urls, results) if isinstance(r, BaseException)}
-            if failed:
-                raise EngineError(f"update_weights_from_disk failed on {len(failed)}/{len(urls)} workers: {failed}")
-            self._policy_version = version
-            return WeightUpdate(policy_version=version, model_path=model_path,
+            timeout = self.cfg.launch.startup_timeout_s
+            pause = self.cfg.weight_update_pause
+            if pause != "none":
+                await self._all(urls, lambda u: admin.pause_generation(self._http, u, pause,
+                                                                       timeout=self.cfg.health_timeout_s))
+            try:
+                if model_path is not None:
+                    results = await self._all(urls, lambda u: admin.update_weights_from_disk(
+                        self._http, u, model_path, str(target), timeout=timeout))
+                else:
+                    results = await self._all(urls, lambda u: admin.update_weight_version(
+                        self._http, u, str(target), timeout=timeout))
+            finally:
+                if pause != "none":
+                    await self._all(urls, lambda u: admin.continue_generation(self._http, u,
+                                                                              timeout=self.cfg.health_timeout_s))
+            self._policy_version = target
+            return WeightUpdate(policy_version=target, model_path=model_path or "",
                                 messages={u: str(r) for u, r in zip(urls, results)})
+
+    async def _all(self, urls: list[str], call: Any) -> list[Any]:
+        """``call(url)`` on every worker at once; raises naming each worker that failed."""
+        results = await asyncio.gather(*(call(u) for u in urls), return_exceptions=True)
+        failed = {u: str(r) for u, r in zip(urls, results) if isinstance(r, BaseException)}
+        if failed:
+            raise EngineError(f"{len(failed)}/{len(urls)} workers failed: {failed}")
+        return list(results)
 
     # -- helpers -------------------------------------------------------------------------
     @property

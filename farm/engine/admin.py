@@ -118,3 +118,29 @@ async def update_weights_from_disk(session: aiohttp.ClientSession, worker_url: s
     if not ok:
         raise EngineError(f"{worker_url}: update_weights_from_disk failed ({status}): {body!r}")
     return str(body.get("message", ""))
+
+
+async def update_weight_version(session: aiohttp.ClientSession, worker_url: str, weight_version: str, *,
+                                timeout: float) -> str:
+    """SGLang's ``POST /update_weight_version``: the trainer loaded the weights itself
+    (NCCL / tensors); the worker only stamps the new version on later replies."""
+    status, body = await _request(session, "POST", worker_url + "/update_weight_version", timeout=timeout,
+                                  json={"new_version": weight_version, "abort_all_requests": False})
+    if status != 200 or (isinstance(body, dict) and body.get("success") is False):
+        raise EngineError(f"{worker_url}: update_weight_version failed ({status}): {body!r}")
+    return str(body.get("message", "")) if isinstance(body, dict) else str(body or "")
+
+
+async def pause_generation(session: aiohttp.ClientSession, worker_url: str, mode: str, *, timeout: float) -> None:
+    """SGLang's ``POST /pause_generation {mode}`` (``retract``: running requests go back to
+    the queue and are recomputed after ``continue``; ``in_place``; ``abort``)."""
+    status, body = await _request(session, "POST", worker_url + "/pause_generation", timeout=timeout,
+                                  json={"mode": mode})
+    if status != 200:
+        raise EngineError(f"{worker_url}: pause_generation({mode}) failed ({status}): {body!r}")
+
+
+async def continue_generation(session: aiohttp.ClientSession, worker_url: str, *, timeout: float) -> None:
+    status, body = await _request(session, "POST", worker_url + "/continue_generation", timeout=timeout, json={})
+    if status != 200:
+        raise EngineError(f"{worker_url}: continue_generation failed ({status}): {body!r}")

@@ -138,6 +138,11 @@ class EngineConfig(_Section):
     url: str | None = Field(default=None, description="mode=external: the SGLang server or router URL")
     worker_urls: list[str] = Field(default_factory=list, description="mode=router: SGLang worker URLs")
     health_timeout_s: float = Field(default=10.0, gt=0, description="per health / control request")
+    weight_update_pause: Literal["retract", "in_place", "abort", "none"] = Field(
+        default="retract",
+        description="how generation is paused on every worker around a weight update (SGLang's "
+        "/pause_generation mode; 'retract' recomputes running requests under the new weights, 'none' skips it)",
+    )
     scripted: ScriptedConfig = Field(default_factory=ScriptedConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     launch: LaunchConfig = Field(default_factory=LaunchConfig)

@@ -324,11 +324,14 @@ def _policy_version(weight_version: str | None, session_version: int | None) -> 
 
     The engine's ``meta_info.weight_version`` is exact per reply (the router actor
     stamps ``str(policy_version)`` on every ``update_weights_from_disk``), so it wins;
-    a non-numeric or missing one falls back to the version the session was opened with.
+    a non-numeric or missing one falls back to the version the session was opened with
+    (SGLang's ``"default"``, never updated, is version 0 when the session has none).
     """
-    if weight_version is not None:
+    if weight_version is not None and weight_version != "default":
         try:
             return int(weight_version)
         except ValueError:
             pass
+    if session_version is None and weight_version == "default":
+        return 0  # SGLang's stamp before any weight update: the initial weights, farm's version 0
     return session_version

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from enum import Enum
 
-from farm.rollout.model import RolloutSpec, make_rollout_id
+from farm.rollout.model import RolloutSpec
 from farm.tasks.model import Task
 
 
@@ -23,27 +23,9 @@ def expand_rollouts(
     ``limit`` caps the plan *before* skipping done ones, so a resumed smoke run plans
     the same rollouts as the first one.
     """
-    planned: list[RolloutSpec] = []
-    seen: set[str] = set()
-    for group_index, task in enumerate(tasks):
-        if task.id in seen:
-            raise ValueError(f"duplicate task id {task.id!r}")
-        seen.add(task.id)
-        for i in range(n_samples):
-            planned.append(
-                RolloutSpec(
-                    run_id=run_id,
-                    rollout_id=make_rollout_id(task.id, i),
-                    group_id=task.id,
-                    sample_index=i,
-                    group_index=group_index,
-                    task=task,
-                )
-            )
-    if limit is not None:
-        planned = planned[:limit]
-    done_set = set(done)
-    return [spec for spec in planned if spec.rollout_id not in done_set]
+    from farm.rollout.stream import TaskStream
+
+    return TaskStream(run_id, list(tasks), n_samples, done=done).plan(limit)
 
 
 def pick_actor(inflight: Mapping[str, int], capacity: int, prefer: str | None = None) -> str | None:

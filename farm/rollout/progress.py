@@ -34,7 +34,8 @@ class RunProgress:
             self._task = self._bar.add_task("rollouts", total=total, statuses="")
             self._bar.start()
         else:
-            console.print(f"farm {run_id}: {total} rollouts to run", highlight=False, soft_wrap=True)
+            what = f"{total} rollouts to run" if total else "continuous: groups are pulled as the trainer consumes them"
+            console.print(f"farm {run_id}: {what}", highlight=False, soft_wrap=True)
 
     def _statuses(self) -> str:
         return " ".join(f"{k}={v}" for k, v in sorted(self.by_status.items()))
@@ -55,6 +56,12 @@ class RunProgress:
             markup=False,
             soft_wrap=True,
         )
+
+    def grow(self, n: int) -> None:
+        """``n`` more rollouts planned (continuous mode pulls groups as it goes)."""
+        self.total += n
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)
 
     def note(self, message: str) -> None:
         self.console.print(message, highlight=False, markup=False, soft_wrap=True)

@@ -55,6 +55,7 @@ class Job:
             self.finish = self.completion.finish_reason if complete else finish_abort(state.message or "Abort")
             stats = self.worker.stats
             stats.finished[self.finish["type"]] += 1
+            stats.versions_served[self.worker.weight_version] += 1
             stats.prompt_tokens += len(self.input_ids)
             stats.completion_tokens += k
             stats.cached_tokens += self.cached

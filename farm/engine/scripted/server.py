@@ -70,6 +70,8 @@ class ScriptedWorker:
         self.weight_version = "default"
         self.model_path = self.settings.model_path or self.settings.tokenizer_path or "farm-scripted"
         self.inflight: dict[str, Inflight] = {}
+        self._running = asyncio.Event()  # cleared while generation is paused (/pause_generation)
+        self._running.set()
         self.stats = WorkerStats()
         self.cache = PrefixCache()
         self.recorder = Recorder(self.settings.record_path) if self.settings.record_path else None
@@ -104,6 +106,9 @@ class ScriptedWorker:
         r.add_route("*", "/flush_cache", self.flush_cache)
         r.add_post("/update_weights_from_disk", self.update_weights_from_disk)
         r.add_get("/get_weight_version", self.get_weight_version)
+        r.add_post("/update_weight_version", self.update_weight_version)
+        r.add_post("/pause_generation", self.pause_generation)
+        r.add_post("/continue_generation", self.continue_generation)
         r.add_get("/farm/stats", self.farm_stats)
         r.add_post("/farm/script", self.farm_script)
         app.on_cleanup.append(self._cleanup)
@@ -194,6 +199,42 @@ class ScriptedWorker:
         self.cache.clear()
         return web.json_response({"success": True, "message": message, "num_paused_requests": 0})
 
+    async def update_weight_version(self, request: web.Request) -> web.Response:
+        """SGLang's ``POST /update_weight_version {new_version, abort_all_requests}``: the
+        trainer synced the weights itself (NCCL, tensors); only the stamp changes."""
+        body = await _json_or_empty(request)
+        version = body.get("new_version")
+        if not isinstance(version, str) or not version:
+            return web.json_response({"success": False, "message": "new_version is required"}, status=400)
+        if body.get("abort_all_requests"):
+            self._abort_all("Abort for weight version update")
+        self.weight_version = version
+        return web.json_response({"success": True, "message": f"Weight version updated to {version}."})
+
+    async def pause_generation(self, request: web.Request) -> web.Response:
+        """SGLang's ``POST /pause_generation {mode}``: ``abort`` ends in-flight requests
+        (finish_reason abort); ``retract`` / ``in_place`` keep them, frozen at their next
+        decode step, until ``/continue_generation``. New requests wait too."""
+        body = await _json_or_empty(request)
+        mode = body.get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            return web.json_response(error_body(f"Invalid mode: {mode!r}. Expected one of "
+                                                "['abort', 'retract', 'in_place'].", 400), status=400)
+        self._running.clear()
+        self.stats.pauses += 1
+        if mode == "abort":
+            self._abort_all("Abort for pause_generation")
+        return web.Response(status=200)
+
+    async def continue_generation(self, request: web.Request) -> web.Response:
+        self._running.set()
+        return web.Response(status=200)
+
+    def _abort_all(self, message: str) -> None:
+        for state in self.inflight.values():
+            state.message = message
+            state.abort.set()
+
     async def get_weight_version(self, request: web.Request) -> web.Response:
         return web.json_response({"weight_version": self.weight_version})
 
@@ -251,6 +292,8 @@ class ScriptedWorker:
         state = Inflight(rid)
         self.inflight[rid] = state
         try:
+            if not self._running.is_set():  # paused: admitted, waits for /continue_generation
+                await self._running.wait()
             if plan.fault is Fault.HANG:
                 await wait(state, self.settings.faults.hang_s, request)
                 if gone(request):
@@ -295,6 +338,10 @@ class ScriptedWorker:
             return
         k = 0
         while k < n:
+            if not self._running.is_set():  # paused mid-generation (retract / in_place)
+                await self._running.wait()
+                if state.abort.is_set():
+                    return
             prev, k = k, min(n, k + step)
             delay = plan.per_token_s * (k - prev)
             if delay > 0:

@@ -33,6 +33,8 @@ class WorkerStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    versions_served: Counter[str] = field(default_factory=Counter)  # weight version -> replies finished under it
+    pauses: int = 0
 
     def on_request(self, routing_key: str | None) -> None:
         self.requests += 1
@@ -50,6 +52,8 @@ class WorkerStats:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached_tokens": self.cached_tokens,
+            "versions_served": dict(self.versions_served),
+            "pauses": self.pauses,
         }
 
 

@@ -1,0 +1,97 @@
+"""farm.Farm on a real (local) Ray with FakeParts (real sandboxes and processes, no
+CLI/engine; the engine side of weight updates is in tests/engine and the example's
+test): back-pressure, groups out, stale rollouts aborted and run again, stop/resume."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from rich.console import Console
+
+import farm_helpers
+from farm.config import FarmConfig
+from farm.continuous import Farm
+from farm.rollout.store import ROLLOUTS_TABLE
+from farm.tasks.model import Task
+from farm.trajectory.reader import ShardReader
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(farm_helpers)
+    yield
+    ray.shutdown()
+
+
+def _cfg(tmp_path: Path, **stream) -> FarmConfig:
+    return FarmConfig.model_validate({
+        "run_id": "cont",
+        "sandbox": {"local": {"base_dir": str(tmp_path / "sandboxes")}},
+        "rollout": {"concurrency": 4, "timeout_s": 120, "n_samples": 2},
+        "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.1},
+        "output": {"dir": str(tmp_path / "out")},
+        "stream": {"epochs": None, "max_ahead": 4, **stream},
+    })
+
+
+def _tasks(tmp_path: Path, agent_s: float) -> list[Task]:
+    return [Task(id=f"task{i}", instruction=f"do {i}",
+                 metadata={"log_dir": str(tmp_path), "reward": float(i % 2), "agent_s": agent_s}) for i in range(3)]
+
+
+def _started(tmp_path: Path) -> list[tuple[str, int]]:
+    p = tmp_path / "started"
+    lines = p.read_text().split("\n") if p.exists() else []
+    return [(ln.split()[0], int(ln.split()[1])) for ln in lines if ln.strip()]
+
+
+def _farm(tmp_path: Path, agent_s: float, **stream) -> Farm:
+    return Farm(_cfg(tmp_path, **stream), tasks=_tasks(tmp_path, agent_s), parts_factory=farm_helpers.FakeParts,
+                console=Console(file=io.StringIO()))
+
+
+def test_groups_out_under_back_pressure_then_resume(tmp_path):
+    with _farm(tmp_path, 0.2) as f:
+        time.sleep(4.0)  # nobody consumes: dispatch stops at stream.max_ahead rollouts
+        assert len(_started(tmp_path)) == 4 and f.stats()["ahead"] == 4
+        groups = f.next_groups(3, timeout=90)
+        assert [g.complete for g in groups] == [True, True, True] and all(len(g.samples) == 2 for g in groups)
+        assert sorted(g.group_index for g in groups) == [0, 1, 2]
+        assert {g.group_id for g in groups} == {"task0", "task1", "task2"}  # epoch 0 keeps the task ids
+        assert [g.rewards for g in sorted(groups, key=lambda g: g.group_index)] == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+        more = f.next_groups(1, timeout=90)
+        assert [g.group_id for g in more] == ["task0@1"]  # the second epoch
+        assert f.stats()["ahead"] <= 4
+    summary = f.summary
+    assert summary is not None and (tmp_path / "out" / "summary.json").exists()
+    first = set(ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).rollout_ids())
+    # a new trainer on the same output: groups finished before it started are not handed out again
+    with _farm(tmp_path, 0.2) as f2:
+        again = f2.next_groups(2, timeout=90)
+        assert len(again) == 2 and not {g.group_id for g in again} & {"task0", "task1", "task2", "task0@1"}
+    ids = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().column("rollout_id").to_pylist()
+    assert len(ids) == len(set(ids)) and first <= set(ids)  # nothing recorded twice, nothing lost
+
+
+def test_stale_rollouts_are_aborted_and_run_again(tmp_path):
+    with _farm(tmp_path, 3.0, max_staleness=0, on_stale="abort", max_ahead=2) as f:
+        deadline = time.monotonic() + 60
+        while len(_started(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        f._dispatcher.set_policy_version(1)  # what update_weights tells the loop after the router's update
+        groups = f.next_groups(1, timeout=120)
+        stats = f.stats()
+    assert len(groups) == 1 and groups[0].complete
+    assert stats["stale_aborted"] == 2 and stats["policy_version"] == 1
+    started = _started(tmp_path)
+    assert sorted(a for rid, a in started if rid.startswith("task0.")) == [1, 1, 2, 2]  # each ran again, once
+    rows = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
+    kept = {r["rollout_id"]: r for r in rows}
+    assert kept["task0.0"]["attempt"] == 2 and kept["task0.1"]["attempt"] == 2
