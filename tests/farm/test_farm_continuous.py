@@ -95,3 +95,15 @@ def test_stale_rollouts_are_aborted_and_run_again(tmp_path):
     rows = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
     kept = {r["rollout_id"]: r for r in rows}
     assert kept["task0.0"]["attempt"] == 2 and kept["task0.1"]["attempt"] == 2
+
+
+def test_farm_run_takes_the_stream_epochs(tmp_path):
+    from farm.driver import run_farm
+
+    cfg = _cfg(tmp_path, epochs=2, shuffle=True, seed=3)
+    summary = run_farm(cfg, console=Console(file=io.StringIO()), tasks=_tasks(tmp_path, 0.1),
+                       parts_factory=farm_helpers.FakeParts)
+    assert summary.planned == 12 and summary.by_status == {"completed": 12}
+    rows = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
+    assert sorted({r["group_id"] for r in rows}) == ["task0", "task0@1", "task1", "task1@1", "task2", "task2@1"]
+    assert sorted({r["group_index"] for r in rows}) == list(range(6))
