@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("farm.commands.envs", "environment snapshots: build, ls, rm, gc"),
     "inspect": ("farm.commands.inspect", "summarize an output directory and decode a Sample"),
     "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
+    "export": ("farm.commands.export", "copy a run's committed tables as Parquet (current schema version)"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),
     "engine": ("farm.commands.engine", "run the scripted SGLang-protocol worker"),
 }

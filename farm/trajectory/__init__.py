@@ -5,7 +5,7 @@ from farm.trajectory.drift import DriftKind, DriftStats
 from farm.trajectory.linearize import RolloutInfo, chain_ends, is_trainable, linearize
 from farm.trajectory.manifest import ManifestEntry
 from farm.trajectory.output import open_sample_reader, open_sample_writer
-from farm.trajectory.reader import ShardReader
+from farm.trajectory.reader import ShardReader, committed_files
 from farm.trajectory.records import FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
 from farm.trajectory.schema import (
     SAMPLE_SCHEMA,
@@ -35,6 +35,7 @@ __all__ = [
     "as_ids",
     "as_logprobs",
     "chain_ends",
+    "committed_files",
     "from_slime_dict",
     "is_trainable",
     "linearize",

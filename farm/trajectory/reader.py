@@ -10,7 +10,8 @@ and both checksums, or with ``on_damaged="skip"`` is left out and recorded in
 recovery adopted a shard again or a rollout was run again after its shard was lost. The shard files are
 plain Arrow IPC / Parquet: ``pyarrow.dataset.dataset(out / "samples", format="ipc")``
 reads them too (it does not consult the manifest: point it at a directory whose
-writer is done, or use ``follow``).
+writer is done, or use ``follow``). ``committed_files`` gives the exact file list to
+hand to readers that take paths (HF datasets, polars, DuckDB, Ray Data).
 """
 
 from __future__ import annotations
@@ -72,6 +73,32 @@ class ShardReader:
 
     def rollout_ids(self) -> set[str]:
         return {rid for e in self.entries() for rid in e.rollout_ids}
+
+    def files(self) -> list[Path]:
+        """The committed shard files, in manifest order, each checked against its
+        checksum unless ``verify=False`` (a missing or damaged one raises, or with
+        ``on_damaged="skip"`` is left out and recorded). A later ``read_shard`` of an
+        unchanged file does not hash it again."""
+        out = []
+        for e in self.entries():
+            path = self.directory / e.shard
+            try:
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    raise ShardError(f"{path}: named by {self.manifest_path.name} but missing") from None
+                identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if self.verify and self._verified.get(e.shard) != identity:
+                    with pa.memory_map(str(path), "r") as src:
+                        verify_bytes(e.shard, e.checksum, src.read_buffer())
+                    self._verified[e.shard] = identity
+            except ShardError as exc:
+                if self.on_damaged == "raise":
+                    raise
+                self.skipped.append((e, str(exc)))
+                continue
+            out.append(path)
+        return out
 
     def read_shard(self, entry: ManifestEntry) -> pa.Table:
         """One shard's rows (checked against the manifest unless ``verify=False``)."""
@@ -178,3 +205,25 @@ class ShardReader:
                 table = table.filter(pc.invert(pc.is_in(table.column("rollout_id"), value_set=pa.array(sorted(yielded)))))
             yielded.update(e.rollout_ids)
             yield from table.to_batches()
+
+
+def committed_files(directory: str | os.PathLike[str], table: str = "samples", *, verify: bool = True) -> list[str]:
+    """Paths of the shards the manifest of ``table`` commits, for readers that take file
+    lists (``datasets.load_dataset("parquet", data_files=...)``, ``polars.read_parquet``,
+    DuckDB's ``read_parquet``, ``ray.data.read_parquet``).
+
+    A glob of ``<dir>/<table>/*.parquet`` is the same list only for a run whose writer
+    is done and that ``farm verify`` passes: in a live or crashed run it also matches a
+    shard sealed but not yet listed (which a recovery may still quarantine), and it
+    never checks a checksum. ``ShardError`` if a listed shard is missing or damaged
+    (``verify``), or if a rollout is listed by two shards: plain-file readers would count
+    its rows twice (``farm export`` writes a copy holding each rollout once).
+    """
+    reader = ShardReader(directory, name=table, verify=verify)
+    owner: dict[str, str] = {}
+    for e in reader.entries():
+        for rid in e.rollout_ids:
+            if owner.setdefault(rid, e.shard) != e.shard:
+                raise ShardError(f"{reader.manifest_path}: rollout {rid!r} is listed by {owner[rid]} and "
+                                 f"{e.shard}; `farm export` writes a copy that holds it once")  # fmt: skip
+    return [str(p) for p in reader.files()]

@@ -74,6 +74,13 @@ def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.
             w.write_table(table)
         return sink.getvalue()
     sink = pa.BufferOutputStream()
+    if table.num_rows == 0:
+        # A shard of rollouts without Samples. pq.write_table would write one empty row
+        # group, which HF datasets' Parquet loader cannot read (its batch size is the
+        # first row group's row count: 0); a file with no row group at all is read by
+        # every reader as zero rows with the full schema.
+        pq.ParquetWriter(sink, table.schema, compression=compression or "none").close()
+        return sink.getvalue()
     pq.write_table(table, sink, compression=compression or "none")
     return sink.getvalue()
 
