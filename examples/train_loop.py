@@ -26,22 +26,26 @@ from pathlib import Path
 import numpy as np
 
 
-def build_model(vocab: int, dim: int = 32, hidden: int = 64):
-    """A tiny causal LM: embedding -> GRU -> vocabulary head (a GRU keeps 20K-token
-    agent contexts linear in time and memory on a CPU)."""
+def build_model(vocab: int, dim: int = 32, width: int = 8):
+    """A tiny causal LM: embedding -> causal convolution over the last ``width`` tokens ->
+    vocabulary head. Convolutions keep 40K-token agent contexts fast on a CPU (parallel
+    over positions, linear in length); the head runs only at trained positions."""
     import torch
 
     class TinyLM(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.embed = torch.nn.Embedding(vocab, dim)
-            self.rnn = torch.nn.GRU(dim, hidden, batch_first=True)
-            self.head = torch.nn.Linear(hidden, vocab)
+            self.conv = torch.nn.Conv1d(dim, dim, kernel_size=width)
+            self.head = torch.nn.Linear(dim, vocab)
+            self.width = width
 
         def token_logprobs(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             """log p(tokens[i] | tokens[:i]) for each i in ``positions``."""
-            hidden_states, _ = self.rnn(self.embed(tokens[None, :-1]))
-            logits = self.head(hidden_states[0, positions - 1])
+            x = self.embed(tokens[:-1]).T[None]  # (1, dim, n-1): position j sees tokens <= j
+            x = torch.nn.functional.pad(x, (self.width - 1, 0))  # causal: no look-ahead
+            hidden = torch.relu(self.conv(x))[0].T  # (n-1, dim)
+            logits = self.head(hidden[positions - 1])
             return torch.log_softmax(logits, dim=-1).gather(1, tokens[positions][:, None])[:, 0]
 
     return TinyLM()

@@ -152,42 +152,54 @@ class Farm:
     # --- groups out ----------------------------------------------------------------
     def next_groups(self, k: int = 1, timeout: float | None = None, *, poll_interval: float = 0.2) -> list[Group]:
         """The next ``k`` complete groups (fewer only if ``timeout`` passes or the stream
-        ends: an empty list then means nothing more will come)."""
+        ends: an empty list then means nothing more will come). Unless ``stream.on_stale``
+        is ``keep``, a group whose oldest trained turn is more than ``stream.max_staleness``
+        versions behind *now* is not handed out (``stale_groups_dropped``)."""
         if self._reader is None:
             raise FarmStopped("Farm.start() was not called")
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self._ready) < k:
+        out: list[Group] = []
+        while len(out) < k:
             alive = self.running
-            self._take(self._reader.poll())
-            if len(self._ready) >= k:
+            if len(self._ready) < k - len(out):
+                self._take(self._reader.poll())
+            current = self.policy_version if self._ready else 0
+            while self._ready and len(out) < k:
+                g = self._ready.pop(0)
+                self._feed.consumed(g.size)  # handed over (or dropped): no longer ahead of the trainer
+                if self._too_stale(g, current):
+                    self.stale_groups_dropped += 1
+                else:
+                    out.append(g)
+            if len(out) >= k:
                 break
             if not alive:
-                self._take(self._reader.poll())  # what the loop's last rollouts made durable
-                if self._error is not None and not self._ready:
+                last = self._reader.poll()  # what the loop's last rollouts made durable
+                if last:
+                    self._take(last)
+                    continue
+                if self._error is not None and not out:
                     raise FarmStopped(f"the farm's dispatch loop failed: {self._error!r}") from self._error
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(poll_interval)
-        out, self._ready = self._ready[:k], self._ready[k:]
         self.groups_consumed += len(out)
         return out
 
+    def _too_stale(self, g: Group, current: int) -> bool:
+        bound, oldest = self.cfg.stream.max_staleness, g.policy_versions[0]
+        return (self.cfg.stream.on_stale != "keep" and bound is not None and oldest is not None
+                and current - oldest > bound)
+
     def _take(self, groups: list[Group]) -> None:
+        """Groups the reader found done: seen by the curriculum, queued for the trainer."""
         assert self._feed is not None and self._reader is not None and self._stream is not None
         new_incomplete = len(self._reader.incomplete) - self._incomplete_seen
         self._incomplete_seen = len(self._reader.incomplete)
         self._feed.consumed(new_incomplete * self.cfg.rollout.n_samples)  # never handed out, no longer ahead
-        bound = self.cfg.stream.max_staleness
-        current = self.policy_version if groups else 0
         for g in groups:
-            self._feed.consumed(g.size)
             self._stream.observe(g.task_id, g.reward_mean)
-            oldest = g.policy_versions[0]
-            if (self.cfg.stream.on_stale != "keep" and bound is not None and oldest is not None
-                    and current - oldest > bound):
-                self.stale_groups_dropped += 1
-                continue
             self._ready.append(g)
 
     def groups(self, *, batch: int = 1):

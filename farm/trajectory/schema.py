@@ -203,6 +203,9 @@ def migrate_table(table: pa.Table) -> pa.Table:
         names = table.column_names
     if "group_index" not in names and "tokens" in names:
         table = table.append_column("group_index", pa.nulls(table.num_rows, pa.int64()))
+    if table.schema.metadata != SAMPLE_SCHEMA.metadata and set(SAMPLE_SCHEMA.names) <= set(table.column_names):
+        # an upgraded table reads as the current version, columns in the current order
+        table = table.select(SAMPLE_SCHEMA.names).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
     return table
 
 

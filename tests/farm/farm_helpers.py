@@ -9,14 +9,14 @@ from farm.status import RolloutStatus
 from farm.trajectory.tree import TurnTree
 
 
-def make_tree(session_id: str, turns: int = 2, base: int = 10) -> TurnTree:
+def make_tree(session_id: str, turns: int = 2, base: int = 10, version: int | None = None) -> TurnTree:
     tree = TurnTree(session_id)
     parent = None
     for k in range(turns):
         prompt = [base + k, base + k + 1, base + k + 2] if parent is None else [7, 8]
         out = [100 + k, 101 + k]
         rec = tree.append(parent_id=parent, prompt_delta_ids=prompt, output_ids=out,
-                          output_logprobs=[-0.5, -0.25], finish_reason="stop")
+                          output_logprobs=[-0.5, -0.25], finish_reason="stop", policy_version=version)
         parent = rec.turn_id
     return tree
 
@@ -73,6 +73,7 @@ class FakeParts:
 
     async def open_session(self, spec):
         self.sessions.add(spec.rollout_id)
+        self.versions = {**getattr(self, "versions", {}), spec.rollout_id: spec.task.metadata.get("version")}
         return spec.rollout_id
 
     async def run_agent(self, sb, spec, secret, budget_s, workspace):
@@ -100,7 +101,7 @@ class FakeParts:
 
     async def close_session(self, secret):
         self.sessions.discard(secret)
-        return make_tree(secret, 2)
+        return make_tree(secret, 2, version=getattr(self, "versions", {}).get(secret))
 
     async def grade(self, spec, diff):
         from farm.rollout.pipeline import Grade

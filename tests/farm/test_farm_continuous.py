@@ -41,9 +41,10 @@ def _cfg(tmp_path: Path, **stream) -> FarmConfig:
     })
 
 
-def _tasks(tmp_path: Path, agent_s: float) -> list[Task]:
+def _tasks(tmp_path: Path, agent_s: float, **md) -> list[Task]:
     return [Task(id=f"task{i}", instruction=f"do {i}",
-                 metadata={"log_dir": str(tmp_path), "reward": float(i % 2), "agent_s": agent_s}) for i in range(3)]
+                 metadata={"log_dir": str(tmp_path), "reward": float(i % 2), "agent_s": agent_s, **md})
+            for i in range(3)]
 
 
 def _started(tmp_path: Path) -> list[tuple[str, int]]:
@@ -52,8 +53,9 @@ def _started(tmp_path: Path) -> list[tuple[str, int]]:
     return [(ln.split()[0], int(ln.split()[1])) for ln in lines if ln.strip()]
 
 
-def _farm(tmp_path: Path, agent_s: float, **stream) -> Farm:
-    return Farm(_cfg(tmp_path, **stream), tasks=_tasks(tmp_path, agent_s), parts_factory=farm_helpers.FakeParts,
+def _farm(tmp_path: Path, agent_s: float, md: dict | None = None, **stream) -> Farm:
+    return Farm(_cfg(tmp_path, **stream), tasks=_tasks(tmp_path, agent_s, **(md or {})),
+                parts_factory=farm_helpers.FakeParts,
                 console=Console(file=io.StringIO()))
 
 
@@ -95,6 +97,22 @@ def test_stale_rollouts_are_aborted_and_run_again(tmp_path):
     rows = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
     kept = {r["rollout_id"]: r for r in rows}
     assert kept["task0.0"]["attempt"] == 2 and kept["task0.1"]["attempt"] == 2
+
+
+def test_no_group_beyond_the_bound_is_handed_out(tmp_path):
+    # every turn is stamped version 0 (FakeParts); once the farm is at version 1, bound 0
+    with _farm(tmp_path, 0.1, {"version": 0}, max_staleness=0, on_stale="drop", max_ahead=2) as f:
+        first = f.next_groups(1, timeout=90)
+        assert [g.policy_versions for g in first] == [(0, 0)]  # fresh: handed out
+        deadline = time.monotonic() + 60
+        while not f._ready and time.monotonic() < deadline:
+            f._take(f._reader.poll())  # a done group waits in the buffer (what the bug let through)
+            time.sleep(0.1)
+        f._dispatcher.set_policy_version(1)
+        while f.policy_version < 1:
+            time.sleep(0.05)
+        late = f.next_groups(1, timeout=3)
+        assert late == [] and f.stats()["stale_groups_dropped"] >= 1
 
 
 def test_farm_run_takes_the_stream_epochs(tmp_path):
