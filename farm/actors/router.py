@@ -145,7 +145,7 @@ class RouterActor:
             policy=self.cfg.policy, tokenizer=tokenizer, seed=s.seed, tool_format=self.cfg.tool_parser,
             model_name=self.cfg.model_name, tasks_path=tasks_path, replay_path=s.replay_path,
             replies_path=s.replies_path, stream_interval=s.stream_interval, context_length=s.context_length,
-            latency=s.latency, faults=s.faults,
+            latency=s.latency, faults=s.faults, moe=self.cfg.moe,
         )
 
     async def _spawn_worker(self) -> str:

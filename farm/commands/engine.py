@@ -39,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hang-rate", type=float, default=0.0)
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--hang-s", type=float, default=3600.0)
+    p.add_argument("--moe", default=None, metavar="LAYERS,TOP_K,EXPERTS",
+                   help="simulate a MoE model: return routed experts when a request asks for them")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         faults=FaultConfig(error_rate=args.error_rate, hang_rate=args.hang_rate, drop_rate=args.drop_rate,
                            hang_s=args.hang_s),
         record_path=args.record,
+        moe=_moe(args.moe),
     )
     worker = build_worker(
         policy=args.policy, tokenizer=args.tokenizer, settings=settings,
@@ -66,3 +69,12 @@ def run(args: argparse.Namespace) -> int:
     )
     asyncio.run(serve_until_signal(worker, args.host, args.port, args.ready_file))
     return 0
+
+
+def _moe(spec: str | None):
+    if not spec:
+        return None
+    from farm.engine.routing import MoEShape
+
+    layers, top_k, experts = (int(x) for x in spec.split(","))
+    return MoEShape(layers=layers, top_k=top_k, experts=experts)

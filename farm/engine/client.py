@@ -28,6 +28,7 @@ import orjson
 
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
 from farm.engine.config import EngineClientConfig
+from farm.engine.routing import decode_routed
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
 
@@ -41,9 +42,11 @@ class GenerateRequest:
     rid: str
     routing_key: str | None = None
     return_logprob: bool = True
+    # MoE routing replay: ask for the experts of positions [routed_experts_start_len, seqlen - 1)
+    routed_experts_start_len: int | None = None
 
     def body(self) -> dict[str, Any]:
-        return {
+        body = {
             "input_ids": self.input_ids if isinstance(self.input_ids, np.ndarray) else list(self.input_ids),
             "sampling_params": self.sampling_params,
             "return_logprob": self.return_logprob,
@@ -51,6 +54,10 @@ class GenerateRequest:
             "rid": self.rid,
             "stream": False,
         }
+        if self.routed_experts_start_len is not None:
+            body["return_routed_experts"] = True
+            body["routed_experts_start_len"] = self.routed_experts_start_len
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,9 @@ class GenerateResult:
     attempts: int = 1
     engine_ms: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    routed_experts: np.ndarray | None = None  # [positions, layers, top_k], compact dtype
+    routed_start: int = 0  # absolute position of its first row
+    routed_bytes: int = 0  # size of the payload as it came over the wire
 
 
 def parse_generate_reply(data: Any) -> GenerateResult:
@@ -210,9 +220,28 @@ class EngineClient:
         except orjson.JSONDecodeError as exc:
             raise EngineRetryableError(f"/generate {req.rid}: reply is not JSON (cut off?)") from exc
         try:
-            return parse_generate_reply(data)
+            result = parse_generate_reply(data)
         except EngineError as exc:  # a 200 that is not a /generate reply: the engine's fault, retried
             raise EngineRetryableError(f"/generate {req.rid}: malformed reply: {exc}") from exc
+        if req.routed_experts_start_len is not None and self.config.routed_experts is not None:
+            result = self._with_routing(req, result, data)
+        return result
+
+    def _with_routing(self, req: GenerateRequest, result: GenerateResult, data: Any) -> GenerateResult:
+        """Decode and check the reply's routed experts. A missing or misshapen payload is
+        a final engine error (a configuration mismatch does not heal on retry)."""
+        meta = (data[0] if isinstance(data, list) else data).get("meta_info") or {}
+        payload = meta.get("routed_experts")
+        start = req.routed_experts_start_len or 0
+        if not isinstance(payload, str):
+            raise EngineError(f"/generate {req.rid}: asked for routed experts and got none (is the server "
+                              "started with --enable-return-routed-experts?)")
+        rows = len(req.input_ids) + len(result.output_ids) - 1 - start
+        try:
+            experts = decode_routed(payload, max(0, rows), self.config.routed_experts)
+        except EngineError as exc:
+            raise EngineError(f"/generate {req.rid}: {exc}") from None
+        return dataclasses.replace(result, routed_experts=experts, routed_start=start, routed_bytes=len(payload))
 
     async def abort(self, rid: str) -> bool:
         """POST ``/abort_request {rid}``; True if the engine accepted it."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from farm.engine.routing import MoEShape
 
 
 
@@ -37,6 +39,10 @@ class EngineClientConfig(BaseModel):
         description="also POST /abort_request {rid} on abort (workers honour it; the router answers 404, ignored)",
     )
     abort_timeout_s: float = Field(default=2.0, gt=0, description="the /abort_request call")
+    routed_experts: MoEShape | None = Field(
+        default=None, description="ask for routed experts and check them against this shape (set from engine.moe "
+        "when engine.routed_experts is on)",
+    )
 
 
 class _Section(BaseModel):
@@ -138,6 +144,16 @@ class EngineConfig(_Section):
     url: str | None = Field(default=None, description="mode=external: the SGLang server or router URL")
     worker_urls: list[str] = Field(default_factory=list, description="mode=router: SGLang worker URLs")
     health_timeout_s: float = Field(default=10.0, gt=0, description="per health / control request")
+    routed_experts: Literal["off", "on"] = Field(
+        default="off",
+        description="MoE routing replay: every /generate asks for the experts it routed each token to "
+        "(SGLang --enable-return-routed-experts); kept per token in every Sample",
+    )
+    moe: MoEShape | None = Field(
+        default=None,
+        description="the model's routing shape (layers, top_k, experts); routed_experts=on needs it; "
+        "mode=scripted: the scripted workers simulate this MoE",
+    )
     weight_update_pause: Literal["retract", "in_place", "abort", "none"] = Field(
         default="retract",
         description="how generation is paused on every worker around a weight update (SGLang's "
@@ -146,3 +162,15 @@ class EngineConfig(_Section):
     scripted: ScriptedConfig = Field(default_factory=ScriptedConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     launch: LaunchConfig = Field(default_factory=LaunchConfig)
+
+    @model_validator(mode="after")
+    def _moe_shape_known(self) -> EngineConfig:
+        if self.routed_experts == "on" and self.moe is None:
+            raise ValueError("engine.routed_experts=on needs engine.moe (layers, top_k, experts) to check the "
+                             "engine's routed experts against (read them off the model's config.json: "
+                             "num_hidden_layers / num_experts_per_tok / num_experts)")
+        return self
+
+    def client_routing(self) -> MoEShape | None:
+        """The shape the /generate client asks for and checks (None: routing replay off)."""
+        return self.moe if self.routed_experts == "on" else None

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import aiohttp
 
+from farm.engine.routing import MoEShape
 from farm.engine.config import FaultConfig, LaunchConfig, LatencyConfig, RouterConfig
 from farm.engine.processes import ManagedProcess, free_port, read_ready_file, wait_http_ok, wait_until
 from farm.errors import EngineError
@@ -39,6 +40,7 @@ def scripted_worker_argv(
     context_length: int = 131072,
     latency: LatencyConfig | None = None,
     faults: FaultConfig | None = None,
+    moe: MoEShape | None = None,
     python: str = sys.executable,
 ) -> list[str]:
     """``python -m farm engine serve ...`` for one worker."""
@@ -58,6 +60,8 @@ def scripted_worker_argv(
                         ("--record", record_path)):
         if value:
             argv += [flag, value]
+    if moe is not None:
+        argv += ["--moe", f"{moe.layers},{moe.top_k},{moe.experts}"]
     return argv
 
 

@@ -214,6 +214,7 @@ class TurnService:
         gen = GenerateRequest(
             input_ids=pending.plan.prompt_ids, sampling_params=self.sampling_params(pending),
             rid=f"{session.session_id}-{uuid.uuid4().hex[:12]}", routing_key=session.session_id,
+            routed_experts_start_len=self._routed_start(pending),
         )  # fmt: skip
         try:
             result = await self.engine.generate(gen)
@@ -235,6 +236,19 @@ class TurnService:
             raise asyncio.CancelledError()
         pending.timings["engine_ms"] = result.engine_ms
         return self._finish(pending, result)
+
+    def _routed_start(self, pending: PendingTurn) -> int | None:
+        """Where this turn's routed experts should start (None: routing replay off). An
+        appended turn asks only for what its parent does not hold: from the parent's last
+        output token (its first position fed forward) on. A full render asks for the whole
+        sequence: it may be realigned onto re-tokenized context, where the parent's rows
+        would pair old experts with new tokens."""
+        if self.engine.config.routed_experts is None:
+            return None
+        plan = pending.plan
+        if plan.mode == "full" or pending.side or plan.parent_id is None:
+            return 0
+        return max(0, pending.session.tree.get(plan.parent_id).sequence_length - 1)
 
     def _finish(self, pending: PendingTurn, result: GenerateResult) -> TurnOutput:
         t0 = time.perf_counter()
@@ -273,7 +287,8 @@ class TurnService:
         meta: dict[str, Any] = {"protocol": req.protocol, "model": req.model, "mode": plan.mode}
         for key, val in (("fallback_reason", plan.fallback_reason), ("weight_version", result.weight_version),
                          ("parse_errors", errors), ("dropped_tools", req.dropped_tools),
-                         ("engine_attempts", result.attempts if result.attempts > 1 else None)):
+                         ("engine_attempts", result.attempts if result.attempts > 1 else None),
+                         ("routed_bytes", result.routed_bytes)):
             if val:
                 meta[key] = val
         if pending.side:
@@ -285,6 +300,7 @@ class TurnService:
             output_ids=result.output_ids, output_logprobs=result.output_logprobs, finish_reason=finish,
             messages=plan.messages, response=response, trainable=trainable, flags=flags,
             policy_version=_policy_version(result.weight_version, session.policy_version), timings=pending.timings, tools_digest=plan.tools_digest, meta=meta,
+            routed_experts=result.routed_experts, routed_start=result.routed_start,
         )  # fmt: skip
         if plan.mode == "full" and not pending.side:
             rec = tree.mount(prompt_ids=plan.prompt_ids, **common)

@@ -73,7 +73,10 @@ class FarmParts:
             self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.e2b_api_key
         )
         self.harness = make_harness(self.cfg.harness)
-        self.engine = EngineClient(self.engine_url, self.cfg.gateway.engine_client)
+        client_cfg = self.cfg.gateway.engine_client
+        if self.cfg.engine.client_routing() is not None:  # MoE routing replay: ask for and check the experts
+            client_cfg = client_cfg.model_copy(update={"routed_experts": self.cfg.engine.client_routing()})
+        self.engine = EngineClient(self.engine_url, client_cfg)
         self.gateway = Gateway(self.cfg.gateway, tokenizer, self.engine, e.tool_parser, model_name=e.model_name)
         self.gateway_url = await self.gateway.start()
         return self.gateway_url

@@ -131,6 +131,46 @@ def _tokens_and_spans(chain: list[TurnRecord]) -> tuple[np.ndarray, list[list[in
     return (np.concatenate(segs) if segs else np.zeros(0, np.int32)), spans
 
 
+def chain_routing(chain: list[TurnRecord], n: int) -> tuple[np.ndarray | None, list[list[int]]]:
+    """The routed experts of a chain's Sample (``n`` tokens): ``[n - 1, layers, top_k]``,
+    row i = the experts of position i (SGLang's convention; the last token has none),
+    and the spans of positions no turn reported (zeros there).
+
+    Turns are laid out as ``_tokens_and_spans`` lays out their tokens; each turn's rows
+    sit at its own positions (``routed_start``...), later turns overwrite earlier ones, and
+    a realign that cuts the sequence back to an offset invalidates every row from there:
+    re-tokenized context never keeps experts routed for the old tokens."""
+    first = next((r.routed_experts for r in chain if r.routed_experts is not None), None)
+    if first is None:
+        return None, []
+    rows = max(0, n - 1)
+    dtype = max((r.routed_experts.dtype for r in chain if r.routed_experts is not None), key=lambda d: d.itemsize)
+    out = np.zeros((rows, first.shape[1], first.shape[2]), dtype=dtype)
+    known = np.zeros(rows, dtype=bool)
+    total = 0
+    for rec in chain:
+        off = rec.prompt_offset if rec.prompt_offset is not None else total
+        if off < total:  # realigned: what was routed for the old tokens from here on is void
+            known[off:] = False
+            out[off:] = 0
+        re = rec.routed_experts
+        if re is not None and re.shape[1:] == first.shape[1:]:
+            a = rec.routed_start
+            b = min(a + len(re), rows)
+            if b > a:
+                out[a:b] = re[: b - a]
+                known[a:b] = True
+        total = off + len(rec.prompt_delta_ids) + len(rec.output_ids)
+    unknown: list[list[int]] = []
+    missing = np.flatnonzero(~known)
+    if len(missing):
+        breaks = np.flatnonzero(np.diff(missing) != 1)
+        starts = np.concatenate([[missing[0]], missing[breaks + 1]])
+        ends = np.concatenate([missing[breaks], [missing[-1]]]) + 1
+        unknown = [[int(a), int(b)] for a, b in zip(starts, ends)]
+    return out, unknown
+
+
 def _kind(chain: list[TurnRecord], is_main: bool, main_root: str | None) -> str:
     """``main``: the first chain through the session's last non-side turn (where the
     agent ended); ``branch``: another chain of the main root (retries, edits);
@@ -198,6 +238,9 @@ def linearize(
             meta["missing_logprobs_turns"] = missing
         if "fidelity" in end.meta:  # this Sample's context vs a fresh render (farm.gateway.fidelity)
             meta["fidelity"] = end.meta["fidelity"]
+        routed, unknown = chain_routing(chain, len(tokens))
+        if routed is not None:
+            meta["routed_experts"] = {"unknown_spans": unknown}
         rows.append(
             dict(
                 run_id=info.run_id, task_id=info.task_id, rollout_id=info.rollout_id, group_id=info.group_id,
@@ -208,6 +251,7 @@ def linearize(
                 policy_version_max=max(versions or chain_versions) if (versions or chain_versions) else None,
                 tokens=tokens, prompt_length=p, response_length=r, loss_mask=mask, rollout_logprobs=logprobs,
                 status=info.status, finish_reason=end.finish_reason.value, num_turns=len(chain), metadata=meta,
+                routed_experts=routed,
             )
         )  # fmt: skip
     reward = info.reward

@@ -96,6 +96,10 @@ class TurnRecord:
     created_at: float = field(default_factory=time.time)
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_offset: int | None = None
+    # MoE routing replay: the experts routed at positions [routed_start, sequence_length - 1)
+    # of this turn's own sequence (prompt as the model saw it + output), [rows, layers, top_k]
+    routed_experts: np.ndarray | None = None
+    routed_start: int = 0
 
     def __post_init__(self) -> None:
         n_out, n_lp = len(self.output_ids), len(self.output_logprobs)
@@ -118,6 +122,14 @@ class TurnRecord:
             )
         if self.prompt_length < len(self.prompt_delta_ids):
             raise TrajectoryError(f"turn {self.turn_id}: prompt_length shorter than its delta")
+        if self.routed_experts is not None and (
+            self.routed_experts.ndim != 3 or self.routed_start < 0
+            or self.routed_start + len(self.routed_experts) != self.sequence_length - 1
+        ):
+            raise TrajectoryError(
+                f"turn {self.turn_id}: routed experts {self.routed_experts.shape} from position {self.routed_start} "
+                f"do not cover positions up to {self.sequence_length - 1} (one row per position but the last)"
+            )
 
     @property
     def sequence_length(self) -> int:

@@ -71,11 +71,14 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("finish_reason", pa.string(), nullable=False),
         pa.field("num_turns", pa.int32(), nullable=False),
         pa.field("metadata", pa.string(), nullable=False),  # JSON object
+        # MoE routing replay (engine.routed_experts: on): the experts of positions [0, len(tokens) - 1),
+        # raw C-order [positions, layers, top_k] bytes; dtype/layers/top_k in metadata["routed_experts"]
+        pa.field("routed_experts", pa.large_binary(), nullable=True),
     ],
     metadata={b"farm.table": b"samples", b"farm.schema_version": str(SCHEMA_VERSION).encode()},
 )
 _LIST_COLS = {"tokens": np.int32, "loss_mask": np.uint8, "rollout_logprobs": np.float32}
-_SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name != "metadata"]
+_SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name not in ("metadata", "routed_experts")]
 
 
 class Sample(BaseModel):
@@ -106,6 +109,9 @@ class Sample(BaseModel):
     finish_reason: str = "stop"
     num_turns: int = Field(default=1, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    routed_experts: Annotated[Any, PlainSerializer(lambda a: None if a is None else a.tolist())] = Field(
+        default=None, description="[len(tokens) - 1, layers, top_k] expert ids (uint8 / uint16), or None"
+    )
 
     @model_validator(mode="after")
     def _invariants(self) -> Sample:
@@ -123,6 +129,12 @@ class Sample(BaseModel):
             raise ValueError("rollout_logprobs must be finite")
         if r and _nonzero_where_untrained(self.loss_mask, self.rollout_logprobs):
             raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
+        re = self.routed_experts
+        if re is not None:
+            if not isinstance(re, np.ndarray) or re.ndim != 3 or len(re) != max(0, n - 1):
+                shape = getattr(re, "shape", None)
+                raise ValueError(f"routed_experts must be [len(tokens) - 1 = {max(0, n - 1)}, layers, top_k], "
+                                 f"got {shape}")
         return self
 
     @property
@@ -162,7 +174,10 @@ def samples_to_table(samples: Sequence[Sample]) -> pa.Table:
         cols[name] = pa.array([getattr(s, name) for s in samples], type=SAMPLE_SCHEMA.field(name).type)
     for name, dtype in _LIST_COLS.items():
         cols[name] = _list_array([getattr(s, name) for s in samples], dtype, SAMPLE_SCHEMA.field(name).type.value_type)
-    cols["metadata"] = pa.array([json.dumps(s.metadata) for s in samples], type=pa.string())
+    cols["metadata"] = pa.array([json.dumps(_with_routing_meta(s)) for s in samples], type=pa.string())
+    cols["routed_experts"] = pa.array(
+        [None if s.routed_experts is None else np.ascontiguousarray(s.routed_experts).tobytes() for s in samples],
+        type=pa.large_binary())
     return pa.Table.from_arrays([cols[f.name] for f in SAMPLE_SCHEMA], schema=SAMPLE_SCHEMA)
 
 
@@ -183,14 +198,33 @@ def table_to_samples(table: pa.Table | pa.RecordBatch) -> list[Sample]:
         lists[name] = (col.offsets.to_numpy(), col.values.to_numpy(zero_copy_only=False))
     scalars = {name: table.column(name).to_pylist() for name in _SCALAR_COLS}
     metas = table.column("metadata").to_pylist()
+    routed = table.column("routed_experts").to_pylist()
     out = []
     for i in range(table.num_rows):
         row: dict[str, Any] = {name: scalars[name][i] for name in _SCALAR_COLS}
         for name, (offs, vals) in lists.items():
             row[name] = vals[offs[i] : offs[i + 1]]
         row["metadata"] = json.loads(metas[i])
+        row["routed_experts"] = _routing_from(routed[i], row["metadata"])
         out.append(Sample(**row))
     return out
+
+
+def _with_routing_meta(s: Sample) -> dict[str, Any]:
+    if s.routed_experts is None:
+        return s.metadata
+    re = s.routed_experts
+    info = dict(s.metadata.get("routed_experts") or {})
+    info.update(layers=int(re.shape[1]), top_k=int(re.shape[2]), dtype=str(re.dtype))
+    return {**s.metadata, "routed_experts": info}
+
+
+def _routing_from(raw: bytes | None, meta: dict[str, Any]) -> np.ndarray | None:
+    if raw is None:
+        return None
+    info = meta.get("routed_experts") or {}
+    arr = np.frombuffer(raw, dtype=np.dtype(info.get("dtype", "uint8")))
+    return arr.reshape(-1, int(info["layers"]), int(info["top_k"]))
 
 
 def migrate_table(table: pa.Table) -> pa.Table:
@@ -203,6 +237,9 @@ def migrate_table(table: pa.Table) -> pa.Table:
         names = table.column_names
     if "group_index" not in names and "tokens" in names:
         table = table.append_column("group_index", pa.nulls(table.num_rows, pa.int64()))
+    if "routed_experts" not in table.column_names and "tokens" in names:
+        table = table.append_column(pa.field("routed_experts", pa.large_binary()),
+                                    pa.nulls(table.num_rows, pa.large_binary()))
     if table.schema.metadata != SAMPLE_SCHEMA.metadata and set(SAMPLE_SCHEMA.names) <= set(table.column_names):
         # an upgraded table reads as the current version, columns in the current order
         table = table.select(SAMPLE_SCHEMA.names).replace_schema_metadata(SAMPLE_SCHEMA.metadata)
@@ -267,6 +304,8 @@ def to_slime_dict(sample: Sample, tokenizer: Any = None, *, index: int | None = 
         "loss_mask": sample.loss_mask.tolist(),
         "weight_versions": [str(v) for v in metadata.get("policy_versions", [])],
         "rollout_log_probs": sample.rollout_logprobs.tolist(),
+        # slime's own form: int32 [len(tokens) - 1, layers, top_k] (what its rollout decodes from SGLang)
+        "rollout_routed_experts": None if sample.routed_experts is None else sample.routed_experts.astype(np.int32),
         "remove_sample": False,
         "status": slime_status(sample),
         "metadata": metadata,
@@ -287,8 +326,15 @@ def from_slime_dict(data: Mapping[str, Any]) -> Sample:
     logprobs = np.asarray(data.get("rollout_log_probs") or [0.0] * r, dtype=np.float32)
     if len(logprobs) == len(mask):  # plain slime may keep logprobs under loss_mask 0: farm zeroes them
         logprobs = np.where(mask == 1, logprobs, np.float32(0.0)).astype(np.float32)
+    routed = data.get("rollout_routed_experts")
+    if routed is not None:
+        info = metadata.get("routed_experts") or {}
+        routed = np.asarray(routed)
+        dtype = info.get("dtype") or ("uint8" if routed.size == 0 or int(routed.max()) < 256 else "uint16")
+        routed = routed.astype(dtype)
     return Sample(
         **farm,
+        routed_experts=routed,
         session_id=data.get("session_id") or "",
         tokens=tokens,
         response_length=r,

@@ -30,6 +30,9 @@ def record_to_dict(rec: TurnRecord) -> dict[str, Any]:
         "mask_spans": [list(s) for s in rec.mask_spans],
         "created_at": rec.created_at,
         "meta": dict(rec.meta),
+        "routed_experts": None if rec.routed_experts is None else {
+            "start": rec.routed_start, "shape": list(rec.routed_experts.shape),
+            "dtype": str(rec.routed_experts.dtype), "ids": rec.routed_experts.ravel().tolist()},
     }
 
 
@@ -54,7 +57,17 @@ def record_from_dict(d: Mapping[str, Any]) -> TurnRecord:
         mask_spans=tuple(tuple(s) for s in d.get("mask_spans", ())),
         created_at=float(d.get("created_at", 0.0)),
         meta=dict(d.get("meta", {})),
+        **_routed_from_dict(d.get("routed_experts")),
     )
+
+
+def _routed_from_dict(d: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not d:
+        return {}
+    import numpy as np
+
+    ids = np.asarray(d["ids"], dtype=d.get("dtype", "uint16")).reshape(d["shape"])
+    return {"routed_experts": ids, "routed_start": int(d.get("start", 0))}
 
 
 def tree_to_dict(tree: Any) -> dict[str, Any]:  # a TurnTree (tree.py imports this module)

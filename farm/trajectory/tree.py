@@ -147,6 +147,8 @@ class TurnTree:
         tools_digest: str = "",
         meta: Mapping[str, Any] | None = None,
         turn_id: str | None = None,
+        routed_experts: np.ndarray | None = None,
+        routed_start: int = 0,
     ) -> TurnRecord:
         """Record a turn whose prompt is ``sequence_ids(parent_id) + prompt_delta_ids``.
 
@@ -171,6 +173,8 @@ class TurnTree:
             tools_digest=tools_digest,
             meta=meta,
             turn_id=turn_id,
+            routed_experts=routed_experts,
+            routed_start=routed_start,
         )
         if parent_id is None:
             self.drift.new_roots += 1
@@ -194,6 +198,8 @@ class TurnTree:
         tools_digest: str = "",
         meta: Mapping[str, Any] | None = None,
         turn_id: str | None = None,
+        routed_experts: np.ndarray | None = None,
+        routed_start: int = 0,
     ) -> TurnRecord:
         """Record a turn from its full prompt and the FULL history it was rendered from.
 
@@ -211,6 +217,7 @@ class TurnTree:
             output_ids=output_ids, output_logprobs=output_logprobs, finish_reason=finish_reason,
             response=response, trainable=trainable, policy_version=policy_version,
             timings=timings, tools_digest=tools_digest, turn_id=turn_id,
+            routed_experts=routed_experts, routed_start=routed_start,
         )  # fmt: skip
         if decision is not None and decision.kind is not DriftKind.FORK:
             assert parent_id is not None
@@ -261,6 +268,8 @@ class TurnTree:
         meta: Mapping[str, Any] | None,
         turn_id: str | None,
         mask_spans: tuple[tuple[int, int], ...] = (),
+        routed_experts: np.ndarray | None = None,
+        routed_start: int = 0,
     ) -> TurnRecord:
         turn_id = turn_id if turn_id is not None else f"t{len(self._turns)}"
         if turn_id in self._turns:
@@ -285,6 +294,8 @@ class TurnTree:
             timings=dict(timings or {}),
             mask_spans=mask_spans,
             meta=dict(meta or {}),
+            routed_experts=routed_experts,
+            routed_start=routed_start,
         )
         self._turns[turn_id] = rec
         self._children[turn_id] = []

@@ -72,9 +72,9 @@ class Env:
 @contextlib.asynccontextmanager
 async def gateway_env(tokenizer: Any, *, tool_format: str = "hermes", faults: FaultConfig | None = None,
                       latency: LatencyConfig | None = None, client: EngineClientConfig | None = None,
-                      **config: Any) -> AsyncIterator[Env]:
+                      moe: Any = None, **config: Any) -> AsyncIterator[Env]:
     policy = ScriptedPolicy()
-    settings = WorkerSettings(faults=faults or FaultConfig(), latency=latency or LatencyConfig())
+    settings = WorkerSettings(faults=faults or FaultConfig(), latency=latency or LatencyConfig(), moe=moe)
     worker = ScriptedWorker(tokenizer, policy, settings)
     cfg = GatewayConfig(**config)
     if client is not None:

@@ -9,8 +9,10 @@ import json
 import time
 from typing import Any, Protocol, Sequence
 
+import numpy as np
 from aiohttp import web
 
+from farm.engine.routing import encode_routed, fake_routing
 from farm.engine.scripted.generation import Completion, IncrementalText, final_text
 from farm.engine.scripted.protocol import GenerateRequest, finish_abort
 from farm.engine.scripted.state import Inflight
@@ -80,6 +82,12 @@ class Job:
         meta["cached_tokens"] = self.cached
         if final:
             meta["e2e_latency"] = time.monotonic() - self.t0
+            moe = getattr(self.worker, "moe", None)
+            if self.req.return_routed_experts and moe is not None:
+                # SGLang: rows for positions [start_len, seqlen - 1), base64 int32
+                seq = np.concatenate([np.asarray(self.input_ids, dtype=np.int64), np.asarray(ids, dtype=np.int64)])
+                rows = fake_routing(seq, self.req.routed_experts_start_len, len(seq) - 1, moe)
+                meta["routed_experts"] = encode_routed(rows)
         return {"text": text, "output_ids": ids, "meta_info": meta}
 
 

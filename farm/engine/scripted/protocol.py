@@ -78,6 +78,8 @@ class GenerateRequest(BaseModel):
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     stream: bool = False
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
 
     @field_validator("sampling_params", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.engine.config import FaultConfig, LatencyConfig
+from farm.engine.routing import MoEShape
 from farm.engine.scripted.faults import Fault, RequestPlan, plan_request
 from farm.engine.scripted.generation import apply_stop_rules, fake_logprobs, prompt_digest
 from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest
@@ -54,6 +55,7 @@ class WorkerSettings(BaseModel):
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     faults: FaultConfig = Field(default_factory=FaultConfig)
     record_path: str | None = None
+    moe: MoEShape | None = Field(default=None, description="simulate this MoE (routed experts on request)")
 
 
 class ScriptedWorker:
@@ -75,6 +77,10 @@ class ScriptedWorker:
         self.stats = WorkerStats()
         self.cache = PrefixCache()
         self.recorder = Recorder(self.settings.record_path) if self.settings.record_path else None
+
+    @property
+    def moe(self) -> MoEShape | None:
+        return self.settings.moe
 
     # -- tokenizer helpers -----------------------------------------------------
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -272,6 +278,9 @@ class ScriptedWorker:
             if len(input_ids) >= ctx:
                 raise RequestError(f"The input ({len(input_ids)} tokens) is longer than the model's "
                                    f"context length ({ctx} tokens).")
+            if req.return_routed_experts and not 0 <= req.routed_experts_start_len <= len(input_ids):
+                raise RequestError(f"routed_experts_start_len {req.routed_experts_start_len} must be in "
+                                   f"[0, {len(input_ids)}] (the prompt tokens)")
             rid = req.rid or uuid.uuid4().hex
             if rid in self.inflight:
                 raise RequestError(f"Duplicate request id {rid!r}")
