@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import aiohttp
 import numpy as np
 import orjson
+import xxhash
 
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
 from farm.engine.config import EngineClientConfig
@@ -134,6 +135,7 @@ class EngineClient:
         self._session: aiohttp.ClientSession | None = None
         self._rng = random.Random(seed)
         self._closed = False
+        self._workers: list[str] | None = None  # the router's workers (routed experts go to them directly)
 
     async def __aenter__(self) -> EngineClient:
         return self
@@ -193,11 +195,50 @@ class EngineClient:
                 raise
             return dataclasses.replace(result, attempts=attempt, engine_ms=(time.perf_counter() - t0) * 1e3)
 
+    async def _target(self, req: GenerateRequest) -> str:
+        """Where ``req`` goes: the base URL, or, for a routed-experts request behind a router
+        (``routed_experts_direct``), the worker its routing key maps to (rendezvous hashing
+        over the router's ``GET /workers``: a session stays on one worker, and only the
+        sessions of a worker that leaves move)."""
+        if req.routed_experts_start_len is None or not self.config.routed_experts_direct:
+            return self.base_url
+        if self._workers is None:
+            self._workers = await self._list_workers()
+        if not self._workers:
+            return self.base_url  # a plain SGLang server, not a router
+        key = (req.routing_key or req.rid).encode()
+        return max(self._workers, key=lambda u: xxhash.xxh3_64_intdigest(key + b"\x00" + u.encode()))
+
+    async def _list_workers(self) -> list[str]:
+        try:
+            async with self._http().get(f"{self.base_url}/workers", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                if resp.status != 200:
+                    return []
+                body = orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            raise EngineRetryableError(f"GET {self.base_url}/workers: {exc!r}") from exc
+        workers = body.get("workers") if isinstance(body, dict) else None
+        if not isinstance(workers, list):
+            return []
+        healthy = [str(w["url"]).rstrip("/") for w in workers if isinstance(w, dict) and w.get("url")
+                   and w.get("is_healthy", True)]
+        return sorted(healthy)
+
     async def _once(self, req: GenerateRequest, timeout_s: float) -> GenerateResult:
         headers = {"Content-Type": "application/json"}
         if req.routing_key:
             headers[ROUTING_HEADER] = req.routing_key
-        url = f"{self.base_url}/generate"
+        base = await self._target(req)
+        if base != self.base_url:
+            try:
+                return await self._post(req, timeout_s, base, headers)
+            except EngineRetryableError:
+                self._workers = None  # the worker may have left: ask the router again before the retry
+                raise
+        return await self._post(req, timeout_s, base, headers)
+
+    async def _post(self, req: GenerateRequest, timeout_s: float, base: str, headers: dict[str, str]) -> GenerateResult:
+        url = f"{base}/generate"
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._http().post(url, data=orjson.dumps(req.body(), option=orjson.OPT_SERIALIZE_NUMPY), headers=headers) as resp:

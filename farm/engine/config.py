@@ -43,6 +43,12 @@ class EngineClientConfig(BaseModel):
         default=None, description="ask for routed experts and check them against this shape (set from engine.moe "
         "when engine.routed_experts is on)",
     )
+    routed_experts_direct: bool = Field(
+        default=True,
+        description="with routed experts on, send /generate straight to a worker (picked by the session's routing "
+        "key over the router's GET /workers: same session, same worker): sglang-router 0.3.2 drops "
+        "return_routed_experts / routed_experts_start_len from the body it forwards",
+    )
 
 
 class _Section(BaseModel):

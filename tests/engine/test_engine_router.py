@@ -9,7 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+import numpy as np
 from engine_helpers import live_pids
+from farm.engine.routing import MoEShape, fake_routing
 from farm.engine.client import EngineClient, GenerateRequest
 from farm.engine.config import FaultConfig, LatencyConfig, RouterConfig
 from farm.engine.launchers import router_argv, start_router, start_scripted_worker
@@ -17,6 +19,7 @@ from farm.errors import EngineRetryableError
 from farm.engine.config import EngineClientConfig
 
 pytestmark = pytest.mark.slow
+ROUTER_MOE = MoEShape(layers=3, top_k=2, experts=20)
 
 
 async def start_farm(tok_path: str, log_dir: Path, n: int = 2, **worker_kwargs):
@@ -37,8 +40,8 @@ def stop_all(router, started) -> None:
 
 @pytest.fixture(scope="module")
 def farm2(tok_path, tmp_path_factory):
-    """Two noop workers behind the router (shared by the read-only tests)."""
-    router, url, started = asyncio.run(start_farm(tok_path, tmp_path_factory.mktemp("farm2")))
+    """Two noop workers (simulating a small MoE) behind the router (shared by the read-only tests)."""
+    router, url, started = asyncio.run(start_farm(tok_path, tmp_path_factory.mktemp("farm2"), moe=ROUTER_MOE))
     yield url, [u for _, u in started]
     stop_all(router, started)
 
@@ -77,6 +80,36 @@ async def test_router_forwards_weight_version_and_flush(farm2):
         async with s.get(url + "/workers") as r:
             listed = {w["url"] for w in (await r.json())["workers"]}
     assert listed == set(workers)
+
+
+async def test_routed_experts_behind_the_real_router(farm2):
+    """sglang-router 0.3.2 re-serializes /generate bodies and drops return_routed_experts /
+    routed_experts_start_len (the worker never sees them, so no routed_experts come back):
+    the client sends routed-experts requests straight to the worker the session's key maps
+    to, found through the router's /workers. If a router release passes them, the first
+    assertion fails and the direct path can go."""
+    url, workers = farm2
+    ids = list(range(5, 25))
+    async with aiohttp.ClientSession() as s:
+        status, body = await post(s, url, {"input_ids": ids, "return_routed_experts": True,
+                                           "routed_experts_start_len": 12, "sampling_params": {"max_new_tokens": 4}})
+    assert status == 200 and "routed_experts" not in body["meta_info"]  # stripped by the router
+    async with EngineClient(url, EngineClientConfig(routed_experts=ROUTER_MOE)) as engine:
+        res = await engine.generate(GenerateRequest(input_ids=ids, sampling_params={"max_new_tokens": 6},
+                                                    rid="moe-1", routing_key="moe", routed_experts_start_len=12))
+        seq = np.asarray(ids + res.output_ids, dtype=np.int64)
+        assert res.routed_start == 12 and res.routed_experts.shape == (len(seq) - 1 - 12, 3, 2)
+        assert np.array_equal(res.routed_experts.astype(np.int32), fake_routing(seq, 12, len(seq) - 1, ROUTER_MOE))
+        same = [await engine.generate(GenerateRequest(input_ids=ids, sampling_params={"max_new_tokens": 2},
+                                                      rid=f"moe-{i}", routing_key="moe", routed_experts_start_len=0))
+                for i in range(3)]
+        assert all(r.routed_experts is not None for r in same)
+    async with aiohttp.ClientSession() as s:  # the session stayed on one worker
+        counts = []
+        for w in workers:
+            async with s.get(w + "/farm/stats") as r:
+                counts.append((await r.json())["by_routing_key"].get("moe", 0))
+    assert sorted(counts) == [0, 4]
 
 
 async def test_killing_a_worker_mid_run_loses_no_request(tok_path, tmp_path):
