@@ -16,6 +16,7 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.driver import run_farm
+from farm.engine.routing import MoEShape, fake_routing
 from farm.rollout.store import ROLLOUTS_TABLE
 from farm.trajectory.output import open_sample_reader
 from farm.trajectory.reader import ShardReader
@@ -91,9 +92,15 @@ def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
     return rows, samples
 
 
+MOE = {"layers": 4, "top_k": 2, "experts": 32}
+
+
 @pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
 def test_farm_run_each_harness(tmp_path, harness, swe_row):
     cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, swe_row)
+    if harness == "claude_code":  # MoE routing replay on: the scripted workers simulate a MoE behind the router
+        engine = cfg.engine.model_copy(update={"routed_experts": "on", "moe": MoEShape(**MOE)})
+        cfg = cfg.model_copy(update={"engine": engine})
     summary = run_farm(cfg, console=Console(quiet=True))
     assert summary.by_status == {"completed": 2}, summary
     rows, samples = check_output(tmp_path, expect_resolved=True)
@@ -113,6 +120,14 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
     # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)
     assert not [f for r in rows for f in json.loads(r["grading"])["flags"] if f.startswith(("runtime:", "static:"))]
     assert not list((tmp_path / "sb").glob(f"e2e-{harness}/*/*"))
+    if harness == "claude_code":  # every position of every Sample: the experts the engine routed for it
+        shape = MoEShape(**MOE)
+        for s in samples:
+            n = len(s.tokens)
+            assert s.routed_experts.shape == (n - 1, 4, 2) and s.metadata["routed_experts"]["unknown_spans"] == []
+            assert np.array_equal(s.routed_experts.astype(np.int32), fake_routing(s.tokens.astype(np.int64), 0, n - 1, shape))
+    else:
+        assert all(s.routed_experts is None for s in samples)
 
 
 # The noop policy (every reward 0) runs in test_farm_job.py, through `ray job submit`.
