@@ -125,3 +125,8 @@ class GradingError(FarmError):
 
 class PatchApplyError(GradingError):
     """The model's diff could not be applied by any strategy."""
+
+
+# --- trainer integrations ---------------------------------------------------
+class IntegrationError(FarmError):
+    """A trainer adapter cannot give its trainer what it expects (no groups, wrong group size)."""

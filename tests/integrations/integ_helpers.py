@@ -1,0 +1,128 @@
+"""Real farm output directories for the trainer-adapter tests (not a test module).
+
+Written through the real writer path without Ray: session trees built with
+``TurnTree`` from the test tokenizer's chat template, submitted to an in-process
+``ReducerActor`` (linearization, Sample + rollouts shards, manifests). Groups of
+``N`` rollouts; multi-chain rollouts (main + retry branch + sub-agent fork); one
+infrastructure failure (its group is incomplete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from farm.actors.reducer import ReducerActor
+from farm.config import FarmConfig
+from farm.rollout.model import RolloutResult
+from farm.rollout.table import counts_of
+from farm.status import RolloutStatus
+from farm.trajectory.tree import TurnTree
+
+N = 2  # rollouts per group
+
+
+@dataclass(frozen=True)
+class Spec:
+    rollout_id: str
+    reward: float = 1.0
+    multi: bool = False  # main + branch (retry) + fork (sub-agent) chains
+    status: RolloutStatus = RolloutStatus.COMPLETED
+
+    @property
+    def task_id(self) -> str:
+        return self.rollout_id.rsplit(".", 1)[0]
+
+    @property
+    def sample_index(self) -> int:
+        return int(self.rollout_id.rsplit(".", 1)[1])
+
+
+# 5 groups: t2 lost a rollout to infrastructure (incomplete); t0.1 and t3.0 have 3 chains.
+SPECS = [
+    Spec("t0.0", 1.0), Spec("t0.1", 0.0, multi=True),
+    Spec("t1.0", 0.0), Spec("t1.1", 1.0),
+    Spec("t2.0", 1.0), Spec("t2.1", 0.0, status=RolloutStatus.SANDBOX_ERROR),
+    Spec("t3.0", 1.0, multi=True), Spec("t3.1", 0.0),
+    Spec("t4.0", 0.5), Spec("t4.1", 0.0),
+]  # fmt: skip
+COMPLETE = ["t0", "t1", "t3", "t4"]
+
+
+def _ids(tok: Any, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+def _lp(n: int, seed: int) -> list[float]:
+    """Distinct, recognisable logprobs per turn."""
+    return [-(seed % 97) / 100 - i / 1000 - 0.001 for i in range(n)]
+
+
+def make_tree(tok: Any, spec: Spec) -> TurnTree:
+    """A session: system+user prompt, a tool call, its result, a final answer; with
+    ``multi`` also a retried first turn (branch) and a sub-agent (fork).
+    Turns are appended so the main path's turn is the session's last."""
+    tree = TurnTree(spec.rollout_id)
+    seed = sum(map(ord, spec.rollout_id))
+    prompt = tok.apply_chat_template(
+        [{"role": "system", "content": "You fix bugs."},
+         {"role": "user", "content": f"Fix the test in {spec.task_id}."}],
+        add_generation_prompt=True, tokenize=True, return_dict=False,
+    )
+    tool_result = _ids(tok, "\n<|im_start|>user\n<tool_response>\n1 failed\n</tool_response><|im_end|>\n"
+                            "<|im_start|>assistant\n")
+
+    def add(parent: str | None, delta: list[int], text: str, k: int) -> str:
+        out = _ids(tok, text + "<|im_end|>")
+        return tree.append(parent_id=parent, prompt_delta_ids=delta, output_ids=out,
+                           output_logprobs=_lp(len(out), seed + k), finish_reason="stop",
+                           policy_version=3 + (k % 2)).turn_id  # fmt: skip
+
+    root = add(None, prompt, '<tool_call>\n{"name": "Bash", "arguments": {"command": "pytest"}}\n</tool_call>', 0)
+    if spec.multi:
+        add(root, tool_result, "let me look again", 1)  # a retry from the same parent: branch
+        sub = tok.apply_chat_template([{"role": "user", "content": "Find the failing test."}],
+                                      add_generation_prompt=True, tokenize=True, return_dict=False)
+        add(None, sub, "tests/test_x.py", 2)  # a sub-agent: fork (a new root)
+    add(root, tool_result, "fixed the bug in the file", 3)
+    return tree
+
+
+def make_result(tok: Any, spec: Spec, group_index: int) -> RolloutResult:
+    tree = make_tree(tok, spec)
+    return RolloutResult(
+        run_id="integ", rollout_id=spec.rollout_id, group_id=spec.task_id, task_id=spec.task_id,
+        sample_index=spec.sample_index, group_index=group_index, harness="claude_code", model="farm-policy",
+        status=spec.status, reason="" if spec.status is RolloutStatus.COMPLETED else "injected",
+        reward=spec.reward if spec.status.trainable else 0.0, grading={"resolved": spec.reward == 1.0},
+        counts=counts_of(tree), sandbox_id="sb", started_at=1.0, finished_at=2.0, tree=tree,
+    )  # fmt: skip
+
+
+def reducer_config(out_dir: Path) -> FarmConfig:
+    return FarmConfig.model_validate({"run_id": "integ", "output": {"dir": str(out_dir)},
+                                      "rollout": {"n_samples": N}, "ray": {"reducer_flush_s": 0.01}})
+
+
+def write_config(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "run_config.yaml").write_text(yaml.safe_dump({"rollout": {"n_samples": N}}))
+
+
+async def submit(out_dir: Path, tok: Any, specs: list[Spec]) -> None:
+    """Make ``specs`` durable in ``out_dir``, submitted at once (so a group commit, one
+    shard per table, holds several rollouts)."""
+    red = ReducerActor(reducer_config(out_dir), metrics=False)
+    tasks = sorted({s.task_id for s in SPECS})
+    await asyncio.gather(*(red.submit(make_result(tok, spec, tasks.index(spec.task_id))) for spec in specs))
+    await red.close()
+
+
+def build_run(out_dir: Path, tok: Any, specs: list[Spec] = SPECS) -> Path:
+    write_config(out_dir)
+    asyncio.run(submit(out_dir, tok, specs))
+    return out_dir
