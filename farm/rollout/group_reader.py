@@ -79,8 +79,10 @@ class Group:
 
     @property
     def reward_std(self) -> float:
-        """Population standard deviation (GRPO's normalizer)."""
-        return float(np.std(self.rewards)) if self.rewards else math.nan
+        """Sample standard deviation (ddof=1, what TRL's and slime's GRPO normalize by;
+        0.0 for a single reward)."""
+        r = self.rewards
+        return float(np.std(r, ddof=1)) if len(r) > 1 else (0.0 if r else math.nan)
 
     @property
     def resolved(self) -> int:

@@ -56,10 +56,12 @@ def sample_tensors(s: Sample) -> dict[str, Any]:
     """A Sample as a dict: its columns, with the token columns as tensors."""
     import torch
 
-    row = s.model_dump(exclude={"tokens", "loss_mask", "rollout_logprobs"})
+    row = s.model_dump(exclude={"tokens", "loss_mask", "rollout_logprobs", "routed_experts"})
     row["tokens"] = torch.from_numpy(s.tokens.astype("int64"))
     row["loss_mask"] = torch.from_numpy(s.loss_mask.copy())
     row["rollout_logprobs"] = torch.from_numpy(s.rollout_logprobs.copy())
+    if s.routed_experts is not None:  # MoE routing replay: [len(tokens) - 1, layers, top_k]
+        row["routed_experts"] = torch.from_numpy(s.routed_experts.astype("int64"))
     return row
 
 

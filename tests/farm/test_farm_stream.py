@@ -109,7 +109,7 @@ async def test_group_reader_yields_done_groups_in_both_orders(tmp_path):
     assert [g.group_id for g in done_c] == ["t1"]
     assert done_t == []  # task order: t1 waits for t0
     g = done_c[0]
-    assert g.complete and g.rewards == [1.0, 0.0] and g.reward_mean == 0.5 and g.reward_std == 0.5
+    assert g.complete and g.rewards == [1.0, 0.0] and g.reward_mean == 0.5 and g.reward_std == pytest.approx(0.5 ** 0.5)
     assert g.resolved == 1 and g.policy_versions == (0, 1) and g.group_index == 1
     assert [s.rollout_id for s in g.samples] == ["t1.0", "t1.1"]
     assert [(s.policy_version_min, s.policy_version_max) for s in g.samples] == [(0, 1), (1, 1)]

@@ -115,3 +115,14 @@ def test_arrow_and_slime_carry_the_experts():
     plain.append(parent_id=None, prompt_delta_ids=[1, 2], output_ids=[3], output_logprobs=[-1.0], finish_reason="stop")
     [s] = lin(plain)
     assert s.routed_experts is None and table_to_samples(samples_to_table([s]))[0].routed_experts is None
+
+
+def test_the_torch_dataset_yields_the_experts_as_a_tensor():
+    torch = pytest.importorskip("torch")
+    from farm.trajectory.torch_data import sample_tensors
+
+    t, _, _ = _tree(full_refetch=True)
+    for s in lin(t):
+        row = sample_tensors(s)
+        assert row["routed_experts"].shape == (len(s.tokens) - 1, MOE.layers, MOE.top_k)
+        assert torch.equal(row["routed_experts"], torch.from_numpy(s.routed_experts.astype("int64")))
