@@ -40,8 +40,8 @@ def rollouts_of(group: Group) -> list[list[Sample]]:
 def main_sample(chains: list[Sample]) -> Sample:
     """The rollout's main chain; if linearization dropped it (nothing left to train in
     it), the chain that trains the most tokens (earliest on a tie)."""
-    for s in chains:
-        if s.chain_kind == "main":
+    for s in chains:  # where the agent ended (a session whose last turn was a retry ends in a retry chain)
+        if s.metadata.get("final") or s.chain_kind == "main":
             return s
     return max(chains, key=lambda s: (s.num_trained_tokens, -s.chain_index))
 

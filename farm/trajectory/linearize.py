@@ -171,13 +171,32 @@ def chain_routing(chain: list[TurnRecord], n: int) -> tuple[np.ndarray | None, l
     return out, unknown
 
 
-def _kind(chain: list[TurnRecord], is_main: bool, main_root: str | None) -> str:
-    """``main``: the first chain through the session's last non-side turn (where the
-    agent ended); ``branch``: another chain of the main root (retries, edits);
-    ``fork``: a chain of another root (sub-agent, compaction, drift fork);
-    ``side``: only side requests."""
+def is_retry(tree: TurnTree, rec: TurnRecord) -> bool:
+    """Was ``rec`` a re-sent request: the gateway said so (``meta.mode``), or an earlier
+    sibling saw exactly the same prompt."""
+    if rec.meta.get("mode") == "retry":
+        return True
+    if rec.parent_id is None:
+        return False
+    for sib in tree.children(rec.parent_id):
+        if sib is rec:
+            return False
+        if sib.prompt_offset == rec.prompt_offset and np.array_equal(sib.prompt_delta_ids, rec.prompt_delta_ids):
+            return True
+    return False
+
+
+def _kind(tree: TurnTree, chain: list[TurnRecord], is_main: bool, main_root: str | None) -> str:
+    """How the chain was formed: ``side`` (only side requests); ``retry`` (it ends in a
+    re-sent request); ``main`` (the first chain through the session's last non-side
+    turn: where the agent ended); ``branch`` (another chain of the main root: an edited
+    history, a first attempt that was retried); ``fork`` (another root: sub-agent,
+    compaction, drift fork). Where the agent ended is also ``metadata.final``, whatever
+    the label (a session whose last turn was a retry ends in a ``retry`` chain)."""
     if all(TurnFlag.SIDE_REQUEST in r.flags for r in chain):
         return "side"
+    if is_retry(tree, chain[-1]):
+        return "retry"
     if is_main:
         return "main"
     return "branch" if chain[0].turn_id == main_root else "fork"
@@ -227,6 +246,7 @@ def linearize(
         chain_versions = [v.policy_version for v in chain if v.policy_version is not None]
         meta: dict[str, Any] = dict(info.metadata)
         meta.update(
+            final=is_main,
             turn_ids=[t.turn_id for t in chain],
             trained_turn_ids=trained,
             policy_versions=versions,
@@ -244,7 +264,7 @@ def linearize(
         rows.append(
             dict(
                 run_id=info.run_id, task_id=info.task_id, rollout_id=info.rollout_id, group_id=info.group_id,
-                sample_index=info.sample_index, chain_index=index, chain_kind=_kind(chain, is_main, main_root),
+                sample_index=info.sample_index, chain_index=index, chain_kind=_kind(tree, chain, is_main, main_root),
                 session_id=tree.session_id, harness=info.harness, model=info.model,
                 group_index=info.group_index,
                 policy_version_min=min(versions or chain_versions) if (versions or chain_versions) else None,

@@ -92,7 +92,7 @@ class Sample(BaseModel):
     group_id: str = ""
     sample_index: int = Field(default=0, ge=0, description="index of the rollout in its group")
     chain_index: int = Field(default=0, ge=0, description="index of the chain in its rollout (DFS order)")
-    chain_kind: str = Field(default="main", description="main | branch | fork | side")
+    chain_kind: str = Field(default="main", description="main | retry | branch | fork | side")
     session_id: str = ""
     harness: str = ""
     model: str = ""

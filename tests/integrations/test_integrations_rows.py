@@ -45,7 +45,8 @@ def test_rows_all_chains_and_one_per_rollout(groups):
     g = groups[0]  # t0: t0.0 one chain; t0.1 branch (retry), main, fork (sub-agent)
     assert [(s.rollout_id, s.chain_index) for s in rows_of(g)] == [("t0.0", 0), ("t0.1", 0), ("t0.1", 1), ("t0.1", 2)]
     assert {s.group_id for s in rows_of(g)} == {"t0"}
-    assert [s.chain_kind for s in rows_of(g, "main")] == ["main", "main"]
+    # one row per rollout: where the agent ended (t0.1's session ends in a retry of its last request)
+    assert [(s.chain_kind, s.metadata["final"]) for s in rows_of(g, "main")] == [("main", True), ("retry", True)]
     with pytest.raises(ValueError):
         rows_of(g, "first")
 

@@ -87,7 +87,9 @@ def test_retry_siblings_train_shared_prefix_once():
     bad = add(t, a.turn_id, [2], [102, 103], finish_reason=FinishReason.ERROR, output_logprobs=[])
     retry = add(t, a.turn_id, [2], [104])
     s1, s2 = lin(t)
-    assert [s.chain_kind for s in (s1, s2)] == ["branch", "main"]
+    # labelled by how each was formed: the first attempt branches off, the session ends in a retry
+    assert [s.chain_kind for s in (s1, s2)] == ["branch", "retry"]
+    assert [s.metadata["final"] for s in (s1, s2)] == [False, True]  # where the agent ended
     assert s1.metadata["turn_ids"] == [a.turn_id, bad.turn_id]
     assert trained(s1) == outputs(t, a.turn_id)  # the ERROR turn never trains
     assert trained(s2) == outputs(t, retry.turn_id)  # the shared prefix trains once
@@ -338,3 +340,19 @@ def test_a_second_realign_drops_the_drift_spans_it_cuts():
     s_c = lin(t)[-1]
     assert s_c.tokens.tolist() == seen_c + [107]
     assert s_c.metadata["drift_spans"] == [[2 + lo, 2 + hi] for lo, hi in c.mask_spans]
+
+
+def test_chain_kind_follows_how_the_chain_was_formed():
+    t = TurnTree("s")
+    a = add(t, None, [1], [101])
+    b = add(t, a.turn_id, [2], [102])
+    add(t, a.turn_id, [2], [103])  # a retry of b (same prompt), then the agent went on from b
+    c = add(t, b.turn_id, [3], [104])
+    sub = add(t, None, [9], [109])  # a sub-agent: its own root
+    add(t, None, [8], [110], flags={"side_request"})  # a title request
+    end = add(t, c.turn_id, [4], [105])
+    kinds = {s.metadata["turn_ids"][-1]: (s.chain_kind, s.metadata["final"]) for s in lin(t, keep_untrained=True)}
+    assert kinds[end.turn_id] == ("main", True)
+    assert [k for tid, k in kinds.items() if tid not in (end.turn_id,)] == [("retry", False), ("fork", False),
+                                                                             ("side", False)]
+
