@@ -32,6 +32,10 @@ from farm.engine.config import EngineClientConfig
 from farm.engine.routing import decode_routed
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
+# Replies larger than this (routed experts of long contexts: 1.5 KB per position at
+# 48 layers x top-8) are parsed in a thread so one session's payload does not stall the
+# gateway's event loop for every other session.
+OFF_LOOP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +260,11 @@ class EngineClient:
             raise EngineRetryableError(f"/generate {req.rid}: HTTP {status}: {_message(raw)}")
         if status >= 400:
             raise EngineRejected(f"/generate {req.rid}: HTTP {status}: {_message(raw)}", status=status)
+        if len(raw) > OFF_LOOP_BYTES:  # a long routed-experts payload: decoded off the event loop
+            return await asyncio.to_thread(self._parse, req, raw)
+        return self._parse(req, raw)
+
+    def _parse(self, req: GenerateRequest, raw: bytes) -> GenerateResult:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

@@ -89,3 +89,29 @@ async def test_a_misshapen_reply_is_an_engine_error_not_a_silent_drop(hf_tokeniz
         assert status >= 500 and "routed_experts has" in out and "4 layers" in out
         tree = await env.gw.close_session("x")
     assert len(tree.turns) == 0  # nothing recorded
+
+
+async def test_a_long_payload_is_decoded_off_the_event_loop_and_still_checked(hf_tokenizer, monkeypatch):
+    import asyncio
+
+    from farm.engine import client as client_mod
+    from farm.engine.client import EngineClient, GenerateRequest
+    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+
+    big = MoEShape(layers=48, top_k=8, experts=128)
+    threads = []
+    real = asyncio.to_thread
+
+    async def spy(fn, *a, **k):
+        threads.append(fn.__name__)
+        return await real(fn, *a, **k)
+
+    monkeypatch.setattr(client_mod.asyncio, "to_thread", spy)
+    worker = ScriptedWorker(hf_tokenizer, ScriptedPolicy(default="ok"), WorkerSettings(moe=big))
+    ids = list(range(10, 1500))  # ~1,500 positions x 384 ids: a ~3 MB reply
+    async with serve_worker(worker) as url, EngineClient(url, EngineClientConfig(routed_experts=big)) as engine:
+        res = await engine.generate(GenerateRequest(input_ids=ids, sampling_params={"max_new_tokens": 4}, rid="big",
+                                                    routed_experts_start_len=0))
+    assert threads == ["_parse"] and res.routed_bytes > client_mod.OFF_LOOP_BYTES
+    seq = np.asarray(ids + res.output_ids, dtype=np.int64)
+    assert np.array_equal(res.routed_experts.astype(np.int32), fake_routing(seq, 0, len(seq) - 1, big))
