@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TRAJ = ["tests/trajectory"]
 GATE = ["tests/gateway/test_gateway_sessions.py", "tests/gateway/test_gateway_units.py"]
+ROUTING = "tests/gateway/test_gateway_routing.py"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,17 @@ MUTATIONS = [
     Mutation("delta_needs_prefix_render", "farm/gateway/render.py",
              "if not r1.startswith(r0) or not r0.endswith(self.tail):", "if not r0.endswith(self.tail):",
              tuple(GATE)),
+    # MoE routing replay (issue 21) and chain labels
+    Mutation("routing_rows_shifted", "farm/trajectory/linearize.py",
+             "                out[a:b] = re[: b - a]", "                out[a + 1 : b + 1] = re[: b - a][: max(0, rows - a - 1)]",
+             (*TRAJ, ROUTING)),
+    Mutation("routing_kept_after_realign", "farm/trajectory/linearize.py",
+             "            known[off:] = False\n            out[off:] = 0", "            pass", (*TRAJ, ROUTING)),
+    Mutation("routing_start_one_late", "farm/gateway/service.py",
+             "tree.get(plan.parent_id).sequence_length - 1)", "tree.get(plan.parent_id).sequence_length)",
+             (ROUTING,)),
+    Mutation("retry_chain_labelled_main", "farm/trajectory/linearize.py",
+             "    if is_retry(tree, chain[-1]):", "    if False:", tuple(TRAJ)),
 ]
 
 
