@@ -53,19 +53,22 @@ def _started(tmp_path: Path) -> list[tuple[str, int]]:
     return [(ln.split()[0], int(ln.split()[1])) for ln in lines if ln.strip()]
 
 
-def _farm(tmp_path: Path, agent_s: float, md: dict | None = None, **stream) -> Farm:
-    return Farm(_cfg(tmp_path, **stream), tasks=_tasks(tmp_path, agent_s, **(md or {})),
+def _farm(tmp_path: Path, agent_s: float, md: dict | None = None, order: str = "completion", **stream) -> Farm:
+    return Farm(_cfg(tmp_path, **stream), tasks=_tasks(tmp_path, agent_s, **(md or {})), order=order,
                 parts_factory=farm_helpers.FakeParts,
                 console=Console(file=io.StringIO()))
 
 
 def test_groups_out_under_back_pressure_then_resume(tmp_path):
-    with _farm(tmp_path, 0.2) as f:
-        time.sleep(4.0)  # nobody consumes: dispatch stops at stream.max_ahead rollouts
+    with _farm(tmp_path, 0.2, order="task") as f:  # task order: the stream's, whatever finishes first
+        deadline = time.monotonic() + 90
+        while len(_started(tmp_path)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3.0)  # nobody consumes: dispatch stops at stream.max_ahead rollouts (would overrun by now)
         assert len(_started(tmp_path)) == 4 and f.stats()["ahead"] == 4
         groups = f.next_groups(3, timeout=90)
         assert [g.complete for g in groups] == [True, True, True] and all(len(g.samples) == 2 for g in groups)
-        assert sorted(g.group_index for g in groups) == [0, 1, 2]
+        assert [g.group_index for g in groups] == [0, 1, 2]
         assert {g.group_id for g in groups} == {"task0", "task1", "task2"}  # epoch 0 keeps the task ids
         assert [g.rewards for g in sorted(groups, key=lambda g: g.group_index)] == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
         more = f.next_groups(1, timeout=90)
