@@ -70,7 +70,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import math
 import os
 import random

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import pytest
 from gateway_helpers import Conversation, check_stream, gateway_env, reply_text
 
 from farm.engine.config import EngineClientConfig

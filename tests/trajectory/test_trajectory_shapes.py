@@ -348,7 +348,7 @@ def test_chain_kind_follows_how_the_chain_was_formed():
     b = add(t, a.turn_id, [2], [102])
     add(t, a.turn_id, [2], [103])  # a retry of b (same prompt), then the agent went on from b
     c = add(t, b.turn_id, [3], [104])
-    sub = add(t, None, [9], [109])  # a sub-agent: its own root
+    add(t, None, [9], [109])  # a sub-agent: its own root
     add(t, None, [8], [110], flags={"side_request"})  # a title request
     end = add(t, c.turn_id, [4], [105])
     kinds = {s.metadata["turn_ids"][-1]: (s.chain_kind, s.metadata["final"]) for s in lin(t, keep_untrained=True)}
