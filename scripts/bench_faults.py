@@ -149,11 +149,21 @@ class Scenario:
         attempts: dict[str, set] = {}
         for s in samples:
             attempts.setdefault(s["rollout_id"], set()).add(json.loads(s["metadata"]).get("attempt"))
-        time.sleep(1.0)
         base = str(self.base).encode()
-        leaked = _procs_matching(lambda c: base in c or (b"socat" in c and b"/run/farm/" in c))
-        leaked += [p for p in _procs_matching(lambda c: True) if _env_has(p, b"FARM_SANDBOX_ID=")
-                   and base in Path(f"/proc/{p}/environ").read_bytes()]  # fmt: skip
+
+        def leaked_now() -> list[int]:
+            found = _procs_matching(lambda c: base in c or (b"socat" in c and b"/run/farm/" in c))
+            found += [p for p in _procs_matching(lambda c: True) if _env_has(p, b"FARM_SANDBOX_ID=")
+                      and base in Path(f"/proc/{p}/environ").read_bytes()]  # fmt: skip
+            return found
+
+        # A process that is still exiting right after the run (a loaded machine) is not a
+        # leak; one that is still there 15 s later is.
+        deadline = time.monotonic() + 15.0
+        leaked = leaked_now()
+        while leaked and time.monotonic() < deadline:
+            time.sleep(0.5)
+            leaked = leaked_now()
         run_dir = self.base / self.run_id
         return {
             "planned": len(planned),
