@@ -16,6 +16,7 @@ from aiohttp import web
 
 from farm.report.html import render_report
 
+PAGE = web.AppKey("page", "ReportPage")
 WATCHED = ("manifest.jsonl", "rollouts.manifest.jsonl", "summary.json", "run_config.yaml")
 
 
@@ -55,7 +56,7 @@ def make_app(out: str | Path, tokenizer: str | None = None) -> web.Application:
         return web.Response(text=await page.html(), content_type="text/html", headers={"Cache-Control": "no-store"})
 
     app = web.Application()
-    app["page"] = page
+    app[PAGE] = page
     app.router.add_get("/", index)
     return app
 
