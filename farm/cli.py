@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate-tasks": ("farm.commands.validate_tasks", "check every task: gold resolves, empty does not"),
     "envs": ("farm.commands.envs", "environment snapshots: build, ls, rm, gc"),
     "inspect": ("farm.commands.inspect", "summarize an output directory and decode a Sample"),
+    "report": ("farm.commands.report", "write a self-contained HTML report of an output directory"),
+    "view": ("farm.commands.view", "serve the HTML report on 127.0.0.1, refreshed as the run goes on"),
     "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
     "export": ("farm.commands.export", "copy a run's committed tables as Parquet (current schema version)"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),

@@ -7,11 +7,13 @@ VENV="${FARM_VENV:-.venv}"
 
 # bubblewrap isolates local sandboxes; socat relays a sandbox's gateway port to its own
 # unix socket (the sandbox has no other network); fuse-overlayfs gives sandboxes their
-# copy-on-write view of an environment snapshot when farm does not run as root. Debian packages.
-if ! command -v bwrap >/dev/null 2>&1 || ! command -v socat >/dev/null 2>&1 || ! command -v fuse-overlayfs >/dev/null 2>&1; then
+# copy-on-write view of an environment snapshot when farm does not run as root; chromium
+# (headless) renders `farm report`'s page in its browser test. Debian packages.
+if ! command -v bwrap >/dev/null 2>&1 || ! command -v socat >/dev/null 2>&1 || ! command -v fuse-overlayfs >/dev/null 2>&1 \
+   || [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq bubblewrap socat git fuse-overlayfs >/dev/null
+  $SUDO apt-get install -y -qq bubblewrap socat git fuse-overlayfs chromium >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

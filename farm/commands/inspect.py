@@ -70,6 +70,21 @@ def _rollouts_summary(out: Path) -> dict[str, Any]:
     }
 
 
+def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
+    """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
+    rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.output import open_sample_reader
+    from farm.trajectory.reader import ShardReader
+
+    known = ShardReader(out, name=ROLLOUTS_TABLE).rollout_ids() | open_sample_reader(out).rollout_ids()
+    if rollout_id in known:
+        return None
+    near = sorted(r for r in known if rollout_id in r or r in rollout_id)[:5] or sorted(known)[:5]
+    return (f"no rollout {rollout_id!r} in {out} ({len(known)} rollouts"
+            + (f"; e.g. {', '.join(near)})" if near else ")"))
+
+
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
     from farm.trajectory.fidelity import fidelity_report
 
@@ -122,6 +137,11 @@ def run(args: argparse.Namespace) -> int:
     if not out.is_dir():
         print(f"farm inspect: {out} is not a directory", file=sys.stderr)
         return 2
+    if args.rollout is not None:
+        problem = _unknown_rollout(out, args.rollout)
+        if problem:  # checked first: a typo'd id must not look like a run that has nothing to show
+            print(f"farm inspect: {problem}", file=sys.stderr)
+            return 1
     summary_path = out / "summary.json"
     if summary_path.exists():
         console.print_json(summary_path.read_text())
@@ -144,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         if sample is not None:
             break
     if sample is None:
-        print("farm inspect: no matching Sample", file=sys.stderr)
+        which = f"rollout {args.rollout!r}" if args.rollout is not None else "the run"
+        chain = f" with chain_index {args.chain}" if args.chain is not None else ""
+        print(f"farm inspect: {which} has no Sample{chain} (nothing trained, or no session)", file=sys.stderr)
         return 1
     tok = _load_tokenizer(out, args.tokenizer)
 

@@ -64,3 +64,15 @@ async def test_inspect_fidelity_lists_the_worst_samples(tmp_path, tokenizer_dir,
     assert '"samples_measured": 1' in out and '"samples_with_differences": 1' in out
     assert "t.0 chain=0" in out and "model_output=" in out
     assert "engine saw:" in out and "Look first." in out
+
+
+async def test_inspect_unknown_rollout_exits_nonzero(tmp_path, capsys):
+    """A rollout id the run does not hold is an error, whatever else is asked for."""
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    await red.submit(make_result("t.0"))
+    await red.close()
+    for extra in ([], ["--no-sample"], ["--fidelity"]):
+        assert main(["inspect", str(tmp_path), "--rollout", "nope", *extra]) == 1, extra
+        err = capsys.readouterr().err
+        assert "no rollout 'nope'" in err and "t.0" in err
+    assert main(["inspect", str(tmp_path), "--rollout", "t.0", "--no-sample"]) == 0

@@ -1,0 +1,62 @@
+"""``farm view``: the report served on 127.0.0.1, re-rendered when the run changes.
+
+The page is rendered again only when one of the files it reads changed (the two
+manifests, summary.json, run_config.yaml: their size and mtime), so a reload of a run
+in progress shows what became durable since, and a reload of a finished run costs a
+stat of four files. Rendering runs in a thread, one at a time, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from farm.report.html import render_report
+
+PAGE = web.AppKey("page", "ReportPage")
+WATCHED = ("manifest.jsonl", "rollouts.manifest.jsonl", "summary.json", "run_config.yaml")
+
+
+def _stamp(out: Path) -> tuple[tuple[int, int] | None, ...]:
+    stamps = []
+    for name in WATCHED:
+        try:
+            st = os.stat(out / name)
+            stamps.append((st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+class ReportPage:
+    def __init__(self, out: Path, tokenizer: str | None = None) -> None:
+        self.out, self.tokenizer = out, tokenizer
+        self.renders = 0
+        self._stamp: tuple | None = None
+        self._html = ""
+        self._lock = asyncio.Lock()
+
+    async def html(self) -> str:
+        async with self._lock:
+            stamp = _stamp(self.out)
+            if stamp != self._stamp:
+                self._html = await asyncio.to_thread(render_report, self.out, tokenizer=self.tokenizer)
+                self._stamp = stamp
+                self.renders += 1
+            return self._html
+
+
+def make_app(out: str | Path, tokenizer: str | None = None) -> web.Application:
+    page = ReportPage(Path(out), tokenizer)
+
+    async def index(_: web.Request) -> web.Response:
+        return web.Response(text=await page.html(), content_type="text/html", headers={"Cache-Control": "no-store"})
+
+    app = web.Application()
+    app[PAGE] = page
+    app.router.add_get("/", index)
+    return app
+

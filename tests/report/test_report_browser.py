@@ -1,0 +1,65 @@
+"""The report in headless Chromium (Debian's chromium, driven by Playwright): the table
+is drawn, sorting and filtering work, and clicking a rollout shows its trajectory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import TASK
+from farm.report.html import write_report
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing (scripts/setup.sh installs Debian's chromium)"),
+    pytest.mark.timeout(120),
+]
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright not installed (the dev extra)")
+
+
+def test_click_into_a_rollout(real_run, tmp_path):
+    page_path = write_report(real_run, tmp_path / "report.html")
+    requests: list[str] = []
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(Path(page_path).as_uri())
+            rows = page.locator("#rollouts tbody tr")
+            assert rows.count() == 3
+            # sort by reward, descending on the second click: the resolved rollout first
+            page.click("th[data-k=reward]")
+            page.click("th[data-k=reward]")
+            assert rows.first.get_attribute("data-rollout") == f"{TASK}.0"
+            page.fill("#filter", "sandbox_error")
+            assert rows.count() == 1 and page.inner_text("#count") == "1 of 3 rollouts"
+            page.fill("#filter", "")
+            page.click(f'#rollouts tbody tr[data-rollout="{TASK}.0"]')
+            detail = page.locator("#detail")
+            detail.wait_for(state="visible")
+            text = detail.inner_text()
+            assert f"{TASK}.0" in page.inner_text("#detail-title")
+            assert "calc__fix-divide" in text  # the task id
+            assert '"command": "git status"' in text  # a tool call the model made
+            assert "+    return a / b  # </script> safe" in text  # the diff, whole
+            assert "tests/test_calc.py::test_divide" in text and "FAIL_TO_PASS" in text
+            trained = detail.locator(".seg.output .tr")
+            assert trained.count() > 10 and trained.first.is_visible()
+            assert trained.first.get_attribute("title").startswith("logprob -")  # logprob on hover
+            assert "tool output 0.1: 1 failed" in detail.locator(".seg.context").first.inner_text()
+            page.screenshot(path=str(tmp_path / "rollout.png"), full_page=True)
+            assert (tmp_path / "rollout.png").stat().st_size > 10_000
+            page.click("#detail button")
+            assert rows.first.is_visible() and not detail.is_visible()
+            assert errors == []
+        finally:
+            browser.close()
+    assert all(u.startswith("file://") for u in requests), requests  # nothing fetched at view time
