@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ import numpy as np
 from farm.rollout.groups import group_size_of
 from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
-from farm.trajectory.reader import ShardReader, Stop
+from farm.trajectory.reader import ManifestTail, ShardReader, Stop, polling
 from farm.trajectory.schema import Sample, table_to_samples
 
 GroupOrder = Literal["completion", "task"]
@@ -137,8 +135,9 @@ class GroupReader:
 
         self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
         self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)
-        self._seen_rollout_shards: set[str] = set()
-        self._seen_sample_shards: set[str] = set()
+        # each poll reads only the manifest lines added since the last one
+        self._rollout_tail = ManifestTail(self._rollouts.manifest_path, ROLLOUTS_TABLE)
+        self._sample_tail = ManifestTail(self._samples.manifest_path, SAMPLES_TABLE)
         self._samples_by_rollout: dict[str, list[Sample]] = {}
         self._rollout_ids: set[str] = set()
         self._pending: dict[str, _Pending] = {}
@@ -153,16 +152,10 @@ class GroupReader:
     def poll(self) -> list[Group]:
         """Groups that became done since the last call (in this reader's order)."""
         # Samples first: the reducer commits a rollout's Samples before its row.
-        for entry in self._samples.entries():
-            if entry.shard in self._seen_sample_shards:
-                continue
-            self._seen_sample_shards.add(entry.shard)
+        for entry in self._sample_tail.new_entries():
             for s in table_to_samples(self._samples.read_shard(entry)):
                 self._samples_by_rollout.setdefault(s.rollout_id, []).append(s)
-        for entry in self._rollouts.entries():
-            if entry.shard in self._seen_rollout_shards:
-                continue
-            self._seen_rollout_shards.add(entry.shard)
+        for entry in self._rollout_tail.new_entries():
             table = self._rollouts.read_shard(entry).select(ROW_COLUMNS)
             for row in table.to_pylist():
                 if row["rollout_id"] in self._rollout_ids:  # a rollout counts once
@@ -223,17 +216,5 @@ class GroupReader:
                timeout: float | None = None) -> Iterator[Group]:
         """Yield groups as they become done. Ends when ``stop`` is set / returns True
         (after a last look) or after ``timeout`` seconds; one of them is required."""
-        if stop is None and timeout is None:
-            raise ValueError("follow() needs a stop condition or a timeout")
-        is_set = stop.is_set if isinstance(stop, threading.Event) else (stop or (lambda: False))
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            stopping = is_set()
+        for _ in polling(poll_interval=poll_interval, stop=stop, timeout=timeout):
             yield from self.poll()
-            if stopping or (deadline is not None and time.monotonic() >= deadline):
-                return
-            wait = poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic()))
-            if isinstance(stop, threading.Event):
-                stop.wait(wait)
-            else:
-                time.sleep(wait)

@@ -33,6 +33,54 @@ from farm.trajectory.integrity import verify_bytes
 Stop = threading.Event | Callable[[], bool]
 
 
+def polling(*, poll_interval: float, stop: Stop | None, timeout: float | None) -> Iterator[None]:
+    """One iteration per look at a run in progress, ``poll_interval`` apart. Ends when
+    ``stop`` is set / returns True (after a last look) or after ``timeout`` seconds; at
+    least one of them is required."""
+    if stop is None and timeout is None:
+        raise ValueError("follow() needs a stop condition or a timeout")
+    is_set = stop.is_set if isinstance(stop, threading.Event) else (stop or (lambda: False))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        stopping = is_set()
+        yield
+        if stopping or (deadline is not None and time.monotonic() >= deadline):
+            return
+        wait = poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic()))
+        if isinstance(stop, threading.Event):
+            stop.wait(wait)
+        else:
+            time.sleep(wait)
+
+
+class ManifestTail:
+    """The lines a manifest gained since the last look, read from where the last look
+    ended (not the whole file each time). Robust to the manifest being rewritten by a
+    recovering writer: it is read again from the start, shards deduplicated by name."""
+
+    def __init__(self, path: Path, table: str) -> None:
+        self.path, self.table = path, table
+        self._seen: set[str] = set()
+        self._offset, self._inode = 0, None
+
+    def new_entries(self) -> list[ManifestEntry]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
+            self._offset = 0
+        self._inode = st.st_ino
+        read = read_manifest(self.path, self._offset)
+        self._offset = read.end
+        out = []
+        for e in read.entries:
+            if e.table == self.table and e.shard not in self._seen:
+                self._seen.add(e.shard)
+                out.append(e)
+        return out
+
+
 class ShardReader:
     """Reads one table (``name``) of an output directory through its manifest."""
 
@@ -162,35 +210,9 @@ class ShardReader:
         after ``timeout`` seconds; at least one of them is required. Robust to the
         manifest being rewritten by a recovering writer (shards are deduplicated).
         """
-        if stop is None and timeout is None:
-            raise ValueError("follow() needs a stop condition or a timeout")
-        is_set = stop.is_set if isinstance(stop, threading.Event) else (stop or (lambda: False))
-        deadline = None if timeout is None else time.monotonic() + timeout
-        seen: set[str] = set()
-        offset, inode = 0, None
-        while True:
-            stopping = is_set()
-            try:
-                st = os.stat(self.manifest_path)
-            except FileNotFoundError:
-                st = None
-            if st is not None:
-                if inode is not None and (st.st_ino != inode or st.st_size < offset):
-                    offset = 0  # rewritten by recovery: re-read, dedup by shard name
-                inode = st.st_ino
-                read = read_manifest(self.manifest_path, offset)
-                offset = read.end
-                for e in read.entries:
-                    if e.table == self.name and e.shard not in seen:
-                        seen.add(e.shard)
-                        yield e
-            if stopping or (deadline is not None and time.monotonic() >= deadline):
-                return
-            wait = poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic()))
-            if isinstance(stop, threading.Event):
-                stop.wait(wait)
-            else:
-                time.sleep(wait)
+        tail = ManifestTail(self.manifest_path, self.name)
+        for _ in polling(poll_interval=poll_interval, stop=stop, timeout=timeout):
+            yield from tail.new_entries()
 
     def follow_batches(self, **kwargs) -> Iterator[pa.RecordBatch]:
         """``follow`` yielding the record batches of each new shard, each rollout once:

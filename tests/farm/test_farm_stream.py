@@ -163,7 +163,7 @@ def test_reader_never_yields_a_group_short(tmp_path):
 
     asyncio.run(go())
     reader = GroupReader(tmp_path, size=2)
-    reader._samples.entries = lambda: []  # the Sample manifest lags behind the rollouts one
+    reader._sample_tail.new_entries = lambda: []  # the Sample manifest lags behind the rollouts one
     assert reader.poll() == []
-    del reader._samples.entries
+    del reader._sample_tail.new_entries
     assert [len(g.samples) for g in reader.poll()] == [2]
