@@ -96,7 +96,7 @@ class ReducerActor:
         stream = self.cfg.stream
         if stream.on_stale != "drop" or stream.max_staleness is None or not result.status.trainable:
             return None
-        oldest = counts_of(result.tree).policy_version_min if result.tree is not None else None
+        oldest = result.counts.policy_version_min  # filled from the tree by ``submit``
         if oldest is None or self.policy_version - oldest <= stream.max_staleness:
             return None
         return (f"began under weight version {oldest}, recorded under {self.policy_version}: "
