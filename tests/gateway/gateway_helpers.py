@@ -84,6 +84,16 @@ async def gateway_env(tokenizer: Any, *, tool_format: str = "hermes", faults: Fa
             yield Env(gw, policy, worker, http, url)
 
 
+async def turn(env: Env, conv: "Conversation", secret: str, sid: str, text: str, *, expect: int = 200) -> dict[str, Any]:
+    """One model turn as the CLI makes it: script the reply, send the conversation, check
+    the stream; returns the parsed reply ({} for an expected error status)."""
+    env.script(sid, text)
+    body = conv.request()
+    status, out, _ = await env.post(conv.protocol, body, secret)
+    assert status == expect, out
+    return check_stream(conv.protocol, out, body) if status == 200 else {}
+
+
 # ---- what the model says ------------------------------------------------------------
 def reply_text(content: str = "", calls: list[tuple[str, dict[str, Any]]] = (), *, reasoning: str | None = None,
                tool_format: str = "hermes") -> str:

@@ -4,19 +4,11 @@ session close, classified, carried into the Sample's metadata."""
 from __future__ import annotations
 
 import numpy as np
-from gateway_helpers import Conversation, check_stream, gateway_env, reply_text
+from gateway_helpers import Conversation, gateway_env, reply_text, turn
 
 from farm.gateway.fidelity import differing_runs, measure_turn
 from farm.gateway.render import PromptRenderer
 from farm.trajectory import RolloutInfo, TurnTree, linearize
-
-
-async def _turn(env, conv, secret, sid, text):
-    env.script(sid, text)
-    body = conv.request()
-    status, out, _ = await env.post(conv.protocol, body, secret)
-    assert status == 200, out
-    return check_stream(conv.protocol, out, body)
 
 
 def test_differing_runs():
@@ -34,16 +26,16 @@ async def test_append_only_prompts_equal_fresh_renders_until_a_think_block_is_dr
     conv = Conversation("chat")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("f")
-        r1 = await _turn(env, conv, h.secret, "f", reply_text("", [("bash", {"command": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "f", reply_text("", [("bash", {"command": "ls"})]))
         conv.echo(r1, ["a.py"])
-        await _turn(env, conv, h.secret, "f", reply_text("", [("bash", {"command": "cat a.py"})]))
+        await turn(env, conv, h.secret, "f", reply_text("", [("bash", {"command": "cat a.py"})]))
         clean_tree = await env.gw.close_session("f")
         h = env.gw.open_session("g")
         conv = Conversation("chat")
-        r1 = await _turn(env, conv, h.secret, "g", reply_text("I look.", [("bash", {"command": "ls"})],
+        r1 = await turn(env, conv, h.secret, "g", reply_text("I look.", [("bash", {"command": "ls"})],
                                                              reasoning="Look first, then act."))  # fmt: skip
         conv.echo(r1, ["a.py"], user_text="go on")
-        await _turn(env, conv, h.secret, "g", "done")
+        await turn(env, conv, h.secret, "g", "done")
         think_tree = await env.gw.close_session("g")
     clean = clean_tree.turns[-1].meta["fidelity"]
     assert clean["differing_tokens"] == 0 and clean["seen_tokens"] == clean["fresh_tokens"] > 0

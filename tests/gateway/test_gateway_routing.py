@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from gateway_helpers import Conversation, check_stream, gateway_env, reply_text
+from gateway_helpers import Conversation, gateway_env, reply_text, turn
 
 from farm.engine.config import EngineClientConfig
 from farm.engine.routing import MoEShape, fake_routing
@@ -17,14 +17,6 @@ from farm.trajectory.linearize import RolloutInfo, linearize
 from farm.trajectory.schema import samples_to_table, table_to_samples, to_slime_dict
 
 MOE = MoEShape(layers=3, top_k=2, experts=16)
-
-
-async def _turn(env, conv, secret, sid, text):
-    env.script(sid, text)
-    body = conv.request()
-    status, out, _ = await env.post(conv.protocol, body, secret)
-    assert status == 200, out
-    return check_stream(conv.protocol, out, body)
 
 
 def assert_aligned(sample, shape=MOE):
@@ -41,16 +33,16 @@ async def test_appended_parallel_retried_and_remounted_turns_all_align(hf_tokeni
     conv = Conversation("anthropic")
     async with gateway_env(hf_tokenizer, client=client, moe=MOE) as env:
         h = env.gw.open_session("m")
-        r1 = await _turn(env, conv, h.secret, "m", reply_text("Look.", [("Bash", {"command": "ls"}),
+        r1 = await turn(env, conv, h.secret, "m", reply_text("Look.", [("Bash", {"command": "ls"}),
                                                                         ("Bash", {"command": "git status"})]))
         conv.echo(r1, ["a.py", "clean"])  # parallel tool calls answered in one user message
-        r2 = await _turn(env, conv, h.secret, "m", reply_text("", [("Bash", {"command": "cat a.py"})]))
+        r2 = await turn(env, conv, h.secret, "m", reply_text("", [("Bash", {"command": "cat a.py"})]))
         conv.echo(r2, ["print(1)"])
-        await _turn(env, conv, h.secret, "m", "first try")
-        await _turn(env, conv, h.secret, "m", "second try")  # the CLI retries: a sibling
+        await turn(env, conv, h.secret, "m", "first try")
+        await turn(env, conv, h.secret, "m", "second try")  # the CLI retries: a sibling
         edited = copy.deepcopy(conv)  # the CLI rewrites what the model said: a full render, mounted
         edited.body["messages"][-2]["content"][-1]["input"] = {"command": "cat b.py"}
-        await _turn(env, edited, h.secret, "m", "after the edit")
+        await turn(env, edited, h.secret, "m", "after the edit")
         tree = await env.gw.close_session("m")
     turns = tree.turns
     appended = [t for t in turns if "full_render" not in {f.value for f in t.flags}]

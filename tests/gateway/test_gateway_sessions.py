@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gateway_helpers import SHELL, Conversation, check_stream, gateway_env, reply_text
+from gateway_helpers import SHELL, Conversation, check_stream, gateway_env, reply_text, turn
 
 from farm.gateway.anthropic import AnthropicProtocol
 from farm.gateway.chat import ChatProtocol
@@ -14,14 +14,6 @@ from farm.trajectory.records import FinishReason, TurnFlag
 
 PROTOCOLS = ["anthropic", "responses", "chat"]
 PARSERS = {"anthropic": AnthropicProtocol(), "responses": ResponsesProtocol(), "chat": ChatProtocol()}
-
-
-async def _turn(env, conv: Conversation, secret: str, sid: str, text: str, *, expect: int = 200) -> dict:
-    env.script(sid, text)
-    body = conv.request()
-    status, out, _ = await env.post(conv.protocol, body, secret)
-    assert status == expect, out
-    return check_stream(conv.protocol, out, body) if status == 200 else {}
 
 
 def _engine_prompts(env, sid: str) -> list[list[int]]:
@@ -41,11 +33,11 @@ async def test_append_only_multi_turn(hf_tokenizer, protocol):
             reply_text("Tests pass now.", [(name, {arg: "git diff"})]),
         ]
         for i, text in enumerate(plan):
-            reply = await _turn(env, conv, h.secret, "s", text)
+            reply = await turn(env, conv, h.secret, "s", text)
             calls = conv.calls(reply)
             assert len(calls) == (2 if i == 0 else 1)  # parallel calls reach the CLI as parallel calls
             conv.echo(reply, [f"output {i}.{j}\n" * 3 for j in range(len(calls))])
-        final = await _turn(env, conv, h.secret, "s", "All done.")
+        final = await turn(env, conv, h.secret, "s", "All done.")
         assert conv.calls(final) == []
         # the whole conversation once more, rendered from scratch: same ids
         canon = PARSERS[protocol].parse(conv.request(), {})
@@ -71,7 +63,7 @@ async def test_reasoning_is_returned_and_echo_without_it_still_appends(hf_tokeni
     conv = Conversation(protocol)
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("r")
-        reply = await _turn(env, conv, h.secret, "r", reply_text("", [(name, {arg: "ls"})], reasoning="Look first."))
+        reply = await turn(env, conv, h.secret, "r", reply_text("", [(name, {arg: "ls"})], reasoning="Look first."))
         if protocol == "anthropic":
             assert reply["content"][0] == {"type": "thinking", "thinking": "Look first.",
                                            "signature": reply["content"][0]["signature"]}  # fmt: skip
@@ -81,7 +73,7 @@ async def test_reasoning_is_returned_and_echo_without_it_still_appends(hf_tokeni
         else:
             assert reply["reasoning"] == "Look first."
         conv.echo(reply, ["a.py"])
-        await _turn(env, conv, h.secret, "r", "ok")
+        await turn(env, conv, h.secret, "r", "ok")
         assert env.gw.stats("r").appended == 1
         tree = env.gw.tree("r")
         assert tree.turns[0].response["reasoning_content"] == "Look first."
@@ -92,7 +84,7 @@ async def test_tolerant_echo_rewritten(hf_tokenizer):
     conv = Conversation("anthropic")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("t")
-        reply = await _turn(env, conv, h.secret, "t", reply_text("I will list  the files.", [("Bash", {"command": "ls", "n": 1})]))
+        reply = await turn(env, conv, h.secret, "t", reply_text("I will list  the files.", [("Bash", {"command": "ls", "n": 1})]))
         conv.echo(reply, ["a.py"])
         echo = conv.body["messages"][-2]
         text, use = echo["content"]
@@ -101,7 +93,7 @@ async def test_tolerant_echo_rewritten(hf_tokenizer):
             {"type": "text", "text": "the files.\n"},
             {"input": {"n": 1, "command": "ls"}, "name": "Bash", "type": "tool_use", "id": use["id"]},
         ]
-        await _turn(env, conv, h.secret, "t", "ok")
+        await turn(env, conv, h.secret, "t", "ok")
         assert env.gw.stats("t").appended == 1
 
 
@@ -109,17 +101,17 @@ async def test_rewritten_history_opens_new_branch(hf_tokenizer):
     conv = Conversation("chat")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("b")
-        r1 = await _turn(env, conv, h.secret, "b", reply_text("", [("bash", {"command": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "b", reply_text("", [("bash", {"command": "ls"})]))
         conv.echo(r1, ["a.py"])
-        r2 = await _turn(env, conv, h.secret, "b", reply_text("", [("bash", {"command": "cat a.py"})]))
+        r2 = await turn(env, conv, h.secret, "b", reply_text("", [("bash", {"command": "cat a.py"})]))
         conv.echo(r2, ["print(1)"])
         # the CLI edits what the model said in turn 2 (e.g. a harness rewrite): not our reply any more
         edited = copy.deepcopy(conv)
         edited.body["messages"][-2]["tool_calls"][0]["function"]["arguments"] = '{"command":"cat b.py"}'
-        await _turn(env, edited, h.secret, "b", "branch")
+        await turn(env, edited, h.secret, "b", "branch")
         # a compaction-like rewrite of the whole history: a new root
         compact = Conversation("chat", task="Summary of the work so far: fixed calc.py")
-        await _turn(env, compact, h.secret, "b", "after compaction")
+        await turn(env, compact, h.secret, "b", "after compaction")
         tree = await env.gw.close_session("b")
         stats = env.gw.stats("b")
     t1, t2, t3, t4 = tree.turns
@@ -136,10 +128,10 @@ async def test_retry_of_same_request_is_a_sibling(hf_tokenizer):
     conv = Conversation("responses")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("y")
-        r1 = await _turn(env, conv, h.secret, "y", reply_text("", [("exec_command", {"cmd": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "y", reply_text("", [("exec_command", {"cmd": "ls"})]))
         conv.echo(r1, ["a.py"])
-        await _turn(env, conv, h.secret, "y", "first try")
-        await _turn(env, conv, h.secret, "y", "second try")  # the CLI re-sent the same request
+        await turn(env, conv, h.secret, "y", "first try")
+        await turn(env, conv, h.secret, "y", "second try")  # the CLI re-sent the same request
         tree = env.gw.tree("y")
         t1, t2, t3 = tree.turns
         assert t2.parent_id == t3.parent_id == t1.turn_id
@@ -151,14 +143,14 @@ async def test_side_requests_never_join_the_main_chain(hf_tokenizer):
     conv = Conversation("anthropic")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("side")
-        r1 = await _turn(env, conv, h.secret, "side", reply_text("", [("Bash", {"command": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "side", reply_text("", [("Bash", {"command": "ls"})]))
         conv.echo(r1, ["a.py"])
         title = {"model": "m", "max_tokens": 100, "stream": True,
                  "messages": [{"role": "user", "content": "Summarize: fix calc.py"}]}  # fmt: skip
         env.script("side", "Fix calc")
         status, out, _ = await env.post("anthropic", title, h.secret)
         assert status == 200 and check_stream("anthropic", out, title)["content"][0]["text"] == "Fix calc"
-        await _turn(env, conv, h.secret, "side", "done")
+        await turn(env, conv, h.secret, "side", "done")
         status, out, _ = await env.post("/v1/messages/count_tokens", {"model": "m", "messages": title["messages"]},
                                         h.secret, headers={"x-api-key": h.secret})  # fmt: skip
         assert status == 200 and '"input_tokens"' in out
@@ -174,9 +166,9 @@ async def test_turn_limit(hf_tokenizer):
     conv = Conversation("chat")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("lim", max_turns=1)
-        r1 = await _turn(env, conv, h.secret, "lim", reply_text("", [("bash", {"command": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "lim", reply_text("", [("bash", {"command": "ls"})]))
         conv.echo(r1, ["a.py"])
-        r2 = await _turn(env, conv, h.secret, "lim", "never generated")
+        r2 = await turn(env, conv, h.secret, "lim", "never generated")
         assert r2["finish_reason"] == "length" and r2["content"] == "" and r2["tool_calls"] == []
         tree = env.gw.tree("lim")
         refused = tree.turns[-1]
@@ -190,17 +182,17 @@ async def test_context_limit(hf_tokenizer):
     conv = Conversation("anthropic")
     async with gateway_env(hf_tokenizer) as env:
         probe = env.gw.open_session("probe")
-        await _turn(env, conv, probe.secret, "probe", "x")
+        await turn(env, conv, probe.secret, "probe", "x")
         prompt_len = env.gw.tree("probe").turns[0].prompt_length
         h = env.gw.open_session("ctx", max_context_tokens=prompt_len + 5)
         long = "word " * 200
-        reply = await _turn(env, conv, h.secret, "ctx", long)
+        reply = await turn(env, conv, h.secret, "ctx", long)
         assert reply["stop_reason"] == "max_tokens"
         t = env.gw.tree("ctx").turns[0]
         assert len(t.output_ids) == 5 and TurnFlag.CONTEXT_LIMIT in t.flags
         assert t.finish_reason is FinishReason.LENGTH
         tiny = env.gw.open_session("tiny", max_context_tokens=10)
-        reply = await _turn(env, conv, tiny.secret, "tiny", "x")
+        reply = await turn(env, conv, tiny.secret, "tiny", "x")
         assert reply["stop_reason"] == "max_tokens" and reply["content"] == []
         assert TurnFlag.CONTEXT_LIMIT in env.gw.tree("tiny").turns[0].flags
         assert not _engine_prompts(env, "tiny")
@@ -210,13 +202,13 @@ async def test_sessions_are_isolated(hf_tokenizer):
     async with gateway_env(hf_tokenizer) as env:
         a, b = env.gw.open_session("A"), env.gw.open_session("B")
         ca, cb = Conversation("chat"), Conversation("chat")
-        ra = await _turn(env, ca, a.secret, "A", reply_text("", [("bash", {"command": "ls"})]))
+        ra = await turn(env, ca, a.secret, "A", reply_text("", [("bash", {"command": "ls"})]))
         ca.echo(ra, ["a.py"])
         # B sends A's continuation: it cannot extend A's turn, it starts its own tree
         env.script("B", "b")
         status, _, _ = await env.post("chat", ca.request(), b.secret)
         assert status == 200
-        await _turn(env, cb, b.secret, "B", "b2")
+        await turn(env, cb, b.secret, "B", "b2")
         assert len(env.gw.tree("A")) == 1 and len(env.gw.tree("B")) == 2
         assert all(t.parent_id is None for t in env.gw.tree("B").turns)
         assert env.gw.stats("B").appended == 0 and env.gw.stats("A").requests == 1
@@ -268,10 +260,10 @@ async def test_qwen3_coder_format_end_to_end(hf_tokenizer):
         h = env.gw.open_session("q")
         text = reply_text("", [("bash", {"command": "ls"}), ("bash", {"command": "pwd"})], tool_format="qwen3_coder")
         assert "<function=bash>" in text
-        reply = await _turn(env, conv, h.secret, "q", text)
+        reply = await turn(env, conv, h.secret, "q", text)
         assert [(c[1], c[2]) for c in conv.calls(reply)] == [("bash", {"command": "ls"}), ("bash", {"command": "pwd"})]
         conv.echo(reply, ["a.py", "/work"])
-        await _turn(env, conv, h.secret, "q", "done")
+        await turn(env, conv, h.secret, "q", "done")
         assert env.gw.stats("q").appended == 1
 
 
@@ -280,12 +272,12 @@ async def test_turns_carry_the_engine_weight_version(hf_tokenizer):
     conv = Conversation("chat")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("pv", policy_version=1)
-        await _turn(env, conv, h.secret, "pv", "before the update")  # worker reports "default"
+        await turn(env, conv, h.secret, "pv", "before the update")  # worker reports "default"
         async with env.http.post(env.engine_url + "/update_weights_from_disk",
                                  json={"model_path": "/ckpt/step-7", "weight_version": "7"}) as resp:
             assert resp.status == 200, await resp.text()
-        conv.echo(await _turn(env, conv, h.secret, "pv", "after the update"), [])
-        await _turn(env, conv, h.secret, "pv", "still after")
+        conv.echo(await turn(env, conv, h.secret, "pv", "after the update"), [])
+        await turn(env, conv, h.secret, "pv", "still after")
         tree = await env.gw.close_session("pv")
     assert [t.policy_version for t in tree.turns] == [1, 7, 7]
 
@@ -297,11 +289,11 @@ async def test_an_assistant_message_among_the_new_ones_is_rendered_in_full(hf_to
     conv = Conversation("chat")
     async with gateway_env(hf_tokenizer) as env:
         h = env.gw.open_session("d")
-        r1 = await _turn(env, conv, h.secret, "d", reply_text("", [("bash", {"command": "ls"})]))
+        r1 = await turn(env, conv, h.secret, "d", reply_text("", [("bash", {"command": "ls"})]))
         conv.echo(r1, ["a.py"])
         conv.body["messages"] += [{"role": "assistant", "content": "(a note the CLI inserted)"},
                                   {"role": "user", "content": "go on"}]  # fmt: skip
-        await _turn(env, conv, h.secret, "d", "ok")
+        await turn(env, conv, h.secret, "d", "ok")
         stats = env.gw.stats("d")
         tree = env.gw.tree("d")
     assert stats.fallback_reasons == {"assistant_in_delta": 1} and stats.appended == 0
