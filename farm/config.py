@@ -18,6 +18,7 @@ from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
+from farm.rollout.artifacts import ArtifactsConfig
 from farm.rollout.stream import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
@@ -107,6 +108,7 @@ class FarmConfig(BaseModel):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     stream: StreamConfig = Field(default_factory=StreamConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 
 

@@ -93,6 +93,7 @@ class SandboxActor:
                     timeout_s=self.cfg.rollout.timeout_s,
                     agent_timeout_s=self.cfg.rollout.agent_timeout_s,
                     actor=self.name,
+                    artifacts=self.cfg.artifacts,
                 )
         return self.gateway_url
 

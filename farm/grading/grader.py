@@ -163,6 +163,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     if res is None:
         reason = f"the test command exceeded {task.timeouts.test_s:g} s"
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
+    fields["test_log"] = res.stdout + ("\n" + res.stderr if res.stderr else "")
     report_text = await _read_optional(sandbox, report_path)
     printed = parser(res.stdout + "\n" + res.stderr, report_text)
     statuses = printed

@@ -52,6 +52,11 @@ class GradingReport(BaseModel):
     patch: PatchReport = Field(default_factory=PatchReport)
     setup: SetupReport | None = None
     test: CommandReport | None = Field(default=None, description="the test command (SWE tasks)")
+    test_log: str = Field(
+        default="", exclude=True,
+        description="the test command's whole output (stdout, then stderr): kept in the rollout's artifacts, "
+        "not in the report (which keeps the ends, ``test``)",
+    )
     log_parser: str | None = None
     tests: dict[str, TestStatus] = Field(default_factory=dict, description="every test status the parser found")
     fail_to_pass: dict[str, str] = Field(default_factory=dict, description="status per FAIL_TO_PASS test (or MISSING)")

@@ -74,6 +74,8 @@ class HarnessResult(BaseModel):
     final_message: str | None = Field(default=None, description="the agent's last text answer, if it gave one")
     stdout_tail: str = ""
     stderr_tail: str = ""
+    stdout: str = Field(default="", exclude=True, description="the CLI's whole stdout (its event stream): artifacts")
+    stderr: str = Field(default="", exclude=True, description="the CLI's whole stderr: artifacts")
     duration_s: float = 0.0
     command: str = ""
     files_written: list[str] = Field(default_factory=list, description="absolute sandbox paths farm wrote")

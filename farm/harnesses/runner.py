@@ -64,6 +64,8 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) ->
             "final_message": harness.final_message(events),
             "stdout_tail": tail(stdout, cfg.output_tail_chars),
             "stderr_tail": tail(stderr, cfg.output_tail_chars),
+            "stdout": stdout,
+            "stderr": stderr,
         }
     )
 

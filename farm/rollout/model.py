@@ -78,6 +78,9 @@ class RolloutResult(BaseModel):
     started_at: float = 0.0
     finished_at: float = 0.0
     tree: Any = Field(default=None, exclude=True, description="the session's TurnTree (not serialized)")
+    artifacts: Any = Field(
+        default=None, exclude=True, description="its RolloutArtifacts (compressed files; the reducer writes them)"
+    )
 
     @property
     def duration_s(self) -> float:

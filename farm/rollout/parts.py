@@ -158,6 +158,8 @@ class FarmParts:
             timed_out=result.timed_out,
             stderr_tail=result.stderr_tail,
             log_tail=result.stdout_tail,
+            stdout=result.stdout,
+            stderr=result.stderr,
             status=result.status.value,
             reason=result.reason,
         )
@@ -251,4 +253,5 @@ class FarmParts:
             status=outcome.status,
             reason=outcome.reason,
             summary=report.summary(),
+            test_log=report.test_log,
         )

@@ -16,14 +16,16 @@ import asyncio
 import json
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from farm.rollout.artifacts import ArtifactsConfig, RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.rollout.outcome import Phase, final_answer_given, outcome_for_agent, outcome_for_error, outcome_for_timeout
 from farm.rollout.table import counts_of
 from farm.sandboxes.base import Sandbox
-from farm.status import Outcome, RolloutStatus
+from farm.status import FailureClass, Outcome, RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class AgentRun:
     timed_out: bool = False
     stderr_tail: str = ""
     log_tail: str = ""
+    stdout: str = ""  # the whole streams, for the rollout's artifacts
+    stderr: str = ""
     status: str | None = None  # a RolloutStatus value the harness reported itself, if any
     reason: str = ""
 
@@ -47,6 +51,7 @@ class Grade:
     status: RolloutStatus = RolloutStatus.COMPLETED
     reason: str = ""
     summary: dict[str, Any] | None = None  # compact report for Sample metadata
+    test_log: str = ""  # the test command's whole output (artifacts)
 
 
 class RolloutParts(Protocol):
@@ -79,6 +84,9 @@ class _State:
     tree: Any = None
     diff: str = ""
     log_tail: str = ""
+    run: AgentRun | None = None
+    setup: Any = None  # the workspace's setup report (a pydantic model), for the artifacts
+    traceback: str = ""
     grade: Grade | None = None
     timings: dict[str, float] = field(default_factory=dict)
     phase_t0: float = 0.0
@@ -140,6 +148,7 @@ class RolloutPipeline:
         timeout_s: float,
         agent_timeout_s: float | None = None,
         actor: str = "",
+        artifacts: ArtifactsConfig | None = None,
     ) -> None:
         self.parts = parts
         self.harness = harness
@@ -147,6 +156,7 @@ class RolloutPipeline:
         self.timeout_s = timeout_s
         self.agent_timeout_s = agent_timeout_s
         self.actor = actor
+        self.artifacts = artifacts
 
     async def run(self, spec: RolloutSpec) -> RolloutResult:
         """Run one rollout. Never raises for a rollout failure (cancellation included)."""
@@ -167,6 +177,10 @@ class RolloutPipeline:
                 task.uncancel()
         except Exception as exc:  # noqa: BLE001 - the one place a failure becomes a status
             outcome = outcome_for_error(exc, state.phase)
+            state.traceback = traceback.format_exc()
+            report = getattr(exc, "report", None)  # SetupCommandFailed carries its setup report
+            if state.setup is None and hasattr(report, "model_dump"):
+                state.setup = report
             if outcome.reason.startswith("internal error"):
                 log.exception("rollout %s: internal error in %s", spec.rollout_id, state.phase.value)
         finally:
@@ -179,7 +193,7 @@ class RolloutPipeline:
         reward = grade.reward if grade is not None and outcome.status is RolloutStatus.COMPLETED else 0.0
         finished = time.time()
         state.timings["total"] = finished - started
-        return RolloutResult(
+        result = RolloutResult(
             run_id=spec.run_id,
             rollout_id=spec.rollout_id,
             group_id=spec.group_id,
@@ -205,12 +219,39 @@ class RolloutPipeline:
             finished_at=finished,
             tree=state.tree,
         )
+        if self.artifacts is not None and self.artifacts.enabled:
+            result.artifacts = self._artifacts(result, state)
+        return result
+
+    def _artifacts(self, result: RolloutResult, st: _State) -> RolloutArtifacts:
+        """The rollout's files, redacted and capped (the reducer writes them if it records it)."""
+        run, grade = st.run, st.grade
+        error = ""
+        if result.status.failure_class is FailureClass.INFRASTRUCTURE or st.traceback:
+            error = f"status: {result.status.value}\nphase: {st.phase.value}\nreason: {result.reason}\n"
+            error += f"\n{st.traceback}" if st.traceback else ""
+        texts = {
+            "agent.stdout": run.stdout if run is not None else "",
+            "agent.stderr": run.stderr if run is not None else "",
+            "turns.jsonl": turns_jsonl(st.tree),
+            "diff.patch": st.diff,
+            "grading.json": json.dumps(grade.report, indent=1) if grade is not None and grade.report else "",
+            "test.log": grade.test_log if grade is not None else "",
+            "setup.json": st.setup.model_dump_json(indent=1) if st.setup is not None else "",
+            "error.txt": error,
+        }
+        index = {"task_id": result.task_id, "attempt": result.attempt, "status": result.status.value,
+                 "reason": result.reason, "harness": result.harness, "timings": result.timings}  # fmt: skip
+        assert self.artifacts is not None
+        return build_artifacts(result.rollout_id, texts, cap=self.artifacts.max_bytes_per_rollout,
+                               redact=lambda t: _redact(t, st.key), index=index)  # fmt: skip
 
     async def _phases(self, spec: RolloutSpec, st: _State) -> Outcome:
         p = self.parts
         st.sandbox = await p.create_sandbox(spec, "agent")
         st.enter(Phase.PREPARE)
         workspace = await p.prepare(st.sandbox, spec)
+        st.setup = getattr(workspace, "setup", None)
         st.enter(Phase.SESSION)
         st.secret = await p.open_session(spec)
         st.key = st.secret
@@ -222,7 +263,7 @@ class RolloutPipeline:
             if _breaches(st.sandbox):  # the limit killed the agent: a policy outcome, not a crash
                 return _limit_exceeded(st.sandbox)
             raise
-        st.log_tail = run.log_tail
+        st.log_tail, st.run = run.log_tail, run
         if _breaches(st.sandbox):
             # Over a limit (memory, pids, disk, lifetime): reward 0, no diff, no grading.
             st.tree = await p.close_session(st.secret)

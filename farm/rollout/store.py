@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from farm.rollout.artifacts import RolloutArtifacts, clean_partial, write_artifacts
 from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.table import ROLLOUT_SCHEMA, SUMMARY_COLUMNS, result_to_row, row_to_summary, rows_to_table
 from farm.status import RolloutStatus
@@ -42,6 +43,7 @@ class Batch:
     samples: dict[str, pa.Table] = field(default_factory=dict)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     summaries: dict[str, RolloutSummary] = field(default_factory=dict)
+    artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
 
 
 class RolloutStore:
@@ -58,6 +60,7 @@ class RolloutStore:
         self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
         self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False)
 
+        self.partial_artifacts = clean_partial(self.out_dir)  # a crash mid-write: never a half copy
         self.rebuilt_rows = 0
         self.retracted: list[str] = []
         self._promised: dict[str, int] = {}  # rollout id -> Samples its row promises (read once, at open)
@@ -150,6 +153,8 @@ class RolloutStore:
         self._buffer.samples[rid] = table
         self._buffer.rows[rid] = result_to_row(result, num_samples=len(samples))
         self._buffer.summaries[rid] = result.summary()
+        if result.artifacts is not None:
+            self._buffer.artifacts[rid] = result.artifacts
         self.buffered_rows += max(1, len(samples))
 
     def take_buffer(self) -> Batch:
@@ -162,6 +167,11 @@ class RolloutStore:
         written = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0}
         if not batch.rollout_ids:
             return written
+        for arts in batch.artifacts.values():
+            # before the rows (``add`` took only rollouts not yet recorded): a recorded rollout
+            # has its artifacts; one whose row a crash lost runs again, and the attempt
+            # recorded then replaces these
+            write_artifacts(self.out_dir, arts)
         fresh = False
         for rid in batch.rollout_ids:
             fresh |= self.samples.write_rollout(rid, batch.samples[rid])

@@ -92,6 +92,29 @@ def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
     return rows, samples
 
 
+def check_artifacts(out: Path, rows: list[dict]) -> None:
+    """Every recorded rollout's files (farm.rollout.artifacts) hold what the run did."""
+    from farm.rollout.artifacts import read_index, read_text
+
+    for row in rows:
+        rid = row["rollout_id"]
+        index = read_index(out, rid)
+        assert index["status"] == "completed" and not index["truncated"] and index["timings"]["agent"] > 0
+        turns = [json.loads(line) for line in read_text(out, rid, "turns.jsonl").splitlines()]
+        trained = [t for t in turns if t["trainable"]]
+        assert len(trained) == row["trainable_turns"] and all(t["output_tokens"] > 0 for t in turns)
+        calls = [c for t in trained for c in (t["response"] or {}).get("tool_calls", [])]
+        assert calls and all(c["function"]["name"] for c in calls)  # the agent's tool calls, canonical
+        assert all(t["finish_reason"] and t["latency_ms"] > 0 for t in turns)
+        assert read_text(out, rid, "diff.patch") == row["diff"]
+        assert "passed" in read_text(out, rid, "test.log")  # the whole test output, not just its end
+        assert json.loads(read_text(out, rid, "grading.json"))["resolved"] is True
+        stream = read_text(out, rid, "agent.stdout")
+        events = [json.loads(line) for line in stream.splitlines() if line.startswith("{")]
+        assert len(events) >= 2 and len(stream) >= len(row["agent_log_tail"])  # the CLI's whole event stream
+        assert "setup.json.gz" in {f["name"] for f in index["files"]}
+
+
 MOE = {"layers": 4, "top_k": 2, "experts": 32}
 
 
@@ -117,6 +140,7 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
         assert report["setup"] == env["setup"] and json.loads(row["sandbox_policy"])["env_key"] == env["key"]
         assert report["pass_to_pass"]["test_inflection.py::test_titleize[active_record-Active Record]"] == "PASSED"
     assert all(r["diff"].startswith("diff --git") for r in rows)
+    check_artifacts(tmp_path / "out", rows)
     # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)
     assert not [f for r in rows for f in json.loads(r["grading"])["flags"] if f.startswith(("runtime:", "static:"))]
     assert not list((tmp_path / "sb").glob(f"e2e-{harness}/*/*"))
