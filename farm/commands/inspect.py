@@ -85,6 +85,23 @@ def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
             + (f"; e.g. {', '.join(near)})" if near else ")"))
 
 
+def _print_artifacts(out: Path, rollout_id: str, console: Any) -> None:
+    """The rollout's artifact files (farm.rollout.artifacts) and their sizes."""
+    from farm.rollout.artifacts import artifact_dir, read_index
+
+    index = read_index(out, rollout_id)
+    if index is None:
+        console.print(f"[bold]artifacts[/bold] none for {rollout_id} (artifacts.enabled off, or a run before them)")
+        return
+    where = artifact_dir(out, rollout_id)
+    console.print(f"[bold]artifacts[/bold] {where} (attempt {index.get('attempt')}, {index.get('status')}; "
+                  f"zcat to read)", highlight=False, soft_wrap=True)  # fmt: skip
+    for f in index.get("files", []):
+        cut = f"  truncated: {f['bytes']:,} -> {f['kept_bytes']:,} bytes" if f["truncated"] else ""
+        console.print(f"  {f['name']:<18} {f['bytes']:>12,} bytes  ({f['stored_bytes']:,} on disk){cut}",
+                      highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+
+
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
     from farm.trajectory.fidelity import fidelity_report
 
@@ -150,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
     table = _rollouts_summary(out)
     console.print("[bold]rollouts table[/bold]")
     console.print_json(json.dumps(table))
+    if args.rollout is not None:
+        _print_artifacts(out, args.rollout, console)
     if args.no_sample:
         return 0
     reader = open_sample_reader(out)

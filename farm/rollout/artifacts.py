@@ -119,6 +119,7 @@ def _shares(sizes: dict[str, int], cap: int) -> dict[str, int]:
 
 def _cut(data: bytes, keep: int, jsonl: bool) -> bytes:
     """Head and tail of ``data`` within ``keep`` bytes, cut at line ends, with a marker."""
+    keep = max(0, keep - 100)  # room for the marker: the cap holds
     head = data[: keep // 2]
     tail = data[len(data) - (keep - len(head)) :]
     if b"\n" in head:

@@ -76,3 +76,19 @@ async def test_inspect_unknown_rollout_exits_nonzero(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "no rollout 'nope'" in err and "t.0" in err
     assert main(["inspect", str(tmp_path), "--rollout", "t.0", "--no-sample"]) == 0
+
+
+async def test_inspect_lists_a_rollouts_artifacts(tmp_path, capsys):
+    from farm.rollout.artifacts import build_artifacts
+
+    result = make_result("t.0")
+    result.artifacts = build_artifacts("t.0", {"agent.stdout": "x" * 10000, "diff.patch": "diff --git a/x b/x\n"},
+                                       cap=8192, index={"attempt": 1, "status": "completed"})
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    await red.submit(result)
+    await red.close()
+    assert main(["inspect", str(tmp_path), "--rollout", "t.0", "--no-sample"]) == 0
+    out = capsys.readouterr().out
+    assert "artifacts" in out and "attempt 1, completed" in out
+    assert "agent.stdout.gz" in out and "10,000 bytes" in out and "truncated: 10,000 ->" in out
+    assert "diff.patch.gz" in out and "19 bytes" in out
