@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import ShardError
+from farm.rollout.artifacts import artifact_dir, read_index, read_text
 from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
 from farm.trajectory.output import open_sample_reader
@@ -30,6 +31,7 @@ from farm.trajectory.schema import table_to_samples
 
 ROLLOUTS_TABLE = "rollouts"
 RESOLVED_REWARD = 1.0
+ERROR_CHARS = 20_000  # of an infrastructure failure's error + traceback, embedded in the page
 # the rollout table's columns (the detail view gets the rest)
 ROW_COLUMNS = ["rollout_id", "task_id", "attempt", "harness", "status", "reason", "reward", "turns",
                "prompt_tokens", "output_tokens", "num_samples", "duration_s", "actor"]  # fmt: skip
@@ -65,11 +67,23 @@ def load_run(out: Path) -> RunData:
                 "timings": json.loads(r["timings"]) if r["timings"] else {},
                 "agent_log_tail": r["agent_log_tail"] or "",
                 "sandbox_id": r["sandbox_id"], "model": r["model"], "group_id": r["group_id"],
+                "artifacts": artifacts_view(out, r["rollout_id"]),
             }  # fmt: skip
     summary_path, cfg_path = out / "summary.json", out / "run_config.yaml"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     cfg = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.exists() else {}
     return RunData(out, rows, extra, summary, cfg, [f"{e.shard}: {why}" for e, why in reader.skipped])
+
+
+def artifacts_view(out: Path, rollout_id: str) -> dict[str, Any] | None:
+    """The rollout's artifact files (linked from its page) and its error + traceback
+    (embedded: small, and the first thing to read when infrastructure failed)."""
+    index = read_index(out, rollout_id)
+    if index is None:
+        return None
+    error = read_text(out, rollout_id, "error.txt") if any(f["name"] == "error.txt.gz" for f in index["files"]) else None
+    return {"dir": artifact_dir(out, rollout_id).name, "files": index["files"], "truncated": index.get("truncated"),
+            "error": error[:ERROR_CHARS] if error else None}  # fmt: skip
 
 
 def _tables(reader: ShardReader) -> Iterator[Any]:

@@ -10,6 +10,7 @@ detail (its Samples decoded turn by turn, diff, test results, timings, drift) is
 from __future__ import annotations
 
 import json
+import os
 import time
 from html import escape
 from importlib import resources
@@ -40,8 +41,10 @@ def _cards(s: dict[str, Any]) -> str:
                    for k, v in cards)  # fmt: skip
 
 
-def render_report(out: str | Path, *, tokenizer: str | None = None) -> str:
-    """The report of output directory ``out`` as one HTML string."""
+def render_report(out: str | Path, *, tokenizer: str | None = None, artifacts_base: str = "") -> str:
+    """The report of output directory ``out`` as one HTML string. ``artifacts_base``: the
+    output directory as a URL relative to the page ("" when the page is served from it),
+    for the links to each rollout's artifact files."""
     out = Path(out)
     data = load_run(out)
     spec, cache_dir = tokenizer_spec(data, tokenizer)
@@ -61,7 +64,8 @@ def render_report(out: str | Path, *, tokenizer: str | None = None) -> str:
             blobs.append(_detail_blob(i, data.extra[rid], []))
     run_id = (data.run_config.get("run_id") or out.name) if data.run_config else out.name
     head = {"run_id": run_id, "out": str(out.resolve()), "tokenizer": spec,
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "skipped": data.skipped}  # fmt: skip
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "skipped": data.skipped,
+            "artifacts_base": artifacts_base}  # fmt: skip
     plots = "".join(run_plots(data.rows, data.extra))
     raw = (f'<details><summary>summary.json</summary><pre>{escape(json.dumps(data.summary_json, indent=2))}</pre></details>'
            if data.summary_json is not None else '<p class="muted">no summary.json yet (a run in progress)</p>')  # fmt: skip
@@ -103,6 +107,8 @@ def write_report(out: str | Path, dest: str | Path | None = None, *, tokenizer: 
     """Render and write atomically (a browser reloading it never sees half a file)."""
     dest = Path(dest) if dest is not None else Path(out) / "report.html"
     tmp = dest.with_name(f".{dest.name}.tmp")
-    tmp.write_text(render_report(out, tokenizer=tokenizer), encoding="utf-8")
+    rel = os.path.relpath(Path(out).resolve(), dest.resolve().parent)
+    base = "" if rel == "." else Path(rel).as_posix() + "/"
+    tmp.write_text(render_report(out, tokenizer=tokenizer, artifacts_base=base), encoding="utf-8")
     tmp.replace(dest)
     return dest

@@ -4,6 +4,7 @@
 (function () {
   "use strict";
   const rows = JSON.parse(document.getElementById("rows").textContent);
+  const head = JSON.parse(document.getElementById("head").textContent);
   rows.forEach((r, i) => { r._i = i; });
   const COLS = [["rollout_id", "rollout"], ["task_id", "task"], ["status", "status"], ["reward", "reward"],
     ["turns", "turns"], ["output_tokens", "out tokens"], ["num_samples", "samples"], ["duration_s", "seconds"],
@@ -89,6 +90,20 @@
     }
     return t;
   }
+  function errorView(a) {
+    if (!a || !a.error) return [];
+    return [el("h3", {text: "error (infrastructure)"}), el("pre", {class: "error", text: a.error})];
+  }
+  function artifactsView(a) {
+    if (!a) return [el("h3", {text: "artifacts"}), el("p", {class: "muted", text: "none kept for this rollout"})];
+    const ul = el("ul", {class: "artifacts"});
+    for (const f of a.files) {
+      const href = head.artifacts_base + "artifacts/" + encodeURIComponent(a.dir) + "/" + encodeURIComponent(f.name);
+      ul.append(el("li", {}, el("a", {href: href, text: f.name}), " " + f.bytes.toLocaleString("en") + " bytes" +
+        (f.truncated ? " (cut to " + f.kept_bytes.toLocaleString("en") + " by the per-rollout cap)" : "")));
+    }
+    return [el("h3", {text: "artifacts (full logs, every gateway turn; gzip)"}), ul];
+  }
   function segmentView(seg) {
     const box = el("div", {class: "seg " + seg.kind});
     const label = seg.kind === "output" ? "model output, trained (" + seg.n + " tokens; hover a token for its logprob)" :
@@ -123,6 +138,7 @@
     const parts = [back, el("h2", {id: "detail-title", text: r.rollout_id}),
       kvTable({task: r.task_id, status: r.status, reason: r.reason, reward: r.reward, attempt: r.attempt,
         harness: r.harness, model: d.model, turns: r.turns, samples: d.samples.length, sandbox: d.sandbox_id}),
+      ...errorView(d.artifacts),
       el("h3", {text: "tests"}), testsView(d.tests), kvTable(d.tests.verdict),
       el("h3", {text: "diff"}), d.diff ? diffView(d.diff) : el("p", {class: "muted", text: "(empty diff)"}),
       el("h3", {text: "timings (s)"}), kvTable(d.timings)];
@@ -135,6 +151,7 @@
     }
     if (!d.samples.length) parts.push(el("p", {class: "muted", text: "no Samples for this rollout"}));
     parts.push(el("h3", {text: "agent log (tail)"}), el("pre", {text: d.agent_log_tail || ""}));
+    parts.push(...artifactsView(d.artifacts));
     detail.replaceChildren(...parts);
     overview.hidden = true;
     detail.hidden = false;

@@ -9,12 +9,14 @@ stat of four files. Rendering runs in a thread, one at a time, off the event loo
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 from pathlib import Path
 
 from aiohttp import web
 
 from farm.report.html import render_report
+from farm.rollout.artifacts import ARTIFACTS_DIR
 
 PAGE = web.AppKey("page", "ReportPage")
 WATCHED = ("manifest.jsonl", "rollouts.manifest.jsonl", "summary.json", "run_config.yaml")
@@ -55,8 +57,20 @@ def make_app(out: str | Path, tokenizer: str | None = None) -> web.Application:
     async def index(_: web.Request) -> web.Response:
         return web.Response(text=await page.html(), content_type="text/html", headers={"Cache-Control": "no-store"})
 
+    async def artifact(request: web.Request) -> web.Response:
+        """One artifact file of one rollout, unzipped (the page links them)."""
+        d, name = request.match_info["dir"], request.match_info["name"]
+        path = page.out / ARTIFACTS_DIR / d / name
+        if d.startswith(".") or "/" in d or "/" in name or not path.is_file():
+            raise web.HTTPNotFound(text=f"no artifact {d}/{name}")
+        data = await asyncio.to_thread(path.read_bytes)
+        if name.endswith(".gz"):
+            data = await asyncio.to_thread(gzip.decompress, data)
+        return web.Response(body=data, content_type="text/plain", charset="utf-8")
+
     app = web.Application()
     app[PAGE] = page
     app.router.add_get("/", index)
+    app.router.add_get("/artifacts/{dir}/{name}", artifact)
     return app
 

@@ -55,12 +55,27 @@ PLAN = [("Let me look around.", [("Bash", {"command": "git status"}), ("Bash", {
         ("Fixed the division.", [])]  # fmt: skip
 
 
+STREAM = '{"type":"system","subtype":"init"}\n{"type":"result","subtype":"success"}\n'
+
+
+def _traceback() -> str:
+    import traceback
+
+    from farm.errors import SandboxError
+
+    try:
+        raise SandboxError("bwrap: cannot create sandbox (disk full)")
+    except SandboxError:
+        return traceback.format_exc()
+
+
 async def write_rollouts(out: Path, tokenizer, specs: list[tuple[str, str, float, dict | None]]) -> None:
     """Rollouts (id, status, reward, grading) through the ReducerActor; completed ones get a
     session recorded through the gateway, the others none (as an infrastructure failure)."""
     from farm_helpers import make_result, reducer_config
 
     from farm.actors.reducer import ReducerActor
+    from farm.rollout.artifacts import build_artifacts, turns_jsonl
     from farm.rollout.table import counts_of
     from farm.status import RolloutStatus
 
@@ -71,6 +86,9 @@ async def write_rollouts(out: Path, tokenizer, specs: list[tuple[str, str, float
         result = make_result(rid, status=st, reward=reward, turns=0).model_copy(update={
             "tree": tree, "counts": counts_of(tree), "grading": grading, "diff": DIFF if tree else "",
             "timings": {"create": 0.4, "agent": 3.5, "grade": 1.25}, "task_id": rid.rsplit(".", 1)[0]})  # fmt: skip
+        texts = {"agent.stdout": STREAM, "turns.jsonl": turns_jsonl(tree), "diff.patch": result.diff} if tree else \
+            {"error.txt": f"status: {status}\nreason: because\n\n{_traceback()}"}
+        result.artifacts = build_artifacts(rid, texts, cap=1 << 20, index={"attempt": 1, "status": status})
         await red.submit(result)
     await red.close()
 

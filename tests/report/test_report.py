@@ -48,12 +48,19 @@ def test_report_holds_every_rollout_and_its_trajectory(real_run):
     assert "tool output 0.1: 1 failed" in context and "git status" not in context
     assert view["drift"]["appended"] == 2
     assert data["r2"]["samples"] == [] and data["r1"]["tests"]["fail_to_pass"]["tests/test_calc.py::test_divide"] == "FAILED"
+    # per-rollout artifacts: the files listed (linked), an infrastructure failure's traceback embedded
+    assert {f["name"] for f in d["artifacts"]["files"]} == {"agent.stdout.gz", "turns.jsonl.gz", "diff.patch.gz"}
+    assert d["artifacts"]["error"] is None and d["artifacts"]["dir"] == f"{TASK}.0"
+    error = data["r2"]["artifacts"]["error"]
+    assert "Traceback (most recent call last)" in error and "disk full" in error
+    assert data["head"]["artifacts_base"] == ""  # the default page lives in the output directory
 
 
 def test_report_command(real_run, tmp_path, capsys):
     dest = tmp_path / "r.html"
     assert main(["report", str(real_run), "-o", str(dest)]) == 0
     assert f"{TASK}.0" in dest.read_text() and "wrote" in capsys.readouterr().out
+    assert blobs(dest.read_text())["head"]["artifacts_base"] == f"../{real_run.name}/"  # links reach the run
     assert main(["report", str(tmp_path / "nope")]) == 2
     (tmp_path / "bare").mkdir()
     assert main(["report", str(tmp_path / "bare")]) == 1  # no run_config.yaml, no --tokenizer
@@ -75,3 +82,7 @@ async def test_view_renders_again_when_the_run_grows(tmp_path, tokenizer_dir, hf
         again = blobs(await (await client.get("/")).text())
         assert [r["rollout_id"] for r in again["rows"]] == ["a__t.0", "b__t.0"] and app[PAGE].renders == 2
         assert again["r1"]["samples"][0]["trained"] > 0
+        res = await client.get("/artifacts/b__t.0/agent.stdout.gz")  # the page's links: served unzipped
+        assert res.status == 200 and '{"type":"result","subtype":"success"}' in await res.text()
+        assert (await client.get("/artifacts/b__t.0/nope.gz")).status == 404
+        assert (await client.get("/artifacts/../run_config.yaml")).status == 404

@@ -57,6 +57,17 @@ def test_click_into_a_rollout(real_run, tmp_path):
             assert "tool output 0.1: 1 failed" in detail.locator(".seg.context").first.inner_text()
             page.screenshot(path=str(tmp_path / "rollout.png"), full_page=True)
             assert (tmp_path / "rollout.png").stat().st_size > 10_000
+            # its artifacts are linked, and the links reach the files next to the run
+            link = detail.locator(".artifacts a", has_text="agent.stdout.gz")
+            target = (Path(page_path).parent / link.get_attribute("href")).resolve()
+            assert target == (real_run / "artifacts" / f"{TASK}.0" / "agent.stdout.gz").resolve() and target.is_file()
+            # an infrastructure failure shows its error and traceback first
+            page.goto(Path(page_path).as_uri() + f"#r={TASK}.2")
+            error = page.locator("#detail pre.error")
+            error.wait_for(state="visible")
+            assert "Traceback (most recent call last)" in error.inner_text() and "disk full" in error.inner_text()
+            page.goto(Path(page_path).as_uri() + f"#r={TASK}.0")
+            detail.wait_for(state="visible")
             page.click("#detail button")
             assert rows.first.is_visible() and not detail.is_visible()
             assert errors == []
