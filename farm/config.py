@@ -18,6 +18,7 @@ from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
+from farm.loggers.config import LoggerConfig
 from farm.rollout.artifacts import ArtifactsConfig
 from farm.rollout.stream import StreamConfig
 from farm.sandboxes.config import SandboxConfig
@@ -109,6 +110,9 @@ class FarmConfig(BaseModel):
     stream: StreamConfig = Field(default_factory=StreamConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    loggers: list[LoggerConfig] = Field(
+        default_factory=list, description="run loggers (W&B, MLflow): none by default; each gets the metrics and summary"
+    )
     ray: RayConfig = Field(default_factory=RayConfig)
 
 

@@ -86,13 +86,14 @@ class Farm:
         self.stale_groups_dropped = 0
         self.groups_consumed = 0
         self.summary: Any = None
+        self._loggers: Any = None  # farm.loggers.RunLoggers, once started
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> Farm:
         import ray
 
         from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
-        from farm.driver import FarmActors, _default_num_actors, _write_run_config, init_ray
+        from farm.driver import FarmActors, _default_num_actors, _start_loggers, _write_run_config, init_ray
         from farm.rollout.progress import RunProgress
         from farm.rollout.runlock import RunLock
         from farm.rollout.tasks import load_run_tasks
@@ -120,7 +121,8 @@ class Farm:
             if self._parts_factory is None:
                 self._actors.start_engine(tasks)
             self._actors.start_sandbox_actors(cfg.ray.num_sandbox_actors or _default_num_actors())
-            progress = RunProgress(self.console, 0, run_id=cfg.run_id)
+            self._loggers = _start_loggers(cfg, self.console, self.out_dir)
+            progress = RunProgress(self.console, 0, run_id=cfg.run_id, loggers=self._loggers)
             self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, progress)
             version = self.policy_version
             ray.get(reducer.set_policy_version.remote(version), timeout=CONTROL_TIMEOUT_S)
@@ -275,7 +277,7 @@ class Farm:
                 d = self._dispatcher
                 self.summary = _finish(self.cfg, self.console, self._actors, d, len(d.summaries) if d else 0,
                                        self._skipped, self._t0, self._started_at, self.out_dir, self._started_ray,
-                                       self._recovery)
+                                       self._recovery, self._loggers)
         finally:
             if self._lock is not None:
                 self._lock.__exit__(None, None, None)

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
 from farm.config import FarmConfig
+from farm.loggers import RunLoggers
 from farm.rollout.stream import StreamFeed, TaskStream
 from farm.rollout.progress import RunProgress
 from farm.rollout.runlock import RunLock
@@ -267,6 +268,7 @@ def _run_owned(
     dispatcher: Dispatcher | None = None
     planned = skipped = 0
     recovery: list[str] = []
+    loggers = _start_loggers(cfg, console, out_dir)
     try:
         reducer = farm.start_reducer()
         recovery = ray.get(reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
@@ -280,7 +282,7 @@ def _run_owned(
         else:  # stream.epochs: null: groups are pulled until the run is stopped
             specs, skipped, feed = [], 0, StreamFeed(stream)
         planned = len(specs)
-        progress = RunProgress(console, planned, run_id=cfg.run_id)
+        progress = RunProgress(console, planned, run_id=cfg.run_id, loggers=loggers)
         if recovery:
             progress.note("recovered " + str(out_dir) + ": " + " | ".join(recovery))
         if skipped:
@@ -305,8 +307,16 @@ def _run_owned(
     finally:
         with cleanup_phase():
             summary = _finish(cfg, console, farm, dispatcher, planned, skipped, t0, started_at, out_dir, started_ray,
-                              recovery)
+                              recovery, loggers)
     return summary
+
+
+def _start_loggers(cfg: FarmConfig, console: Console, out_dir: Path) -> RunLoggers:
+    """The configured run loggers, started (a failing one is reported and left out)."""
+    note = lambda m: console.print(f"farm: {m}", highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    loggers = RunLoggers.from_config(cfg.loggers, str(out_dir), note=note)
+    loggers.start(cfg.run_id, cfg.model_dump(mode="json"))
+    return loggers
 
 
 def _fidelity(out_dir: Path) -> dict[str, Any] | None:
@@ -323,6 +333,7 @@ def _fidelity(out_dir: Path) -> dict[str, Any] | None:
 def _finish(
     cfg: FarmConfig, console: Console, farm: FarmActors, dispatcher: Dispatcher | None, planned: int, skipped: int,
     t0: float, started_at: float, out_dir: Path, started_ray: bool, recovery: list[str],
+    loggers: RunLoggers | None = None,
 ) -> RunSummary:
     """Stop everything the run started, write and print the summary."""
     try:
@@ -343,6 +354,8 @@ def _finish(
         summary = summary.model_copy(update={"fidelity": _fidelity(out_dir)})
         write_summary(summary, out_dir)
         console.print(summary_table(summary))
+        if loggers is not None:
+            loggers.close(summary.model_dump(mode="json"))
         if started_ray:
             ray.shutdown()
     return summary

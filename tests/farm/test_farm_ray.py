@@ -17,8 +17,10 @@ import ray
 from rich.console import Console
 
 import farm_helpers
+from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
 from farm.driver import actor_name, run_farm
+from farm.rollout.artifacts import read_index, read_text
 from farm.rollout.groups import complete_groups
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.tasks.model import Task
@@ -179,6 +181,38 @@ def test_infrastructure_failures_are_retried_then_recorded_untrainable(tmp_path)
     assert complete_groups(tmp_path / "out") == {"flaky", "fine"}
     started = [ln for ln in _started(tmp_path) if ln]
     assert sorted(started) == sorted(["flaky.0 1", "flaky.0 2", "broken.0 1", "broken.0 2", "broken.0 3", "fine.0 1"])
+    # artifacts: only the recorded attempt's, sent through Ray; the infrastructure failure's traceback
+    out = tmp_path / "out"
+    assert sorted(p.name for p in (out / "artifacts").iterdir()) == ["broken.0", "fine.0", "flaky.0"]
+    assert (read_index(out, "broken.0")["attempt"], read_index(out, "flaky.0")["attempt"]) == (3, 2)
+    error = read_text(out, "broken.0", "error.txt")
+    assert "injected sandbox failure (attempt 3)" in error and "Traceback (most recent call last)" in error
+    assert read_text(out, "flaky.0", "error.txt") is None and read_text(out, "flaky.0", "diff.patch") == "diff --git a/x b/x\n"
+
+
+def test_run_loggers_receive_metrics_and_summary(tmp_path, monkeypatch):
+    """W&B (offline: WANDB_MODE) and MLflow (a file store) configured: each gets the metrics
+    as rollouts finish and the summary at the end, read back from what they wrote."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    cfg = _cfg(tmp_path, "logged").model_copy(update={"loggers": FarmConfig.model_validate({"loggers": [
+        {"kind": "wandb", "project": "farm-test", "dir": str(tmp_path / "wb"), "interval_s": 0},
+        {"kind": "mlflow", "tracking_uri": uri, "interval_s": 0}]}).loggers})  # fmt: skip
+    summary = _run(cfg, _tasks(tmp_path, 2))
+    assert summary.by_status == {"completed": 2} and summary.mean_reward == 0.5
+    wb = wandb_run(tmp_path / "wb")
+    assert wb["name"] == "logged" and wb["config"]["run_id"] == "logged"
+    assert [h["rollouts/done"] for h in wb["history"] if "rollouts/done" in h] == [1, 2]
+    assert wb["history"][-1]["status/completed"] == 2 and wb["history"][-1]["reward/mean"] == 0.5
+    assert wb["summary"]["summary/finished"] == 2 and wb["summary"]["summary/by_status.completed"] == 2
+    assert ["resolved", "1"] in wb["tables"]["summary_table"]["data"]
+    ml = mlflow_run(uri)
+    assert ml["status"] == "FINISHED" and ml["name"] == "logged"
+    assert ml["history"]["rollouts/done"] == [(1, 1.0), (2, 2.0)] and ml["history"]["reward/mean"][-1] == (2, 0.5)
+    assert ml["history"]["summary.mean_reward"] == [(2, 0.5)]
+    assert ml["artifacts"]["summary.json"]["by_status"] == {"completed": 2}
 
 
 def test_a_damaged_output_dir_is_repaired_on_resume_and_nothing_is_lost(tmp_path):
