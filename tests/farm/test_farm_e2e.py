@@ -1,7 +1,8 @@
 """`farm run` end to end with the real CLIs, the real router, the scripted engine and
 local sandboxes (Ray started by the test module), on a real SWE-bench-format row: a
 repository built from a PyPI sdist, its environment (a venv installed with uv from the
-registry) supplied by a recipe and built once for the whole group (farm.envs)."""
+registry) supplied by a recipe and built once for the whole group (farm.envs). Each run's
+per-rollout artifacts are checked, and Claude Code's run's report is opened in Chromium."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from farm.rollout.store import ROLLOUTS_TABLE
 from farm.trajectory.output import open_sample_reader
 from farm.trajectory.reader import ShardReader
 from farm.trajectory.schema import table_to_samples
+from report_browser import browser_available, open_rollout
 
 pytestmark = pytest.mark.slow
 
@@ -115,6 +117,24 @@ def check_artifacts(out: Path, rows: list[dict]) -> None:
         assert "setup.json.gz" in {f["name"] for f in index["files"]}
 
 
+def check_report_in_browser(tmp_path: Path, row: dict) -> None:
+    """`farm report` of this real run, in headless Chromium: click into a rollout and see
+    the task id, a tool call the model made, the diff, trained spans, the artifact links."""
+    from farm.report.html import write_report
+
+    page = write_report(tmp_path / "out")
+    shot = tmp_path / "rollout.png"
+    seen = open_rollout(page, row["rollout_id"], shot)
+    assert seen["errors"] == [] and seen["title"] == row["rollout_id"]
+    assert "pypi__inflection-1" in seen["text"]  # the task id
+    added = [ln for ln in row["diff"].splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert added and all(ln in seen["text"] for ln in added)  # the diff
+    assert seen["trained"] > 10 and seen["trained_visible"]  # trained spans, token by token
+    assert "<tool_call>" in seen["trained_text"] and '"name": "Bash"' in seen["trained_text"]  # a tool call, trained
+    assert {"agent.stdout.gz", "turns.jsonl.gz", "diff.patch.gz", "test.log.gz"} <= set(seen["artifacts"])
+    assert shot.stat().st_size > 10_000  # the screenshot
+
+
 MOE = {"layers": 4, "top_k": 2, "experts": 32}
 
 
@@ -144,6 +164,8 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
     # the oracle's honest fixes raise no reward-hack finding (farm's probe ran: statuses from it)
     assert not [f for r in rows for f in json.loads(r["grading"])["flags"] if f.startswith(("runtime:", "static:"))]
     assert not list((tmp_path / "sb").glob(f"e2e-{harness}/*/*"))
+    if harness == "claude_code" and browser_available():
+        check_report_in_browser(tmp_path, rows[0])
     if harness == "claude_code":  # every position of every Sample: the experts the engine routed for it
         shape = MoEShape(**MOE)
         for s in samples:
