@@ -5,9 +5,12 @@ The run is written through the real writer path: the in-process ``ReducerActor``
 (linearize -> Sample shards + manifest -> rollouts table), each rollout a ``TurnTree``
 of ``--turns`` turns whose ids are real text (a task prompt, tool calls in the hermes
 format, tool output) encoded by the builtin ``farm-test`` tokenizer (built offline), a
-grading report with FAIL_TO_PASS / PASS_TO_PASS results, a diff and timings. Then
-``farm report`` renders it once, timed. Prints the write time, the render time, the
-report's size and a last ``name=value`` line.
+grading report with FAIL_TO_PASS / PASS_TO_PASS results, a diff, timings and its
+per-rollout artifacts. Then
+``farm report`` renders it once, timed, and (when Debian's chromium and Playwright are
+there) headless Chromium opens it: time until the 1,000-row table is drawn, and until one
+rollout's page is shown after a click (its blob is parsed only then). Prints the write
+time, the render time, the report's size, the open times and a last ``name=value`` line.
 
     python scripts/bench_report.py [--rollouts 1000] [--turns 6]
 """
@@ -30,6 +33,7 @@ def build_run(out: Path, n: int, turns: int, tok_dir: Path) -> None:
 
     from farm.actors.reducer import ReducerActor
     from farm.config import FarmConfig
+    from farm.rollout.artifacts import build_artifacts, turns_jsonl
     from farm.rollout.model import RolloutResult
     from farm.rollout.table import counts_of
     from farm.status import RolloutStatus
@@ -70,11 +74,41 @@ def build_run(out: Path, n: int, turns: int, tok_dir: Path) -> None:
                 timings={"create": rng.random(), "prepare": 2 * rng.random(), "agent": 30 * rng.random(), "grade": 5 * rng.random()},
                 sandbox_id=f"sb-{i}", started_at=100.0, finished_at=100.0 + 40 * rng.random(), tree=tree,
             )  # fmt: skip
+            result.artifacts = build_artifacts(result.rollout_id, {  # as the sandbox actor sends them
+                "agent.stdout": result.agent_log_tail * 10, "turns.jsonl": turns_jsonl(tree), "diff.patch": result.diff,
+                "grading.json": json.dumps(grading)}, cap=cfg.artifacts.max_bytes_per_rollout, index={"attempt": 1})  # fmt: skip
             pending.append(asyncio.ensure_future(red.submit(result)))
         await asyncio.gather(*pending)
         await red.close()
 
     asyncio.run(main())
+
+
+def open_in_browser(page: Path, n: int) -> tuple[float, float] | None:
+    """(seconds until the table shows ``n`` rows, seconds to open one rollout), or None."""
+    import os
+
+    chromium = "/usr/bin/chromium"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if not os.path.exists(chromium):
+        return None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page(viewport={"width": 1200, "height": 900})
+            t0 = time.perf_counter()
+            tab.goto(page.as_uri())
+            tab.wait_for_function(f"document.querySelectorAll('#rollouts tbody tr').length === {n}")
+            t1 = time.perf_counter()
+            tab.locator("#rollouts tbody tr").nth(n // 2).click()
+            tab.locator("#detail .seg.output").first.wait_for(state="visible")
+            t2 = time.perf_counter()
+        finally:
+            browser.close()
+    return t1 - t0, t2 - t1
 
 
 def main() -> None:
@@ -98,7 +132,13 @@ def main() -> None:
         size = dest.stat().st_size
         print(f"wrote {args.rollouts} rollouts x {args.turns} turns through ReducerActor in {t1 - t0:.1f}s")
         print(f"farm report: {t2 - t1:.2f}s, {size / 1e6:.2f} MB ({size / args.rollouts / 1e3:.1f} kB per rollout)")
-        print(f"bench_report: rollouts={args.rollouts} report_s={t2 - t1:.2f} report_mb={size / 1e6:.2f}")
+        opened = open_in_browser(dest, args.rollouts)
+        if opened is not None:
+            print(f"chromium: table of {args.rollouts} rows drawn {opened[0]:.2f}s after navigation, "
+                  f"one rollout's page {opened[1]:.2f}s after its click")
+        table_s, rollout_s = (f"{x:.2f}" for x in opened) if opened else ("na", "na")
+        print(f"bench_report: rollouts={args.rollouts} report_s={t2 - t1:.2f} report_mb={size / 1e6:.2f} "
+              f"open_table_s={table_s} open_rollout_s={rollout_s}")
 
 
 if __name__ == "__main__":
