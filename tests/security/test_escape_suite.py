@@ -184,8 +184,8 @@ SESSION_KEY = re.compile(rb"farm-[A-Za-z0-9_-]{32}")
 
 
 def _keys_in_output(out: Path) -> list[str]:
-    """Session keys anywhere farm wrote: text files as bytes, Arrow tables as their values
-    (their buffers may be compressed). Sample tokens are ids: what the model saw is
+    """Session keys anywhere farm wrote: text files as bytes, gzip files (per-rollout
+    artifacts) unzipped, Arrow tables as their values (their buffers may be compressed). Sample tokens are ids: what the model saw is
     documented (a key in a tool result is dead once its session closed)."""
     import pyarrow as pa
     import pyarrow.ipc
@@ -195,6 +195,10 @@ def _keys_in_output(out: Path) -> list[str]:
         data = path.read_bytes()
         if data[:6] == b"ARROW1":
             data = repr(pa.ipc.open_file(pa.BufferReader(data)).read_all().to_pylist()).encode()
+        elif data[:2] == b"\x1f\x8b":
+            import gzip
+
+            data = gzip.decompress(data)
         elif data[:4] == b"PAR1":
             import pyarrow.parquet as pq
 
