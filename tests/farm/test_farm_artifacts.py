@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 
 from farm import errors as E
 from farm.actors.reducer import ReducerActor
 from farm.rollout.artifacts import ArtifactsConfig, artifact_dir, build_artifacts, read_index, read_text, write_artifacts
 from farm.rollout.model import RolloutSpec
-from farm.rollout.pipeline import REDACTED, AgentRun, RolloutPipeline
+from farm.rollout.pipeline import REDACTED, AgentRun, Grade, RolloutPipeline
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
@@ -56,9 +57,10 @@ def test_write_replaces_an_unrecorded_attempt_and_leaves_no_temp(tmp_path):
 class _Parts:
     """Real sandboxes and processes; the agent prints the session key; grading may crash."""
 
-    def __init__(self, base, crash_grader=False):
+    def __init__(self, base, crash_grader=False, agent_extra=""):
         self.cfg = SandboxConfig.model_validate({"local": {"base_dir": str(base)}})
         self.crash_grader = crash_grader
+        self.agent_extra = agent_extra
 
     async def create_sandbox(self, spec, purpose):
         return await create_sandbox(self.cfg, SandboxSpec(labels={"run_id": spec.run_id, "rollout_id": spec.rollout_id}))
@@ -70,7 +72,8 @@ class _Parts:
         return "sk-secret-" + spec.rollout_id
 
     async def run_agent(self, sb, spec, secret, budget_s, workspace):
-        proc = await sb.start(f"echo '{{\"type\":\"start\",\"key\":\"{secret}\"}}'; echo change >> repo/f; echo warn >&2")
+        proc = await sb.start(f"echo '{{\"type\":\"start\",\"key\":\"{secret}\"}}'; echo change >> repo/f; "
+                              f"echo warn >&2; {self.agent_extra}")
         res = await proc.wait(timeout=budget_s)
         return AgentRun(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
@@ -83,7 +86,7 @@ class _Parts:
     async def grade(self, spec, diff):
         if self.crash_grader:
             raise E.GradingError("pytest missing from the image")
-        raise AssertionError("not reached")
+        return Grade(reward=1.0, report={"resolved": True}, test_log="1 passed\n")
 
 
 async def test_infra_failure_keeps_error_and_traceback_and_only_the_recorded_attempt(tmp_path):
@@ -112,3 +115,28 @@ async def test_infra_failure_keeps_error_and_traceback_and_only_the_recorded_att
     await red.submit(dup)
     assert read_index(tmp_path / "out", "t.0")["attempt"] == 2
     await red.close()
+
+
+async def test_the_cap_holds_through_the_reducer_and_zcat_reads_the_files(tmp_path):
+    """A chatty agent (~600 KB of events) under a 16 KiB cap: the recorded files keep the
+    head and tail, index.json says what was cut, and plain zcat reads them."""
+    task = Task(id="t", instruction="do it")
+    chatty = "for i in $(seq 20000); do echo '{\"type\":\"assistant\",\"n\":'$i'}'; done"
+    pipe = RolloutPipeline(_Parts(tmp_path, agent_extra=chatty), harness="codex", timeout_s=60,
+                           artifacts=ArtifactsConfig(max_bytes_per_rollout=16 << 10))  # fmt: skip
+    result = await pipe.run(RolloutSpec(run_id="a", rollout_id="t.0", group_id="t", sample_index=0, task=task))
+    assert result.status is S.COMPLETED
+    red = ReducerActor(reducer_config(tmp_path / "out"), metrics=False)
+    await red.submit(result)
+    await red.close()
+    idx = read_index(tmp_path / "out", "t.0")
+    files = {f["name"]: f for f in idx["files"]}
+    assert idx["truncated"] is True and files["agent.stdout.gz"]["truncated"] and files["agent.stdout.gz"]["bytes"] > 500_000
+    assert sum(f["kept_bytes"] for f in idx["files"]) <= 16 << 10
+    assert not files["diff.patch.gz"]["truncated"] and not files["test.log.gz"]["truncated"]
+    d = artifact_dir(tmp_path / "out", "t.0")
+    stream = subprocess.run(["zcat", str(d / "agent.stdout.gz")], capture_output=True, text=True, check=True).stdout
+    lines = [json.loads(line) for line in stream.splitlines()]
+    assert lines[0]["type"] == "start" and lines[-1] == {"type": "assistant", "n": 20000}
+    assert any("truncated_bytes" in line for line in lines)
+    assert subprocess.run(["zcat", str(d / "test.log.gz")], capture_output=True, text=True).stdout == "1 passed\n"
