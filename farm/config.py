@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from farm.engine.config import EngineConfig
 from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
+from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, is_hosted
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.rollout.stream import StreamConfig
@@ -108,6 +109,31 @@ class FarmConfig(BaseModel):
     stream: StreamConfig = Field(default_factory=StreamConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    endpoints: dict[str, EndpointConfig] = Field(
+        default_factory=dict, description="named model endpoints (farm.gateway.endpoints); 'farm' is built in"
+    )
+    endpoint: str = Field(
+        default=FARM_ENDPOINT,
+        description="the endpoint the CLIs are served by: 'farm' (the engine, token-exact, Samples) or a name "
+        "in `endpoints` (a hosted one runs black-box: transcripts, no Samples, no engine started)",
+    )
+
+    @model_validator(mode="after")
+    def _known_endpoint(self) -> "FarmConfig":
+        if self.endpoint != FARM_ENDPOINT and self.endpoint not in self.endpoints:
+            known = ", ".join(sorted({FARM_ENDPOINT, *self.endpoints}))
+            raise ValueError(f"endpoint {self.endpoint!r} is not in the endpoints catalog (known: {known})")
+        return self
+
+    @property
+    def active_endpoint(self) -> EndpointConfig:
+        """The endpoint config of ``endpoint`` (the farm engine unless the catalog names another)."""
+        return self.endpoints.get(self.endpoint) or FarmEndpoint()
+
+    @property
+    def black_box(self) -> bool:
+        """Is the run served by a hosted endpoint (no engine, no Samples)?"""
+        return is_hosted(self.active_endpoint)
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
