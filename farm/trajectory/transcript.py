@@ -1,0 +1,99 @@
+"""A black-box session's record: canonical messages per turn, no token ids.
+
+A hosted endpoint (``endpoint:`` naming an ``openai`` / ``anthropic`` entry) returns
+text, not the tokens the model saw and produced, so nothing of it can be trained
+token-exact. The gateway records each request/reply as a :class:`TranscriptTurn`
+(the canonical request messages, the canonical reply, usage and latency as the
+endpoint reported them) in a :class:`Transcript`, which takes the place of the
+TurnTree: the reducer writes it to the ``transcripts`` table, never to Samples.
+``failure`` is an endpoint failure that ended the session (an auth refusal, retries
+exhausted): the rollout's status comes from it, never a policy outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from farm.trajectory.records import FinishReason, TurnFlag
+
+TRANSCRIPT_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("rollout_id", pa.string()),
+        pa.field("task_id", pa.string()),
+        pa.field("turn_index", pa.int32()),
+        pa.field("endpoint", pa.string(), metadata={"doc": "the endpoints catalog name"}),
+        pa.field("model", pa.string(), metadata={"doc": "the model the endpoint reported (or was asked for)"}),
+        pa.field("protocol", pa.string(), metadata={"doc": "the CLI's wire protocol"}),
+        pa.field("side_request", pa.bool_()),
+        pa.field("messages", pa.large_string(), metadata={"doc": "canonical request messages, JSON"}),
+        pa.field("tools", pa.large_string(), metadata={"doc": "canonical tool names, JSON list"}),
+        pa.field("response", pa.large_string(), metadata={"doc": "the canonical assistant message, JSON"}),
+        pa.field("finish_reason", pa.string()),
+        pa.field("flags", pa.string(), metadata={"doc": "turn flags, JSON list"}),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("latency_ms", pa.float64()),
+        pa.field("attempts", pa.int32(), metadata={"doc": "HTTP requests it took (retries of 429 / 5xx / timeouts)"}),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptTurn:
+    """One request/reply with a hosted endpoint, as canonical messages."""
+
+    messages: list[dict[str, Any]]
+    tools: list[str]
+    response: dict[str, Any]
+    finish_reason: FinishReason
+    protocol: str
+    model: str
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    latency_ms: float = 0.0
+    attempts: int = 1
+    flags: frozenset[TurnFlag] = frozenset()
+
+    trainable = False  # never: no token ids (read by the status and count helpers like a TurnRecord's)
+
+    @property
+    def side(self) -> bool:
+        return TurnFlag.SIDE_REQUEST in self.flags
+
+
+@dataclass
+class Transcript:
+    """Every turn of one black-box session, in order."""
+
+    session_id: str
+    endpoint: str
+    turns: list[TranscriptTurn] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # endpoint failures the CLI was answered with
+    failure: tuple[str, str] | None = None  # (RolloutStatus value, reason): the session's endpoint broke
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def rows(self, *, run_id: str, rollout_id: str, task_id: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "run_id": run_id, "rollout_id": rollout_id, "task_id": task_id, "turn_index": i,
+                "endpoint": self.endpoint, "model": t.model, "protocol": t.protocol, "side_request": t.side,
+                "messages": json.dumps(t.messages), "tools": json.dumps(t.tools), "response": json.dumps(t.response),
+                "finish_reason": t.finish_reason.value, "flags": json.dumps(sorted(f.value for f in t.flags)),
+                "prompt_tokens": t.prompt_tokens, "output_tokens": t.output_tokens,
+                "cached_tokens": t.cached_tokens, "latency_ms": round(t.latency_ms, 3), "attempts": t.attempts,
+            }  # fmt: skip
+            for i, t in enumerate(self.turns)
+        ]
+
+
+def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=TRANSCRIPT_SCHEMA)
