@@ -19,13 +19,20 @@ Endpoint errors (after :mod:`farm.gateway.hosted`'s retries):
   never a reward-0 row).
 
 Limits as in the engine path: ``max_turns`` main turns, then empty length replies
-flagged ``TURN_LIMIT``. ``count_tokens`` is refused (no tokenizer is known).
+flagged ``TURN_LIMIT``. ``count_tokens`` is refused (the gateway renders nothing).
+
+Logprobs: when the endpoint returns them (``top_logprobs``) the turn keeps them; when
+the endpoint's ``tokenizer`` is also known and its logprob tokens re-tokenize to exactly
+one id each (:func:`retokenize`), the ids are kept too and the turn is flagged
+``RETOKENIZED``. Either way it stays in the transcripts table: never a Sample, never
+mixed with the engine path's exact turns.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from farm.errors import GatewayRequestError
 from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
@@ -61,9 +68,10 @@ class BlackBoxTurn:
 
 
 class BlackBoxService:
-    def __init__(self, config: GatewayConfig, client: HostedClient) -> None:
+    def __init__(self, config: GatewayConfig, client: HostedClient, tokenizer: Any = None) -> None:
         self.config = config
         self.client = client
+        self.tokenizer = tokenizer  # the endpoint model's, if known (re-tokenized logprob turns)
 
     async def begin(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> BlackBoxTurn:
         session.stats.requests += 1
@@ -120,13 +128,19 @@ class BlackBoxService:
     def _record(self, pending: BlackBoxTurn, out: TurnOutput, call: HostedCall | None, *, attempts: int = 0) -> None:
         session, req = pending.session, pending.req
         assert session.transcript is not None
+        ids, logprobs = None, None
+        if call is not None and call.reply.logprobs:
+            logprobs = [lp for _, lp in call.reply.logprobs]
+            ids = retokenize(self.tokenizer, [tok for tok, _ in call.reply.logprobs])
+            if ids is not None:
+                pending.flags.add(TurnFlag.RETOKENIZED)
         session.transcript.turns.append(TranscriptTurn(
             messages=list(req.messages), tools=[t["function"]["name"] for t in req.tools],
             response=assistant_message(out.content, out.reasoning, out.tool_calls), finish_reason=out.finish,
             protocol=req.protocol, model=(call.reply.model if call else "") or self.client.endpoint.model,
             prompt_tokens=out.prompt_tokens, output_tokens=out.output_tokens, cached_tokens=out.cached_tokens,
             latency_ms=call.latency_ms if call else 0.0, attempts=call.attempts if call else attempts,
-            flags=frozenset(pending.flags),
+            flags=frozenset(pending.flags), output_ids=ids, output_logprobs=logprobs,
         ))  # fmt: skip
         session.stats.turns += 1
         if pending.side:
@@ -141,6 +155,19 @@ class BlackBoxService:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def retokenize(tokenizer: Any, tokens: list[str]) -> list[int] | None:
+    """Ids for the endpoint's logprob tokens, or None unless each token text is exactly
+    one id of ``tokenizer`` (then the ids and logprobs pair up one to one)."""
+    if tokenizer is None or not tokens:
+        return None
+    ids = tokenizer.encode("".join(tokens), add_special_tokens=False)
+    if len(ids) != len(tokens):
+        return None
+    if any(tokenizer.decode([i]) != tok for i, tok in zip(ids, tokens)):
+        return None
+    return list(ids)
 
 
 def _empty(flag: TurnFlag) -> TurnOutput:

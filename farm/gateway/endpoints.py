@@ -64,6 +64,11 @@ class OpenAIEndpoint(_HostedEndpoint):
     top_logprobs: int | None = Field(
         default=None, ge=0, le=20, description="chat: ask for logprobs (with this many alternatives) when offered"
     )
+    tokenizer: str | None = Field(
+        default=None,
+        description="the served model's tokenizer (HF path/name): with top_logprobs, a turn whose logprob tokens "
+        "re-tokenize to exactly one id each is recorded with ids + logprobs, flagged retokenized",
+    )
 
 
 class AnthropicEndpoint(_HostedEndpoint):

@@ -80,11 +80,12 @@ class Gateway:
 
     @classmethod
     def for_endpoint(cls, config: GatewayConfig, name: str, endpoint: HostedEndpoint, api_key: str | None, *,
-                     model_name: str = "farm-policy") -> Gateway:
+                     model_name: str = "farm-policy", tokenizer: Any = None) -> Gateway:
         """A black-box gateway: every session's turns go to the hosted ``endpoint`` (its key
-        ``api_key``, read by the entry point) and are recorded as transcripts."""
+        ``api_key``, read by the entry point) and are recorded as transcripts (``tokenizer``:
+        the endpoint model's, for re-tokenized logprob turns)."""
         return cls(config, None, None, model_name=model_name,
-                   black_box=BlackBoxService(config, HostedClient(name, endpoint, api_key)))
+                   black_box=BlackBoxService(config, HostedClient(name, endpoint, api_key), tokenizer))
 
     async def __aenter__(self) -> Gateway:
         await self.start()

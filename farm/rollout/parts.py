@@ -75,8 +75,11 @@ class FarmParts:
         )
         self.harness = make_harness(self.cfg.harness)
         if self.cfg.black_box:  # a hosted endpoint serves the CLIs: no tokenizer, no engine (farm.gateway.blackbox)
-            self.gateway = Gateway.for_endpoint(self.cfg.gateway, self.cfg.endpoint, self.cfg.active_endpoint,
-                                                self.endpoint_api_key, model_name=e.model_name)  # fmt: skip
+            ep = self.cfg.active_endpoint
+            ep_tok = getattr(ep, "tokenizer", None)
+            tok = await asyncio.to_thread(load_tokenizer, ep_tok, e.tokenizer_cache_dir) if ep_tok else None
+            self.gateway = Gateway.for_endpoint(self.cfg.gateway, self.cfg.endpoint, ep, self.endpoint_api_key,
+                                                model_name=e.model_name, tokenizer=tok)  # fmt: skip
             self.gateway_url = await self.gateway.start()
             return self.gateway_url
         tokenizer = await asyncio.to_thread(load_tokenizer, e.tokenizer, e.tokenizer_cache_dir)

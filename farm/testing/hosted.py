@@ -7,8 +7,10 @@ gateway (those protocols, streamed or not) + a scripted worker running the ``ora
 policy on the given tasks. It checks an API key the way the vendors do (``x-api-key``
 or ``Authorization: Bearer``; 401 otherwise) and can inject the failures hosted APIs
 have: a status (401, 403, 429 with ``retry-after``, 500, 529), a hang (timeout), or a
-context-length refusal worded as each vendor words it. Every generation request it
-served is kept in ``requests`` (path, body, headers) for tests to inspect.
+context-length refusal worded as each vendor words it. A non-streamed chat request
+with ``logprobs: true`` gets OpenAI-shaped ``choices[0].logprobs.content`` for its
+reply text (one entry per token of the fake's tokenizer; the values are made up).
+Every generation request it served is kept in ``requests`` (path, body, headers).
 
 ::
 
@@ -138,7 +140,25 @@ class HostedFake:
                     if fault.retry_after is not None:
                         resp.headers["retry-after"] = f"{fault.retry_after:g}"
                     return resp
+            parsed = orjson.loads(body) if body else {}
+            if path.endswith("/chat/completions") and parsed.get("logprobs") and not parsed.get("stream"):
+                return await self._with_logprobs(request, body)
         return await self._forward(request, body)
+
+    async def _with_logprobs(self, request: web.Request, body: bytes) -> web.Response:
+        assert self._http is not None
+        async with self._http.post(self._inner + request.path_qs, data=body, headers=self._inner_headers()) as up:
+            status, reply = up.status, await up.json()
+        if status == 200:
+            choice = reply["choices"][0]
+            ids = self._tokenizer.encode(choice["message"].get("content") or "", add_special_tokens=False)
+            choice["logprobs"] = {"content": [
+                {"token": self._tokenizer.decode([i]), "logprob": -0.01 - 0.125 * (n % 7), "top_logprobs": []}
+                for n, i in enumerate(ids)]}  # fmt: skip
+        return web.Response(status=status, body=orjson.dumps(reply), content_type="application/json")
+
+    def _inner_headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "x-api-key": self._secret, "Authorization": f"Bearer {self._secret}"}
 
     async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
         """Pass the request to farm's gateway (with its session key) and relay the reply as it comes."""

@@ -40,6 +40,10 @@ TRANSCRIPT_SCHEMA = pa.schema(
         pa.field("cached_tokens", pa.int64()),
         pa.field("latency_ms", pa.float64()),
         pa.field("attempts", pa.int32(), metadata={"doc": "HTTP requests it took (retries of 429 / 5xx / timeouts)"}),
+        pa.field("output_ids", pa.list_(pa.int32()),
+                 metadata={"doc": "re-tokenized from the endpoint's logprob tokens (flag retokenized), else null"}),
+        pa.field("output_logprobs", pa.list_(pa.float32()),
+                 metadata={"doc": "the endpoint's logprob per output token, when it returned them, else null"}),
     ]
 )
 
@@ -60,6 +64,8 @@ class TranscriptTurn:
     latency_ms: float = 0.0
     attempts: int = 1
     flags: frozenset[TurnFlag] = frozenset()
+    output_ids: list[int] | None = None  # only with TurnFlag.RETOKENIZED: never token-exact
+    output_logprobs: list[float] | None = None
 
     trainable = False  # never: no token ids (read by the status and count helpers like a TurnRecord's)
 
@@ -90,6 +96,7 @@ class Transcript:
                 "finish_reason": t.finish_reason.value, "flags": json.dumps(sorted(f.value for f in t.flags)),
                 "prompt_tokens": t.prompt_tokens, "output_tokens": t.output_tokens,
                 "cached_tokens": t.cached_tokens, "latency_ms": round(t.latency_ms, 3), "attempts": t.attempts,
+                "output_ids": t.output_ids, "output_logprobs": t.output_logprobs,
             }  # fmt: skip
             for i, t in enumerate(self.turns)
         ]

@@ -72,7 +72,7 @@ async def test_claude_request_through_each_hosted_protocol(hf_tokenizer, kind):
     assert second.response["tool_calls"] and second.finish_reason is FinishReason.STOP
     assert second.prompt_tokens > 0 and second.output_tokens > 0 and second.latency_ms > 0
     row = transcript.rows(run_id="r", rollout_id="r1", task_id="hello-1")[1]
-    assert row["endpoint"] == "ep" and json.loads(row["tools"]) == ["Bash"] and "output_ids" not in row
+    assert row["endpoint"] == "ep" and json.loads(row["tools"]) == ["Bash"] and row["output_ids"] is None
 
 
 @pytest.mark.parametrize("fault, status, failure, cli_status", [
@@ -122,3 +122,24 @@ def test_retry_policy_is_pure():
     assert classify(400, "invalid_request_error: prompt is too long: 1 > 0") is Failure.CONTEXT_LENGTH
     assert classify(400, "bad tool schema") is Failure.REJECTED and classify(529, "") is Failure.SERVER
     assert parse_retry_after("3") == 3.0 and parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+async def test_logprobs_recorded_retokenized_when_the_tokenizer_is_known(hf_tokenizer):
+    async with HostedFake([TASK], hf_tokenizer, api_key="k") as fake, aiohttp.ClientSession() as http:
+        ep = endpoint("chat", fake.base_url, top_logprobs=2)
+        for tok in (hf_tokenizer, None):
+            async with Gateway.for_endpoint(GatewayConfig(), "ep", ep, "k", tokenizer=tok) as gw:
+                secret = gw.open_session("r1").secret
+                code, reply = await claude_turn(http, gw, secret, [{"role": "user", "content": "Say hello."}])  # an unknown task: text
+                transcript = await gw.close_session("r1")
+            assert code == 200 and fake.requests[-1][1]["logprobs"] is True
+            (turn,) = transcript.turns
+            text = turn.response["content"]
+            assert text and len(turn.output_logprobs) == len(hf_tokenizer.encode(text, add_special_tokens=False))
+            if tok is None:  # logprobs kept, but no ids: nothing to re-tokenize with
+                assert turn.output_ids is None and TurnFlag.RETOKENIZED not in turn.flags
+            else:
+                assert turn.output_ids == hf_tokenizer.encode(text, add_special_tokens=False)
+                assert TurnFlag.RETOKENIZED in turn.flags
+                row = transcript.rows(run_id="r", rollout_id="r1", task_id="x")[0]
+                assert row["output_ids"] == turn.output_ids and "retokenized" in json.loads(row["flags"])
