@@ -7,7 +7,7 @@ Each component owns and validates its own section (imported from its package's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -134,6 +134,20 @@ class FarmConfig(BaseModel):
     def black_box(self) -> bool:
         """Is the run served by a hosted endpoint (no engine, no Samples)?"""
         return is_hosted(self.active_endpoint)
+
+
+def endpoint_api_key(cfg: FarmConfig, environ: Mapping[str, str]) -> str | None:
+    """The API key of the hosted endpoint ``cfg.endpoint`` names, from ``environ`` (the
+    entry point passes ``os.environ``): None for the farm engine or an endpoint without
+    ``api_key_env``; a ConfigError when the variable is unset or empty."""
+    ep = cfg.active_endpoint
+    name = getattr(ep, "api_key_env", None)
+    if not cfg.black_box or not name:
+        return None
+    key = environ.get(name)
+    if not key:
+        raise ConfigError(f"endpoint {cfg.endpoint!r} reads its API key from ${name}, which is not set")
+    return key
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

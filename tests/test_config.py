@@ -49,3 +49,16 @@ def test_endpoint_catalog(tmp_path):
         load_config(None, ["endpoints.x.kind=anthropic", "endpoints.x.model=m", "endpoints.x.api_key=sk-1"])
     with pytest.raises(ConfigError, match="kind"):
         load_config(None, ["endpoints.x.kind=gemini", "endpoints.x.model=m"])
+
+
+def test_endpoint_api_key_comes_from_the_named_variable():
+    from farm.config import endpoint_api_key
+
+    hosted = ["endpoints.h.kind=openai", "endpoints.h.model=m", "endpoints.h.base_url=http://h/v1",
+              "endpoints.h.api_key_env=H_KEY"]
+    assert endpoint_api_key(load_config(None, hosted), {"H_KEY": "sk-1"}) is None  # endpoint: farm (default)
+    cfg = load_config(None, [*hosted, "endpoint=h"])
+    assert endpoint_api_key(cfg, {"H_KEY": "sk-1"}) == "sk-1"
+    with pytest.raises(ConfigError, match=r"\$H_KEY, which is not set"):
+        endpoint_api_key(cfg, {})
+    assert "sk-1" not in cfg.model_dump_json()

@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm.config import load_config
+    from farm.config import endpoint_api_key as endpoint_api_key_of, load_config
     from farm.errors import FarmError
 
     try:
@@ -36,14 +36,11 @@ def run(args: argparse.Namespace) -> int:
     if cfg.sandbox.backend == "e2b" and not e2b_api_key:
         print("farm run: sandbox.backend is e2b but E2B_API_KEY is not set", file=sys.stderr)
         return 2
-    endpoint_api_key = None
-    ep = cfg.active_endpoint
-    if cfg.black_box and ep.api_key_env:
-        endpoint_api_key = os.environ.get(ep.api_key_env)
-        if not endpoint_api_key:
-            print(f"farm run: endpoint {cfg.endpoint!r} reads its API key from ${ep.api_key_env}, which is not set",
-                  file=sys.stderr)
-            return 2
+    try:
+        endpoint_api_key = endpoint_api_key_of(cfg, os.environ)
+    except FarmError as exc:
+        print(f"farm run: {exc}", file=sys.stderr)
+        return 2
     from farm.driver import run_farm
 
     # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.

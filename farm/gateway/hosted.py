@@ -153,8 +153,10 @@ class HostedClient:
             delay = retry_delay(failure, attempt, retry_after, waited, self.endpoint)
             if delay is None:
                 spent = f" after {attempt} attempts" if attempt > 1 else ""
-                raise EndpointError(failure, f"endpoint {self.name!r} ({url}): {message}{spent}", status=status,
-                                    attempts=attempt)  # fmt: skip
+                text = f"endpoint {self.name!r} ({url}): {message}{spent}"
+                if self._api_key:  # some vendors echo the key they refused
+                    text = text.replace(self._api_key, "<redacted:api-key>")
+                raise EndpointError(failure, text, status=status, attempts=attempt)
             await asyncio.sleep(delay)
             waited += delay
 
