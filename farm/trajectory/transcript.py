@@ -8,6 +8,12 @@ endpoint reported them) in a :class:`Transcript`, which takes the place of the
 TurnTree: the reducer writes it to the ``transcripts`` table, never to Samples.
 ``failure`` is an endpoint failure that ended the session (an auth refusal, retries
 exhausted): the rollout's status comes from it, never a policy outcome.
+
+CLIs resend the whole conversation every turn, so a row stores only what is new: a
+request that starts with an earlier turn's request messages keeps ``extends_turn`` =
+that turn and ``messages`` = the rest (the earlier reply as the CLI echoed it, then the
+tool results / user text); :func:`request_messages` rebuilds every full request.
+Storage grows with the conversation, not with its square.
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ TRANSCRIPT_SCHEMA = pa.schema(
         pa.field("model", pa.string(), metadata={"doc": "the model the endpoint reported (or was asked for)"}),
         pa.field("protocol", pa.string(), metadata={"doc": "the CLI's wire protocol"}),
         pa.field("side_request", pa.bool_()),
-        pa.field("messages", pa.large_string(), metadata={"doc": "canonical request messages, JSON"}),
+        pa.field("extends_turn", pa.int32(),
+                 metadata={"doc": "the turn whose request messages this request starts with (null: none)"}),
+        pa.field("messages", pa.large_string(),
+                 metadata={"doc": "canonical request messages after those of extends_turn (all if null), JSON"}),
         pa.field("tools", pa.large_string(), metadata={"doc": "canonical tool names, JSON list"}),
         pa.field("response", pa.large_string(), metadata={"doc": "the canonical assistant message, JSON"}),
         pa.field("finish_reason", pa.string()),
@@ -88,18 +97,43 @@ class Transcript:
         return len(self.turns)
 
     def rows(self, *, run_id: str, rollout_id: str, task_id: str) -> list[dict[str, Any]]:
+        bases = [_base(self.turns, i) for i in range(len(self.turns))]
         return [
             {
                 "run_id": run_id, "rollout_id": rollout_id, "task_id": task_id, "turn_index": i,
                 "endpoint": self.endpoint, "model": t.model, "protocol": t.protocol, "side_request": t.side,
-                "messages": json.dumps(t.messages), "tools": json.dumps(t.tools), "response": json.dumps(t.response),
+                "extends_turn": base,
+                "messages": json.dumps(t.messages[len(self.turns[base].messages):] if base is not None else t.messages),
+                "tools": json.dumps(t.tools), "response": json.dumps(t.response),
                 "finish_reason": t.finish_reason.value, "flags": json.dumps(sorted(f.value for f in t.flags)),
                 "prompt_tokens": t.prompt_tokens, "output_tokens": t.output_tokens,
                 "cached_tokens": t.cached_tokens, "latency_ms": round(t.latency_ms, 3), "attempts": t.attempts,
                 "output_ids": t.output_ids, "output_logprobs": t.output_logprobs,
             }  # fmt: skip
-            for i, t in enumerate(self.turns)
+            for i, (t, base) in enumerate(zip(self.turns, bases))
         ]
+
+
+def _base(turns: list[TranscriptTurn], i: int, lookback: int = 8) -> int | None:
+    """The latest of the few turns before ``i`` whose request messages ``turns[i]``'s start with."""
+    msgs = turns[i].messages
+    for j in range(i - 1, max(-1, i - 1 - lookback), -1):
+        prev = turns[j].messages
+        if len(prev) < len(msgs) and msgs[: len(prev)] == prev:
+            return j
+    return None
+
+
+def request_messages(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The full request messages of each of one rollout's transcript rows (in turn order)."""
+    full: dict[int, list[dict[str, Any]]] = {}
+    out = []
+    for row in sorted(rows, key=lambda r: r["turn_index"]):
+        base = row["extends_turn"]
+        msgs = (full[base] if base is not None else []) + json.loads(row["messages"])
+        full[row["turn_index"]] = msgs
+        out.append(msgs)
+    return out
 
 
 def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:

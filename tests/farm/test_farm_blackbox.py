@@ -22,6 +22,7 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.testing.hosted import HostedFake, run_in_thread
 from farm.trajectory.reader import ShardReader
+from farm.trajectory.transcript import request_messages
 
 from farm_raycluster import HeadCluster
 
@@ -91,6 +92,9 @@ def test_black_box_run_completes_without_samples(tmp_path, hf_tokenizer, demo_ta
     assert sum(1 for t in main if json.loads(t["response"]).get("tool_calls")) >= 2
     assert all(t["prompt_tokens"] > 0 and t["latency_ms"] > 0 for t in main)
     assert row["prompt_tokens"] == sum(t["prompt_tokens"] for t in turns)
+    full = request_messages(turns)  # stored as deltas, rebuilt whole: every request holds the task's instruction
+    assert all(t["extends_turn"] is not None for t in main[1:]) and all(
+        any(m["role"] == "user" for m in msgs) for msgs, t in zip(full, turns) if not t["side_request"])
     # every turn went to the endpoint in its own protocol, with the key from the environment
     route = {"anthropic": "/messages", "chat": "/chat/completions", "responses": "/responses"}[kind]
     assert len(served) >= len(main) and all(p.endswith(route) for p, _, _ in served)

@@ -17,6 +17,7 @@ from farm.gateway.hosted import Failure, classify, parse_retry_after, retry_dela
 from farm.tasks.model import GitSource, Task
 from farm.testing.hosted import Fault, HostedFake
 from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.transcript import request_messages
 
 INSTRUCTION = "Fix greet() in hello.py: it must return 'Hello, <name>!' with an exclamation mark."
 TASK = Task(id="hello-1", instruction=INSTRUCTION, workspace=GitSource(url="/nonexistent", base_commit="0" * 40),
@@ -71,7 +72,10 @@ async def test_claude_request_through_each_hosted_protocol(hf_tokenizer, kind):
     assert [m["role"] for m in second.messages] == ["system", "user", "assistant", "tool", "tool"]
     assert second.response["tool_calls"] and second.finish_reason is FinishReason.STOP
     assert second.prompt_tokens > 0 and second.output_tokens > 0 and second.latency_ms > 0
-    row = transcript.rows(run_id="r", rollout_id="r1", task_id="hello-1")[1]
+    rows = transcript.rows(run_id="r", rollout_id="r1", task_id="hello-1")
+    row = rows[1]  # stores only what the second request added to the first
+    assert row["extends_turn"] == 0 and [m["role"] for m in json.loads(row["messages"])] == ["assistant", "tool", "tool"]
+    assert request_messages(rows) == [t.messages for t in transcript.turns]
     assert row["endpoint"] == "ep" and json.loads(row["tools"]) == ["Bash"] and row["output_ids"] is None
 
 
