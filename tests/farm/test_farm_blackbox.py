@@ -41,7 +41,9 @@ def run_cli(tmp_path: Path, harness: str, endpoint: dict, key: str | None) -> tu
         "run_id": f"bb-{harness}",
         "tasks": {"path": "demo"},
         "harness": {"name": harness},
-        "engine": {"mode": "scripted", "policy": "oracle"},  # never started: the endpoint is hosted
+        # an engine nobody serves and a tokenizer that does not exist: starting either would fail the run
+        "engine": {"mode": "external", "url": "http://127.0.0.1:9", "tokenizer": "/nonexistent/tokenizer",
+                   "health_timeout_s": 5},
         "endpoints": {"hosted": endpoint},
         "endpoint": "hosted",
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
