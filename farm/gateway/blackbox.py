@@ -97,7 +97,7 @@ class BlackBoxService:
         if transcript.failure is not None:  # the endpoint already failed this session for good
             raise GatewayRequestError(transcript.failure[1], status=503, kind="overloaded")
         try:
-            call = await self.client.complete(pending.req)
+            call = await self.client.complete(pending.req, deadline=session.deadline)
         except EndpointError as exc:
             if exc.failure is Failure.CONTEXT_LENGTH:
                 session.stats.context_limited += 1

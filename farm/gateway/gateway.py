@@ -195,6 +195,11 @@ class Gateway:
         while len(self._closed_stats) > _KEEP_CLOSED_STATS:
             self._closed_stats.popitem(last=False)
 
+    def set_deadline(self, session_id: str, deadline: float) -> None:
+        """When (``time.monotonic()``) the open session's agent phase ends: black-box retries
+        of a hosted endpoint never wait past it."""
+        self.sessions.get(session_id).deadline = deadline
+
     def session_failure(self, session_id: str) -> tuple[str, str] | None:
         """Black-box mode: (status, reason) once the hosted endpoint failed the open session for good."""
         transcript = self.sessions.get(session_id).transcript

@@ -4,8 +4,9 @@
 :func:`retry_delay` (pure) decides whether and how long to wait before retrying:
 429 honours ``retry-after`` (seconds or an HTTP date), 5xx / 529 / timeouts /
 connection errors back off exponentially from ``backoff_s``; all within
-``max_retries`` and ``retry_budget_s`` (a retry-after beyond the budget fails the turn
-at once rather than sleeping past it). 401/403 (``auth``), context-length refusals
+``max_retries`` and the budget: ``retry_budget_s``, or less when the caller's deadline
+(the agent phase's end) is nearer (a retry-after beyond the budget fails the turn at
+once rather than sleeping past it: an endpoint failure, not the policy's timeout). 401/403 (``auth``), context-length refusals
 (``context_length``) and other 4xx (``rejected``) are never retried.
 """
 
@@ -82,12 +83,13 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def retry_delay(failure: Failure, attempt: int, retry_after: float | None, waited_s: float,
-                ep: HostedEndpoint) -> float | None:
-    """Seconds to wait before retry number ``attempt`` (1-based), or None: give up."""
+                ep: HostedEndpoint, left_s: float | None = None) -> float | None:
+    """Seconds to wait before retry number ``attempt`` (1-based), or None: give up.
+    ``left_s``: time left before the caller's deadline (None: no deadline)."""
     if not failure.retried or attempt > ep.max_retries:
         return None
     delay = retry_after if retry_after is not None else ep.backoff_s * (2 ** (attempt - 1))
-    if waited_s + delay > ep.retry_budget_s:
+    if waited_s + delay > ep.retry_budget_s or (left_s is not None and delay >= left_s):
         return None
     return delay
 
@@ -135,8 +137,9 @@ class HostedClient:
             http, self._http = self._http, None
             await http.close()
 
-    async def complete(self, req: CanonicalRequest) -> HostedCall:
-        """One turn: the reply, or EndpointError once retries (if any) are spent."""
+    async def complete(self, req: CanonicalRequest, *, deadline: float | None = None) -> HostedCall:
+        """One turn: the reply, or EndpointError once retries (if any) are spent.
+        ``deadline`` (``time.monotonic()``): no retry waits past it."""
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.endpoint.timeout_s))
         route, body = build(req, self.endpoint)
@@ -150,7 +153,8 @@ class HostedClient:
             if failure is None:
                 assert isinstance(message, HostedReply)
                 return HostedCall(message, (time.monotonic() - t0) * 1e3, attempt)
-            delay = retry_delay(failure, attempt, retry_after, waited, self.endpoint)
+            left = deadline - time.monotonic() if deadline is not None else None
+            delay = retry_delay(failure, attempt, retry_after, waited, self.endpoint, left)
             if delay is None:
                 spent = f" after {attempt} attempts" if attempt > 1 else ""
                 text = f"endpoint {self.name!r} ({url}): {message}{spent}"

@@ -149,6 +149,7 @@ class FarmParts:
         from farm.harnesses.base import HarnessRun
 
         gateway_url = await self._connect(sandbox, secret)
+        self.gateway.set_deadline(self._secrets[secret], time.monotonic() + budget_s)
         run = HarnessRun(
             instruction=spec.task.instruction,
             gateway_url=gateway_url,

@@ -121,6 +121,7 @@ def test_retry_policy_is_pure():
     ep = endpoint("chat", "http://h", max_retries=3, retry_budget_s=10.0, backoff_s=1.0)
     assert retry_delay(Failure.RATE_LIMIT, 1, 2.5, 0.0, ep) == 2.5  # retry-after honoured
     assert retry_delay(Failure.RATE_LIMIT, 1, 30.0, 0.0, ep) is None  # past the budget: fail now, never sleep past it
+    assert retry_delay(Failure.RATE_LIMIT, 1, 2.5, 0.0, ep, left_s=2.0) is None  # past the agent phase's end
     assert [retry_delay(Failure.SERVER, n, None, 0.0, ep) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, None]
     assert retry_delay(Failure.AUTH, 1, None, 0.0, ep) is None and retry_delay(Failure.CONTEXT_LENGTH, 1, 1, 0, ep) is None
     assert classify(400, "invalid_request_error: prompt is too long: 1 > 0") is Failure.CONTEXT_LENGTH
@@ -147,3 +148,17 @@ async def test_logprobs_recorded_retokenized_when_the_tokenizer_is_known(hf_toke
                 assert TurnFlag.RETOKENIZED in turn.flags
                 row = transcript.rows(run_id="r", rollout_id="r1", task_id="x")[0]
                 assert row["output_ids"] == turn.output_ids and "retokenized" in json.loads(row["flags"])
+
+
+async def test_rate_limit_retries_stop_at_the_agent_phase_deadline(hf_tokenizer):
+    import time
+
+    async with HostedFake([TASK], hf_tokenizer, api_key="k") as fake, aiohttp.ClientSession() as http:
+        async with Gateway.for_endpoint(GatewayConfig(), "ep", endpoint("anthropic", fake.base_url), "k") as gw:
+            secret = gw.open_session("r1").secret
+            gw.set_deadline("r1", time.monotonic() + 1.0)
+            fake.inject(Fault(status=429, retry_after=5.0))  # within retry_budget_s, past the agent's end
+            code, _ = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
+            transcript = await gw.close_session("r1")
+    assert code == 429 and len(fake.requests) == 1
+    assert transcript.failure[0] == "engine_error" and "rate_limit" in transcript.failure[1]
