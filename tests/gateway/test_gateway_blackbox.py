@@ -83,13 +83,13 @@ async def test_claude_request_through_each_hosted_protocol(hf_tokenizer, kind):
     (Fault(status=401), "auth_error", True, 401),
     (Fault(status=403), "auth_error", True, 401),
     (Fault(status=500, times=3), "engine_error", True, 529),
-    (Fault(hang_s=3.0, times=3), "engine_error", True, 504),
+    (Fault(hang_s=1.0, times=3), "engine_error", True, 504),
     (Fault(status=429, retry_after=0.2, times=2), None, False, 200),  # retried within the budget: succeeds
     (Fault(context_length=True), None, False, 200),  # the policy's own context overflow: an empty length reply
 ])  # fmt: skip
 async def test_endpoint_failures_map_to_statuses(hf_tokenizer, fault, status, failure, cli_status):
     async with HostedFake([TASK], hf_tokenizer, api_key="sk-good") as fake, aiohttp.ClientSession() as http:
-        ep = endpoint("anthropic", fake.base_url, max_retries=2, backoff_s=0.05, timeout_s=1.0)
+        ep = endpoint("anthropic", fake.base_url, max_retries=2, backoff_s=0.05, timeout_s=0.4)
         async with Gateway.for_endpoint(GatewayConfig(), "ep", ep, "sk-good") as gw:
             secret = gw.open_session("r1").secret
             fake.inject(fault)
