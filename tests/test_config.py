@@ -62,3 +62,10 @@ def test_endpoint_api_key_comes_from_the_named_variable():
     with pytest.raises(ConfigError, match=r"\$H_KEY, which is not set"):
         endpoint_api_key(cfg, {})
     assert "sk-1" not in cfg.model_dump_json()
+
+
+def test_shipped_hosted_config_is_valid():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "hosted.yaml", ["endpoint=claude"])
+    assert cfg.black_box and cfg.active_endpoint.kind == "anthropic"
