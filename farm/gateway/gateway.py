@@ -11,6 +11,10 @@
             stats = gw.stats(rollout_id)
 
 The gateway does not own the engine client (close it yourself).
+
+Black-box mode (a hosted endpoint, :mod:`farm.gateway.blackbox`): no tokenizer, no
+engine; ``Gateway.for_endpoint(cfg.gateway, name, endpoint, api_key)``, the same
+sessions and protocols, and ``close_session`` returns the session's Transcript.
 """
 
 from __future__ import annotations
