@@ -7,15 +7,16 @@ Each component owns and validates its own section (imported from its package's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from farm.engine.config import EngineConfig
 from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
+from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, is_hosted
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.loggers.config import LoggerConfig
@@ -114,6 +115,45 @@ class FarmConfig(BaseModel):
         default_factory=list, description="run loggers (W&B, MLflow): none by default; each gets the metrics and summary"
     )
     ray: RayConfig = Field(default_factory=RayConfig)
+    endpoints: dict[str, EndpointConfig] = Field(
+        default_factory=dict, description="named model endpoints (farm.gateway.endpoints); 'farm' is built in"
+    )
+    endpoint: str = Field(
+        default=FARM_ENDPOINT,
+        description="the endpoint the CLIs are served by: 'farm' (the engine, token-exact, Samples) or a name "
+        "in `endpoints` (a hosted one runs black-box: transcripts, no Samples, no engine started)",
+    )
+
+    @model_validator(mode="after")
+    def _known_endpoint(self) -> "FarmConfig":
+        if self.endpoint != FARM_ENDPOINT and self.endpoint not in self.endpoints:
+            known = ", ".join(sorted({FARM_ENDPOINT, *self.endpoints}))
+            raise ValueError(f"endpoint {self.endpoint!r} is not in the endpoints catalog (known: {known})")
+        return self
+
+    @property
+    def active_endpoint(self) -> EndpointConfig:
+        """The endpoint config of ``endpoint`` (the farm engine unless the catalog names another)."""
+        return self.endpoints.get(self.endpoint) or FarmEndpoint()
+
+    @property
+    def black_box(self) -> bool:
+        """Is the run served by a hosted endpoint (no engine, no Samples)?"""
+        return is_hosted(self.active_endpoint)
+
+
+def endpoint_api_key(cfg: FarmConfig, environ: Mapping[str, str]) -> str | None:
+    """The API key of the hosted endpoint ``cfg.endpoint`` names, from ``environ`` (the
+    entry point passes ``os.environ``): None for the farm engine or an endpoint without
+    ``api_key_env``; a ConfigError when the variable is unset or empty."""
+    ep = cfg.active_endpoint
+    name = getattr(ep, "api_key_env", None)
+    if not cfg.black_box or not name:
+        return None
+    key = environ.get(name)
+    if not key:
+        raise ConfigError(f"endpoint {cfg.endpoint!r} reads its API key from ${name}, which is not set")
+    return key
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

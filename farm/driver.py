@@ -82,9 +82,11 @@ def _kill_stale(name: str, namespace: str) -> None:
 class FarmActors:
     """The actors of one run; ``close()`` stops everything it started."""
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
+    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
+                 endpoint_api_key: str | None = None) -> None:
         self.cfg = cfg
         self.e2b_api_key = e2b_api_key
+        self.endpoint_api_key = endpoint_api_key
         self.parts_factory = parts_factory
         self.reducer: Any = None
         self.router: Any = None
@@ -147,6 +149,7 @@ class FarmActors:
                 name,
                 e2b_api_key=self.e2b_api_key,
                 parts_factory=self.parts_factory,
+                endpoint_api_key=self.endpoint_api_key,
             )
         ray.get([a.ready.remote() for a in self.actors.values()], timeout=CONTROL_TIMEOUT_S)
         return self.actors
@@ -236,8 +239,12 @@ def run_farm(
     e2b_api_key: str | None = None,
     tasks: list[Task] | None = None,
     parts_factory: Any = None,
+    endpoint_api_key: str | None = None,
 ) -> RunSummary:
     """Run every rollout of ``cfg`` not already in ``cfg.output.dir``; return the summary.
+
+    ``endpoint_api_key``: the key of the hosted endpoint ``cfg.endpoint`` names (black-box
+    runs; read from its ``api_key_env`` by the entry point, never written anywhere).
 
     ``tasks`` (default: loaded from ``cfg.tasks``) and ``parts_factory`` (default: the
     real layers, ``farm.rollout.parts.FarmParts``; a factory also means no engine is
@@ -255,15 +262,16 @@ def run_farm(
             tasks = load_run_tasks(cfg)
         started_ray = init_ray(cfg)
         with stop_signals():  # after ray.init, which installs its own SIGTERM handler
-            return _run_owned(cfg, console, e2b_api_key, tasks, parts_factory, out_dir, started_ray)
+            return _run_owned(cfg, console, e2b_api_key, tasks, parts_factory, out_dir, started_ray,
+                              endpoint_api_key)
 
 
 def _run_owned(
     cfg: FarmConfig, console: Console, e2b_api_key: str | None, tasks: list[Task], parts_factory: Any,
-    out_dir: Path, started_ray: bool,
+    out_dir: Path, started_ray: bool, endpoint_api_key: str | None = None,
 ) -> RunSummary:
     started_at = time.time()
-    farm = FarmActors(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
+    farm = FarmActors(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=endpoint_api_key)
     t0 = time.monotonic()
     dispatcher: Dispatcher | None = None
     planned = skipped = 0
@@ -289,7 +297,7 @@ def _run_owned(
             progress.note(f"resuming: {skipped} rollouts already in {out_dir}, {planned} to run")
         try:
             if specs or feed is not None:
-                if parts_factory is None:
+                if parts_factory is None and not cfg.black_box:  # a hosted endpoint needs no engine
                     farm.start_engine(tasks)
                 n = cfg.ray.num_sandbox_actors or _default_num_actors()
                 farm.start_sandbox_actors(n if feed is not None else min(n, max(1, len(specs))))

@@ -34,7 +34,8 @@ class RolloutStatus(str, Enum):
     AGENT_ERROR = "agent_error"  # the CLI crashed / exited abnormally (not known to be the model's doing)
     SETUP_FAILED = "setup_failed"  # workspace preparation failed: never a zero reward
     SANDBOX_ERROR = "sandbox_error"  # the sandbox backend (or farm itself) failed
-    ENGINE_ERROR = "engine_error"  # the inference engine failed
+    ENGINE_ERROR = "engine_error"  # the inference engine (or a hosted endpoint) failed
+    AUTH_ERROR = "auth_error"  # a hosted endpoint refused farm's API key (401/403): configuration, not the policy
     GRADING_ERROR = "grading_error"  # the grader's infrastructure failed (not the model's tests)
     INTERRUPTED = "interrupted"  # the run was stopped (signal) while it ran: rerun it
     CANCELLED = "cancelled"  # the rollout was cancelled (no record is kept: a rerun runs it)

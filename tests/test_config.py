@@ -24,3 +24,48 @@ def test_bad_config_is_a_clear_error(overrides, needle):
 def test_tokenizer_fixture_round_trips(hf_tokenizer):
     text = "héllo <tool_call> wörld"
     assert hf_tokenizer.decode(hf_tokenizer.encode(text)) == text
+
+
+def test_endpoint_catalog(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(
+        "endpoints:\n"
+        "  qwen: {kind: openai, base_url: 'http://h:8000/v1/', model: Qwen/Qwen3-8B, api_key_env: QWEN_KEY,\n"
+        "         thinking: false, top_logprobs: 5, headers: {X-Team: rl}}\n"
+        "  claude: {kind: anthropic, model: claude-sonnet-4-5, thinking_budget: 2048}\n"
+    )
+    cfg = load_config(cfg_file)
+    assert cfg.endpoint == "farm" and not cfg.black_box and cfg.active_endpoint.kind == "farm"
+    qwen = load_config(cfg_file, ["endpoint=qwen"]).active_endpoint
+    assert (qwen.kind, qwen.api, qwen.base_url, qwen.thinking, qwen.headers) == (
+        "openai", "chat", "http://h:8000/v1", False, {"X-Team": "rl"})
+    claude = load_config(cfg_file, ["endpoint=claude"])
+    assert claude.black_box and claude.active_endpoint.api_key_env == "ANTHROPIC_API_KEY"
+    with pytest.raises(ConfigError, match="'nope' is not in the endpoints catalog"):
+        load_config(cfg_file, ["endpoint=nope"])
+    with pytest.raises(ConfigError, match="base_url"):
+        load_config(None, ["endpoints.x.kind=openai", "endpoints.x.model=m", "endpoints.x.base_url=ftp://h"])
+    with pytest.raises(ConfigError, match="api_key"):  # a key in the config itself is refused (extra=forbid)
+        load_config(None, ["endpoints.x.kind=anthropic", "endpoints.x.model=m", "endpoints.x.api_key=sk-1"])
+    with pytest.raises(ConfigError, match="kind"):
+        load_config(None, ["endpoints.x.kind=gemini", "endpoints.x.model=m"])
+
+
+def test_endpoint_api_key_comes_from_the_named_variable():
+    from farm.config import endpoint_api_key
+
+    hosted = ["endpoints.h.kind=openai", "endpoints.h.model=m", "endpoints.h.base_url=http://h/v1",
+              "endpoints.h.api_key_env=H_KEY"]
+    assert endpoint_api_key(load_config(None, hosted), {"H_KEY": "sk-1"}) is None  # endpoint: farm (default)
+    cfg = load_config(None, [*hosted, "endpoint=h"])
+    assert endpoint_api_key(cfg, {"H_KEY": "sk-1"}) == "sk-1"
+    with pytest.raises(ConfigError, match=r"\$H_KEY, which is not set"):
+        endpoint_api_key(cfg, {})
+    assert "sk-1" not in cfg.model_dump_json()
+
+
+def test_shipped_hosted_config_is_valid():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "hosted.yaml", ["endpoint=claude"])
+    assert cfg.black_box and cfg.active_endpoint.kind == "anthropic"

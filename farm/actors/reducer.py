@@ -2,7 +2,8 @@
 
 A plain class (made a Ray actor by the driver: ``max_restarts=-1,
 max_task_retries=-1``; every method is idempotent). For each submitted
-RolloutResult it linearizes the session tree into Samples and buffers them plus one
+RolloutResult it linearizes the session tree into Samples (a black-box rollout's transcript goes to
+the ``transcripts`` table instead: never Samples) and buffers them plus one
 rollouts-table row; a group commit (every ``ray.reducer_flush_s``, or when a shard's
 worth of rows is buffered) makes them durable: Sample shard + ``manifest.jsonl``
 first, then the rollouts shard + its manifest. ``submit`` returns only after its
@@ -29,6 +30,7 @@ from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of
 from farm.status import RolloutStatus
+from farm.trajectory.transcript import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +137,9 @@ class ReducerActor:
                 # Only a policy outcome is training data; an infrastructure failure keeps its
                 # row (status, reason, log tail) as evidence, and no Sample.
                 excluded = (result.grading_summary or {}).get("hack_action") == "exclude"  # grading.on_hack
-                samples = self._linearize(result) if result.status.trainable and not excluded else []
+                # A black-box rollout (a hosted endpoint) has a transcript, no tokens: never a Sample.
+                black_box = result.mode == "black_box" or isinstance(result.tree, Transcript)
+                samples = self._linearize(result) if result.status.trainable and not excluded and not black_box else []
                 self.store.add(result, samples)
             except BaseException as exc:
                 self._pending.pop(rid, None)

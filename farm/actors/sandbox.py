@@ -47,7 +47,9 @@ class SandboxActor:
         e2b_api_key: str | None = None,
         metrics: bool = True,
         parts_factory: Any = None,
+        endpoint_api_key: str | None = None,
     ) -> None:
+        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (black-box runs), from `farm run`
         self.cfg = cfg
         self.engine_url = engine_url
         self.reducer = reducer
@@ -78,11 +80,13 @@ class SandboxActor:
                     from farm.actors.metrics import FarmMetrics
 
                     self._metrics = FarmMetrics(self.cfg.run_id)
+                extra = {"endpoint_api_key": self.endpoint_api_key} if self.cfg.black_box else {}
                 self._parts = factory(
                     self.cfg,
                     self.engine_url,
                     e2b_api_key=self.e2b_api_key,
                     on_sandbox_created=self._metrics.observe_sandbox_create if self._metrics else None,
+                    **extra,
                 )
                 self.gateway_url = await self._parts.start()
                 self._slots = asyncio.Semaphore(self.cfg.rollout.concurrency)
@@ -94,6 +98,7 @@ class SandboxActor:
                     agent_timeout_s=self.cfg.rollout.agent_timeout_s,
                     actor=self.name,
                     artifacts=self.cfg.artifacts,
+                    mode="black_box" if self.cfg.black_box else "token_exact",
                 )
         return self.gateway_url
 
@@ -114,7 +119,8 @@ class SandboxActor:
             return result.summary().model_copy(
                 update={"status": RolloutStatus.INTERRUPTED, "reason": why, "durable": False}
             )
-        if status.failure_class is FailureClass.INFRASTRUCTURE and spec.attempt <= self.cfg.rollout.infra_retries:
+        if (status.failure_class is FailureClass.INFRASTRUCTURE and spec.attempt <= self.cfg.rollout.infra_retries
+                and status is not RolloutStatus.AUTH_ERROR):  # a refused key stays refused: no retry
             # Not recorded yet: the driver runs it again after a backoff (the last attempt is recorded).
             return result.summary().model_copy(update={"durable": False})
         return await call(self.reducer, "submit", result)

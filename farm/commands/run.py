@@ -6,7 +6,8 @@ are skipped (one invocation per output dir: a second one fails fast, exit 1). Ct
 or ``ray job stop`` (SIGTERM) interrupts in-flight rollouts (not recorded: the next
 invocation runs them again; a second signal cuts the drain short), flushes the reducer,
 prints the summary and exits 130. Environment read here (and only here):
-``E2B_API_KEY`` for ``sandbox.backend: e2b``.
+``E2B_API_KEY`` for ``sandbox.backend: e2b``; the variable a hosted endpoint's
+``api_key_env`` names, when ``endpoint:`` selects one (black-box run).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm.config import load_config
+    from farm.config import endpoint_api_key as endpoint_api_key_of, load_config
     from farm.errors import FarmError
 
     try:
@@ -35,12 +36,17 @@ def run(args: argparse.Namespace) -> int:
     if cfg.sandbox.backend == "e2b" and not e2b_api_key:
         print("farm run: sandbox.backend is e2b but E2B_API_KEY is not set", file=sys.stderr)
         return 2
+    try:
+        endpoint_api_key = endpoint_api_key_of(cfg, os.environ)
+    except FarmError as exc:
+        print(f"farm run: {exc}", file=sys.stderr)
+        return 2
     from farm.driver import run_farm
 
     # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        summary = run_farm(cfg, e2b_api_key=e2b_api_key)
+        summary = run_farm(cfg, e2b_api_key=e2b_api_key, endpoint_api_key=endpoint_api_key)
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 1

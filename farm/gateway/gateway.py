@@ -11,6 +11,10 @@
             stats = gw.stats(rollout_id)
 
 The gateway does not own the engine client (close it yourself).
+
+Black-box mode (a hosted endpoint, :mod:`farm.gateway.blackbox`): no tokenizer, no
+engine; ``Gateway.for_endpoint(cfg.gateway, name, endpoint, api_key)``, the same
+sessions and protocols, and ``close_session`` returns the session's Transcript.
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ from aiohttp import web
 from farm.engine.client import EngineClient
 from farm.errors import GatewayError
 from farm.gateway.app import GatewayApp
+from farm.gateway.blackbox import BlackBoxService
 from farm.gateway.config import GatewayConfig
+from farm.gateway.endpoints import HostedEndpoint
 from farm.gateway.fidelity import measure_session
+from farm.gateway.hosted import HostedClient
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
 from farm.gateway.sessions import SessionHandle, SessionStats, SessionTable
 from farm.model.tokenizer import load_tokenizer
 from farm.model.toolcalls import ToolCallFormat, get_format
+from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
 
 if TYPE_CHECKING:
@@ -43,16 +51,23 @@ _KEEP_CLOSED_STATS = 4096
 class Gateway:
     """One aiohttp server serving every session of one actor."""
 
-    def __init__(self, config: GatewayConfig, tokenizer: Any, engine: EngineClient,
+    def __init__(self, config: GatewayConfig, tokenizer: Any, engine: EngineClient | None,
                  tool_format: ToolCallFormat | str = "hermes", *, model_name: str = "farm-policy",
-                 renderer: PromptRenderer | None = None) -> None:
+                 renderer: PromptRenderer | None = None, black_box: BlackBoxService | None = None) -> None:
         self.config = config
         self.model_name = model_name
-        self.renderer = renderer or PromptRenderer(tokenizer, template_kwargs=config.chat_template_kwargs,
-                                                   incremental=config.incremental_render)  # fmt: skip
-        fmt = get_format(tool_format) if isinstance(tool_format, str) else tool_format
+        self.black_box = black_box
+        self.service: Any
+        if black_box is not None:  # a hosted endpoint: no tokenizer, no engine (farm.gateway.blackbox)
+            self.renderer = None
+            self.service = black_box
+        else:
+            assert engine is not None
+            self.renderer = renderer or PromptRenderer(tokenizer, template_kwargs=config.chat_template_kwargs,
+                                                       incremental=config.incremental_render)  # fmt: skip
+            fmt = get_format(tool_format) if isinstance(tool_format, str) else tool_format
+            self.service = TurnService(config, self.renderer, engine, fmt)
         self.sessions = SessionTable()
-        self.service = TurnService(config, self.renderer, engine, fmt)
         self._app = GatewayApp(config, self.sessions, self.service, model_name)
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
@@ -66,6 +81,15 @@ class Gateway:
         if tokenizer is None:
             tokenizer = load_tokenizer(cfg.engine.tokenizer, cfg.engine.tokenizer_cache_dir)
         return cls(cfg.gateway, tokenizer, engine, cfg.engine.tool_parser, model_name=cfg.engine.model_name)
+
+    @classmethod
+    def for_endpoint(cls, config: GatewayConfig, name: str, endpoint: HostedEndpoint, api_key: str | None, *,
+                     model_name: str = "farm-policy", tokenizer: Any = None) -> Gateway:
+        """A black-box gateway: every session's turns go to the hosted ``endpoint`` (its key
+        ``api_key``, read by the entry point) and are recorded as transcripts (``tokenizer``:
+        the endpoint model's, for re-tokenized logprob turns)."""
+        return cls(config, None, None, model_name=model_name,
+                   black_box=BlackBoxService(config, HostedClient(name, endpoint, api_key), tokenizer))
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -106,7 +130,10 @@ class Gateway:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
-        self.service.close()
+        if self.black_box is not None:
+            await self.black_box.aclose()
+        else:
+            self.service.close()
 
     # ---- sessions ----------------------------------------------------------------------
     def open_session(self, session_id: str, *, model_name: str | None = None, max_turns: int | None = None,
@@ -119,6 +146,8 @@ class Gateway:
             max_context_tokens=max_context_tokens if max_context_tokens is not None else self.config.max_context_tokens,
             policy_version=policy_version,
         )  # fmt: skip
+        if self.black_box is not None:
+            session.transcript = Transcript(session_id, self.black_box.client.name)
         return SessionHandle(session_id=session.session_id, secret=session.secret)
 
     async def serve_session_socket(self, session_id: str, path: str) -> None:
@@ -147,21 +176,38 @@ class Gateway:
         except OSError:
             pass
 
-    async def close_session(self, session_id: str) -> TurnTree:
-        """Refuse further requests (401), abort in-flight generation, return the turn tree."""
+    async def close_session(self, session_id: str) -> TurnTree | Transcript:
+        """Refuse further requests (401), abort in-flight generation, return the turn tree
+        (black-box mode: the transcript)."""
         await self._stop_socket(session_id)
         session = await self.sessions.close(session_id, timeout_s=self.config.close_timeout_s)
         self.sessions.forget(session_id)
-        if self.config.fidelity != "off":
+        if session.transcript is not None:
+            self._keep_stats(session_id, session.stats)
+            return session.transcript
+        if self.config.fidelity != "off" and self.renderer is not None:
             args = (session.tree, self.renderer, session.tools_by_digest, self.config.fidelity)
             if self.renderer.thread_safe:  # a full render per Sample: off the event loop
                 await asyncio.to_thread(measure_session, *args)
             else:
                 measure_session(*args)
-        self._closed_stats[session_id] = session.stats
+        self._keep_stats(session_id, session.stats)
+        return session.tree
+
+    def _keep_stats(self, session_id: str, stats: SessionStats) -> None:
+        self._closed_stats[session_id] = stats
         while len(self._closed_stats) > _KEEP_CLOSED_STATS:
             self._closed_stats.popitem(last=False)
-        return session.tree
+
+    def set_deadline(self, session_id: str, deadline: float) -> None:
+        """When (``time.monotonic()``) the open session's agent phase ends: black-box retries
+        of a hosted endpoint never wait past it."""
+        self.sessions.get(session_id).deadline = deadline
+
+    def session_failure(self, session_id: str) -> tuple[str, str] | None:
+        """Black-box mode: (status, reason) once the hosted endpoint failed the open session for good."""
+        transcript = self.sessions.get(session_id).transcript
+        return transcript.failure if transcript is not None else None
 
     def session_idle_s(self, session_id: str) -> float:
         """Seconds since the open session last had a model request in flight (0 while one is)."""

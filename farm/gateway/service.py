@@ -62,6 +62,17 @@ class PendingTurn:
         return self.plan.prompt_length
 
 
+def is_side_request(config: GatewayConfig, session: Session, req: CanonicalRequest) -> bool:
+    """A title request or the like: marked by the protocol, or tool-less where the session's
+    main requests carry tools, or carrying a configured side-request marker."""
+    if req.side_hint:
+        return True
+    if req.tools:
+        return False
+    system = req.system_text()
+    return session.seen_tools or any(m in system for m in config.side_request_markers)
+
+
 class TurnService:
     def __init__(self, config: GatewayConfig, renderer: PromptRenderer, engine: EngineClient,
                  tool_format: ToolCallFormat) -> None:
@@ -73,12 +84,7 @@ class TurnService:
 
     # ---- classification ------------------------------------------------------------
     def is_side_request(self, session: Session, req: CanonicalRequest) -> bool:
-        if req.side_hint:
-            return True
-        if req.tools:
-            return False
-        system = req.system_text()
-        return session.seen_tools or any(m in system for m in self.config.side_request_markers)
+        return is_side_request(self.config, session, req)
 
     async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:
         """Prompt length of a full render (on the render thread); only counted in the stats."""

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from farm.errors import GatewayError, GatewayRequestError
 from farm.gateway.canonical import Message, TranslationMemo
+from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
 
 
@@ -89,6 +90,8 @@ class Session:
     memos: dict[str, TranslationMemo] = field(default_factory=dict)
     bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
     last_activity: float = field(default_factory=time.monotonic)  # opened, or a request began / ended
+    transcript: Transcript | None = None  # black-box mode (a hosted endpoint): the record instead of the tree
+    deadline: float | None = None  # time.monotonic() the agent phase ends (black-box retries never wait past it)
 
     def memo(self, protocol: str) -> TranslationMemo:
         """The translation memo of this session's last request in ``protocol``."""

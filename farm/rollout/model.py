@@ -74,6 +74,7 @@ class RolloutResult(BaseModel):
         default_factory=dict, description="the agent sandbox's network and limits policy, as applied"
     )
     actor: str = Field(default="", description="the sandbox actor that ran it")
+    mode: str = Field(default="token_exact", description="token_exact (farm engine) or black_box (hosted endpoint)")
     policy_version_at_finish: int | None = Field(default=None, description="the farm's weight version when recorded")
     started_at: float = 0.0
     finished_at: float = 0.0

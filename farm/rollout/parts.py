@@ -43,10 +43,12 @@ class FarmParts:
         *,
         e2b_api_key: str | None = None,
         on_sandbox_created: Callable[[float], None] | None = None,
+        endpoint_api_key: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine_url = engine_url
         self.e2b_api_key = e2b_api_key
+        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (read by `farm run`); never stored
         self.on_sandbox_created = on_sandbox_created
         self.limiter = make_actor_limiter(cfg)
         self.gateway: Any = None
@@ -67,12 +69,20 @@ class FarmParts:
         from farm.tasks.runtime import TaskRuntime
 
         e = self.cfg.engine
-        tokenizer = await asyncio.to_thread(load_tokenizer, e.tokenizer, e.tokenizer_cache_dir)
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)
         self.runtime.envs = provider_for(
             self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.e2b_api_key
         )
         self.harness = make_harness(self.cfg.harness)
+        if self.cfg.black_box:  # a hosted endpoint serves the CLIs: no tokenizer, no engine (farm.gateway.blackbox)
+            ep = self.cfg.active_endpoint
+            ep_tok = getattr(ep, "tokenizer", None)
+            tok = await asyncio.to_thread(load_tokenizer, ep_tok, e.tokenizer_cache_dir) if ep_tok else None
+            self.gateway = Gateway.for_endpoint(self.cfg.gateway, self.cfg.endpoint, ep, self.endpoint_api_key,
+                                                model_name=e.model_name, tokenizer=tok)  # fmt: skip
+            self.gateway_url = await self.gateway.start()
+            return self.gateway_url
+        tokenizer = await asyncio.to_thread(load_tokenizer, e.tokenizer, e.tokenizer_cache_dir)
         client_cfg = self.cfg.gateway.engine_client
         if self.cfg.engine.client_routing() is not None:  # MoE routing replay: ask for and check the experts
             client_cfg = client_cfg.model_copy(update={"routed_experts": self.cfg.engine.client_routing()})
@@ -139,6 +149,7 @@ class FarmParts:
         from farm.harnesses.base import HarnessRun
 
         gateway_url = await self._connect(sandbox, secret)
+        self.gateway.set_deadline(self._secrets[secret], time.monotonic() + budget_s)
         run = HarnessRun(
             instruction=spec.task.instruction,
             gateway_url=gateway_url,
@@ -151,6 +162,8 @@ class FarmParts:
         stuck = await self._until_stuck(self.harness.run(sandbox, run), sandbox, secret)
         if isinstance(stuck, str):
             return AgentRun(exit_code=None, status="agent_error", reason=stuck)
+        if isinstance(stuck, tuple):  # the hosted endpoint failed the session: (status, reason)
+            return AgentRun(exit_code=None, status=stuck[0], reason=stuck[1])
         result = stuck
         self._excludes[spec.rollout_id] = list(result.diff_excludes)
         return AgentRun(
@@ -168,18 +181,29 @@ class FarmParts:
         """The harness run's result, or (a str) why its CLI was found stuck and killed: no
         model request in flight and no tool running for ``rollout.agent_idle_timeout_s``.
         A policy's own long tool call keeps a process busy, a model call keeps a request
-        in flight: neither is stuck. Only where the sandbox can tell (local)."""
+        in flight: neither is stuck. Only where the sandbox can tell (local). In black-box
+        mode, also (a tuple: status, reason) a hosted endpoint that failed the session for
+        good (auth refused, retries spent): the CLI is killed at once, not left retrying."""
         limit = self.cfg.rollout.agent_idle_timeout_s
         busy = getattr(sandbox, "busy_processes", None)
         task = asyncio.ensure_future(running)
-        if not limit or busy is None:
+        watch_idle = bool(limit) and busy is not None
+        black_box = self.cfg.black_box
+        if not watch_idle and not black_box:
             return await task
         session = self._secrets[secret]
+        poll = 0.5 if black_box else min(5.0, (limit or 20.0) / 4)
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=min(5.0, limit / 4))
+                done, _ = await asyncio.wait({task}, timeout=poll)
                 if done:
                     return task.result()
+                failure = self.gateway.session_failure(session) if black_box else None
+                if failure is not None:
+                    return failure
+                if not watch_idle:
+                    continue
+                assert limit is not None and busy is not None
                 idle = self.gateway.session_idle_s(session)
                 if idle >= limit and await asyncio.to_thread(busy) == 0:
                     return (f"{self.harness.name} was stuck: no model request in flight and no tool running "

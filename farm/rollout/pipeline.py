@@ -149,7 +149,9 @@ class RolloutPipeline:
         agent_timeout_s: float | None = None,
         actor: str = "",
         artifacts: ArtifactsConfig | None = None,
+        mode: str = "token_exact",
     ) -> None:
+        self.mode = mode  # black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
         self.parts = parts
         self.harness = harness
         self.model = model
@@ -215,6 +217,7 @@ class RolloutPipeline:
             sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
             sandbox_policy=_policy_of(state.sandbox),
             actor=self.actor,
+            mode=self.mode,
             started_at=started,
             finished_at=finished,
             tree=state.tree,
@@ -274,6 +277,9 @@ class RolloutPipeline:
         st.tree = await p.close_session(st.secret)
         st.secret = None
         await st.sandbox.close()  # idempotent; kept for its id
+        failure = getattr(st.tree, "failure", None)
+        if failure is not None:  # a hosted endpoint failed the session (farm.gateway.blackbox): never graded
+            return Outcome(status=RolloutStatus(failure[0]), reason=failure[1])
         agent_end = outcome_for_agent(
             exit_code=run.exit_code,
             timed_out=run.timed_out,

@@ -1,16 +1,19 @@
 """RolloutStore: the two tables of an output directory, committed together.
 
 ``manifest.jsonl`` + ``samples/`` hold the Samples (the trainer's contract);
-``rollouts.manifest.jsonl`` + ``rollouts/`` hold one row per rollout. Both go through
+``rollouts.manifest.jsonl`` + ``rollouts/`` hold one row per rollout;
+``transcripts.manifest.jsonl`` + ``transcripts/`` hold the turns of black-box rollouts
+(a hosted endpoint: canonical messages, no token ids, never Samples). All go through
 the trajectory ShardWriter (temp name, fsync, rename, manifest line). A commit writes
-the Samples first, then the rows; a rollout is done once its row is durable. No Ray
-here: the ReducerActor drives it.
+the Samples and transcripts first, then the rows; a rollout is done once its row is
+durable. No Ray here: the ReducerActor drives it.
 
 On open, the two tables are brought to agreement (after each writer's own recovery,
 which verifies every kept shard's checksum): a rollout whose Samples are committed but
 whose row is not gets its row rebuilt from them (:meth:`recover`); a rollout whose row
 says it has Samples that are not all committed (a samples shard lost or damaged) is
-retracted from both tables, so it runs again (:meth:`reconcile`).
+retracted from both tables, so it runs again (:meth:`reconcile`); a transcript whose
+rollout has no row is retracted (the rollout runs again and writes it anew).
 ``recovery_lines()`` says what changed, one line per table.
 """
 
@@ -32,9 +35,11 @@ from farm.trajectory.config import OutputConfig
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
 from farm.trajectory.reader import ShardReader
 from farm.trajectory.shards import ShardWriter
+from farm.trajectory.transcript import TRANSCRIPT_SCHEMA, Transcript, transcript_table
 
 ROLLOUTS_TABLE = "rollouts"
 SAMPLES_TABLE = "samples"
+TRANSCRIPTS_TABLE = "transcripts"
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Batch:
     rollout_ids: list[str] = field(default_factory=list)
     samples: dict[str, pa.Table] = field(default_factory=dict)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    transcripts: dict[str, pa.Table] = field(default_factory=dict)  # black-box rollouts only
     summaries: dict[str, RolloutSummary] = field(default_factory=dict)
     artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
 
@@ -56,6 +62,10 @@ class RolloutStore:
         # The store decides when to seal (commit), so the writers never seal on their own.
         self.samples = ShardWriter(self.out_dir, SAMPLE_SCHEMA, name=SAMPLES_TABLE, max_rows=1 << 62, **common)
         self.rollouts = ShardWriter(self.out_dir, ROLLOUT_SCHEMA, name=ROLLOUTS_TABLE, max_rows=1 << 62, **common)
+        self._common = common
+        self.transcripts: ShardWriter | None = None  # opened by the first black-box rollout (or one on disk)
+        if (self.out_dir / TRANSCRIPTS_TABLE).is_dir():
+            self._transcripts()
         # the writers verified every shard they kept when they opened: no second pass here
         self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
         self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False)
@@ -67,7 +77,16 @@ class RolloutStore:
         self.summaries: dict[str, RolloutSummary] = self._load_summaries()
         self._buffer = Batch()
         self.buffered_rows = 0
-        self.shards_written: dict[str, int] = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0}
+        self.shards_written: dict[str, int] = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
+
+    def _transcripts(self) -> ShardWriter:
+        if self.transcripts is None:
+            self.transcripts = ShardWriter(self.out_dir, TRANSCRIPT_SCHEMA, name=TRANSCRIPTS_TABLE, max_rows=1 << 62,
+                                           **self._common)  # fmt: skip
+            orphans = self.transcripts.durable_ids - self.rollouts.durable_ids
+            if orphans:  # a crash between the two commits: the rollout runs again and writes its transcript anew
+                self.transcripts.retract(sorted(orphans))
+        return self.transcripts
 
     def _load_summaries(self) -> dict[str, RolloutSummary]:
         out: dict[str, RolloutSummary] = {}
@@ -107,7 +126,7 @@ class RolloutStore:
                 "reward": float(meta.get("rollout_reward") or 0.0),
                 "grading": json.dumps(meta.get("grading") or {}, sort_keys=True), "diff": "", "agent_log_tail": "",
                 "turns": int(meta.get("rollout_turns", 0)), "trainable_turns": 0, "prompt_tokens": 0,
-                "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "timings": "{}",
+                "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "mode": "token_exact", "timings": "{}",
                 "duration_s": 0.0, "started_at": 0.0, "finished_at": 0.0, "sandbox_id": "", "actor": "",
             }  # fmt: skip
             self.rollouts.write_rollout(rid, rows_to_table([row]))
@@ -135,7 +154,8 @@ class RolloutStore:
 
     def recovery_lines(self) -> list[str]:
         """What opening this store changed (empty: nothing)."""
-        lines = [w.recovery.line(w.name) for w in (self.samples, self.rollouts) if w.recovery.changed]
+        lines = [w.recovery.line(w.name) for w in (self.samples, self.rollouts, self.transcripts)
+                 if w is not None and w.recovery.changed]  # fmt: skip
         if self.rebuilt_rows:
             lines.append(f"rollouts: rebuilt {self.rebuilt_rows} row(s) from their committed Samples")
         if self.retracted:
@@ -152,6 +172,9 @@ class RolloutStore:
         self._buffer.rollout_ids.append(rid)
         self._buffer.samples[rid] = table
         self._buffer.rows[rid] = result_to_row(result, num_samples=len(samples))
+        if isinstance(result.tree, Transcript) and len(result.tree):
+            rows = result.tree.rows(run_id=result.run_id, rollout_id=rid, task_id=result.task_id)
+            self._buffer.transcripts[rid] = transcript_table(rows)
         self._buffer.summaries[rid] = result.summary()
         if result.artifacts is not None:
             self._buffer.artifacts[rid] = result.artifacts
@@ -164,7 +187,7 @@ class RolloutStore:
 
     def commit(self, batch: Batch) -> dict[str, int]:
         """Samples first (sealed + manifest), then rows. Blocking I/O: run in a thread."""
-        written = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0}
+        written = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
         if not batch.rollout_ids:
             return written
         for arts in batch.artifacts.values():
@@ -178,6 +201,14 @@ class RolloutStore:
         if fresh:
             self.samples.flush()
             written[SAMPLES_TABLE] = 1
+        if batch.transcripts:
+            transcripts = self._transcripts()
+            fresh = False
+            for rid, table in batch.transcripts.items():
+                fresh |= transcripts.write_rollout(rid, table)
+            if fresh:
+                transcripts.flush()
+                written[TRANSCRIPTS_TABLE] = 1
         rows = [batch.rows[rid] for rid in batch.rollout_ids if not self.rollouts.is_durable(rid)]
         for row in rows:
             self.rollouts.write_rollout(row["rollout_id"], rows_to_table([row]))
@@ -195,5 +226,7 @@ class RolloutStore:
 
     def close(self) -> None:
         self.samples.close()
+        if self.transcripts is not None:
+            self.transcripts.close()
         self.rollouts.close()
 

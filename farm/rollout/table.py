@@ -51,6 +51,8 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("sandbox_id", pa.string()),
         pa.field("actor", pa.string()),
         pa.field("sandbox_policy", pa.string(), metadata={"doc": "network + limits the agent sandbox ran with, JSON"}),
+        pa.field("mode", pa.string(), metadata={"doc": "token_exact (the farm engine: Samples) or black_box (a hosted "
+                                                       "endpoint: the transcripts table, never Samples)"}),
     ]
 )
 
@@ -94,6 +96,7 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "sandbox_id": result.sandbox_id,
         "actor": result.actor,
         "sandbox_policy": json.dumps(result.sandbox_policy, sort_keys=True),
+        "mode": result.mode,
     }
 
 
@@ -132,6 +135,13 @@ def counts_of(tree: Any) -> RolloutCounts:
     """Turn and token counts of a session tree (None: no session)."""
     if tree is None:
         return RolloutCounts()
+    from farm.trajectory.transcript import Transcript
+
+    if isinstance(tree, Transcript):  # black-box: the endpoint's usage, nothing trainable
+        return RolloutCounts(
+            turns=len(tree.turns), prompt_tokens=sum(t.prompt_tokens for t in tree.turns),
+            output_tokens=sum(t.output_tokens for t in tree.turns), engine_errors=len(tree.errors),
+        )  # fmt: skip
     from farm.trajectory.linearize import is_trainable
     from farm.trajectory.records import FinishReason
 

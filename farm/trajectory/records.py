@@ -38,6 +38,7 @@ class TurnFlag(str, Enum):
     TURN_LIMIT = "turn_limit"  # refused by the session's max-turns limit
     DRIFT_REALIGNED = "drift_realigned"  # mounted on a parent with masked drift
     DRIFT_FORKED = "drift_forked"  # token drift forced a new root
+    RETOKENIZED = "retokenized"  # black-box: ids re-tokenized from a hosted endpoint's text + logprobs (not exact)
 
 
 def as_ids(values: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -1,0 +1,176 @@
+"""Black-box turns: the CLI's request goes to a hosted endpoint, not the engine.
+
+``BlackBoxService`` stands where :class:`~farm.gateway.service.TurnService` stands
+(the app calls ``begin`` / ``run`` / ``count_tokens`` the same way), so every CLI keeps
+its own wire protocol, streaming, keepalives and error shapes. Each turn is sent to
+the endpoint in the endpoint's protocol (:mod:`farm.gateway.hosted_wire`) and
+recorded in the session's :class:`~farm.trajectory.transcript.Transcript` as
+canonical messages with usage and latency: no token ids, so never trainable.
+
+Endpoint errors (after :mod:`farm.gateway.hosted`'s retries):
+
+- context length: answered like the farm engine's context limit (an empty reply that
+  ends with the protocol's length reason, recorded ``CONTEXT_LIMIT``): the policy's
+  own outcome, graded as usual;
+- 401 / 403: the session fails with ``auth_error``; anything else (429 / 5xx /
+  timeouts past the retry budget, a refused or unreadable reply) with
+  ``engine_error``. The CLI gets the protocol's error; the rollout reads
+  ``transcript.failure`` and ends with that status (infrastructure: never graded,
+  never a reward-0 row).
+
+Limits as in the engine path: ``max_turns`` main turns, then empty length replies
+flagged ``TURN_LIMIT``. ``count_tokens`` is refused (the gateway renders nothing).
+
+Logprobs: when the endpoint returns them (``top_logprobs``) the turn keeps them; when
+the endpoint's ``tokenizer`` is also known and its logprob tokens re-tokenize to exactly
+one id each (:func:`retokenize`), the ids are kept too and the turn is flagged
+``RETOKENIZED``. Either way it stays in the transcripts table: never a Sample, never
+mixed with the engine path's exact turns.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.errors import GatewayRequestError
+from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
+from farm.gateway.config import GatewayConfig
+from farm.gateway.hosted import EndpointError, Failure, HostedCall, HostedClient
+from farm.gateway.service import is_side_request
+from farm.gateway.sessions import Session
+from farm.gateway.wire import new_id
+from farm.model.toolcalls import ToolCall
+from farm.status import RolloutStatus
+from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.transcript import TranscriptTurn
+
+# What the CLI is told, per failure: (HTTP status, protocol-neutral error kind).
+_CLI_ERROR = {
+    Failure.AUTH: (401, "authentication"),
+    Failure.RATE_LIMIT: (429, "rate_limit"),
+    Failure.SERVER: (529, "overloaded"),
+    Failure.TIMEOUT: (504, "timeout"),
+    Failure.REJECTED: (502, "api_error"),
+}
+
+
+@dataclass(slots=True)
+class BlackBoxTurn:
+    session: Session
+    req: CanonicalRequest
+    side: bool
+    immediate: TurnOutput | None = None
+    call_id_prefix: str = "call_"
+    flags: set[TurnFlag] = field(default_factory=set)
+    prompt_tokens: int = 0  # not known before the endpoint answers
+
+
+class BlackBoxService:
+    def __init__(self, config: GatewayConfig, client: HostedClient, tokenizer: Any = None) -> None:
+        self.config = config
+        self.client = client
+        self.tokenizer = tokenizer  # the endpoint model's, if known (re-tokenized logprob turns)
+
+    async def begin(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> BlackBoxTurn:
+        session.stats.requests += 1
+        side = is_side_request(self.config, session, req)
+        if not side:
+            session.seen_tools = session.seen_tools or bool(req.tools)
+        pending = BlackBoxTurn(session, req, side, call_id_prefix=call_id_prefix)
+        if side:
+            pending.flags.add(TurnFlag.SIDE_REQUEST)
+        elif session.stats.main_turns >= session.max_turns:
+            session.stats.turn_limit_refusals += 1
+            pending.flags.add(TurnFlag.TURN_LIMIT)
+            pending.immediate = _empty(TurnFlag.TURN_LIMIT)
+        return pending
+
+    async def run(self, pending: BlackBoxTurn) -> TurnOutput:
+        session = pending.session
+        if pending.immediate is not None:
+            self._record(pending, pending.immediate, None)
+            return pending.immediate
+        transcript = session.transcript
+        assert transcript is not None
+        if transcript.failure is not None:  # the endpoint already failed this session for good
+            raise GatewayRequestError(transcript.failure[1], status=503, kind="overloaded")
+        try:
+            call = await self.client.complete(pending.req, deadline=session.deadline)
+        except EndpointError as exc:
+            if exc.failure is Failure.CONTEXT_LENGTH:
+                session.stats.context_limited += 1
+                pending.flags.add(TurnFlag.CONTEXT_LIMIT)
+                out = _empty(TurnFlag.CONTEXT_LIMIT)
+                self._record(pending, out, None, attempts=exc.attempts)
+                return out
+            session.stats.engine_errors += 1
+            status = RolloutStatus.AUTH_ERROR if exc.failure is Failure.AUTH else RolloutStatus.ENGINE_ERROR
+            reason = f"hosted endpoint failed ({exc.failure.value}): {exc}"
+            transcript.errors.append(reason)
+            if not pending.side:
+                transcript.failure = transcript.failure or (status.value, reason)
+            code, kind = _CLI_ERROR[exc.failure]
+            raise GatewayRequestError(str(exc), status=code, kind=kind) from exc
+        reply = call.reply
+        prefix = pending.call_id_prefix
+        calls = tuple(c if c.id else ToolCall(id=new_id(prefix), name=c.name, arguments=c.arguments)
+                      for c in reply.tool_calls)  # fmt: skip
+        out = TurnOutput(
+            turn_id=None, content=reply.content, reasoning=reply.reasoning, tool_calls=calls, finish=reply.finish,
+            prompt_tokens=reply.prompt_tokens, output_tokens=reply.output_tokens, cached_tokens=reply.cached_tokens,
+            flags=frozenset(pending.flags),
+        )  # fmt: skip
+        self._record(pending, out, call)
+        return out
+
+    def _record(self, pending: BlackBoxTurn, out: TurnOutput, call: HostedCall | None, *, attempts: int = 0) -> None:
+        session, req = pending.session, pending.req
+        assert session.transcript is not None
+        ids, logprobs = None, None
+        if call is not None and call.reply.logprobs:
+            logprobs = [lp for _, lp in call.reply.logprobs]
+            ids = retokenize(self.tokenizer, [tok for tok, _ in call.reply.logprobs])
+            if ids is not None:
+                pending.flags.add(TurnFlag.RETOKENIZED)
+        session.transcript.turns.append(TranscriptTurn(
+            messages=list(req.messages), tools=[t["function"]["name"] for t in req.tools],
+            response=assistant_message(out.content, out.reasoning, out.tool_calls), finish_reason=out.finish,
+            protocol=req.protocol, model=(call.reply.model if call else "") or self.client.endpoint.model,
+            prompt_tokens=out.prompt_tokens, output_tokens=out.output_tokens, cached_tokens=out.cached_tokens,
+            latency_ms=call.latency_ms if call else 0.0, attempts=call.attempts if call else attempts,
+            flags=frozenset(pending.flags), output_ids=ids, output_logprobs=logprobs,
+        ))  # fmt: skip
+        session.stats.turns += 1
+        if pending.side:
+            session.stats.side_requests += 1
+        elif TurnFlag.TURN_LIMIT not in pending.flags:
+            session.stats.main_turns += 1
+        session.last_activity = time.monotonic()
+
+    async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:
+        raise GatewayRequestError("count_tokens is not available in black-box mode (the endpoint's tokenizer is "
+                                  "not known)", status=404, kind="not_found")  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def retokenize(tokenizer: Any, tokens: list[str]) -> list[int] | None:
+    """Ids for the endpoint's logprob tokens, or None unless each token text is exactly
+    one id of ``tokenizer`` (then the ids and logprobs pair up one to one)."""
+    if tokenizer is None or not tokens:
+        return None
+    ids = tokenizer.encode("".join(tokens), add_special_tokens=False)
+    if len(ids) != len(tokens):
+        return None
+    if any(tokenizer.decode([i]) != tok for i, tok in zip(ids, tokens)):
+        return None
+    return list(ids)
+
+
+def _empty(flag: TurnFlag) -> TurnOutput:
+    """The engine path's answer at a limit: nothing, ending with the protocol's length reason."""
+    return TurnOutput(turn_id=None, content="", reasoning=None, tool_calls=(), finish=FinishReason.LENGTH,
+                      flags=frozenset({flag}))  # fmt: skip

@@ -1,0 +1,92 @@
+"""The endpoint catalog: named model endpoints a run's CLIs can be served by.
+
+``farm`` (the default) is the farm's own engine, token in / token out through the
+gateway: every turn recorded token-exact, Samples written. A hosted endpoint
+(``openai``: an OpenAI-compatible chat or responses API; ``anthropic``: the Messages
+API) puts the gateway in **black-box** mode (:mod:`farm.gateway.blackbox`): it
+translates each CLI request to the endpoint's protocol, records the canonical
+transcript (no token ids), and no Sample is ever written. The API key is never in
+the config: ``api_key_env`` names the environment variable the entry point
+(``farm run``) reads it from. This module holds only config types.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+FARM_ENDPOINT = "farm"
+
+
+class _Endpoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FarmEndpoint(_Endpoint):
+    """The farm's own engine (``engine:`` section): token-exact, trainable."""
+
+    kind: Literal["farm"] = "farm"
+
+
+class _HostedEndpoint(_Endpoint):
+    base_url: str = Field(description="the API root, e.g. https://api.openai.com/v1 (routes are appended)")
+    model: str = Field(min_length=1, description="the model name sent to the endpoint (the CLI's is replaced)")
+    api_key_env: str | None = Field(
+        default=None, description="environment variable `farm run` reads the API key from (None: no key sent)"
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="cap on each request's output tokens")
+    headers: dict[str, str] = Field(default_factory=dict, description="extra HTTP headers sent on every request")
+    timeout_s: float = Field(default=600.0, gt=0, description="one request, connect to last byte")
+    max_retries: int = Field(default=4, ge=0, description="retries of a 429 / 5xx / timeout before the turn fails")
+    retry_budget_s: float = Field(
+        default=120.0, gt=0, description="total time a turn may spend waiting to retry (a longer retry-after fails it)"
+    )
+    backoff_s: float = Field(default=1.0, ge=0, description="first retry delay without retry-after (doubles)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {v!r}")
+        return v.rstrip("/")
+
+
+class OpenAIEndpoint(_HostedEndpoint):
+    """An OpenAI-compatible endpoint (OpenAI, vLLM, SGLang's OpenAI server, OpenRouter, ...)."""
+
+    kind: Literal["openai"]
+    api: Literal["chat", "responses"] = Field(default="chat", description="/chat/completions or /responses")
+    thinking: bool | None = Field(
+        default=None,
+        description="chat: sent as chat_template_kwargs.enable_thinking (Qwen-style templates); None: not sent",
+    )
+    top_logprobs: int | None = Field(
+        default=None, ge=0, le=20, description="chat: ask for logprobs (with this many alternatives) when offered"
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="the served model's tokenizer (HF path/name): with top_logprobs, a turn whose logprob tokens "
+        "re-tokenize to exactly one id each is recorded with ids + logprobs, flagged retokenized",
+    )
+
+
+class AnthropicEndpoint(_HostedEndpoint):
+    """The Anthropic Messages API (or a server speaking it)."""
+
+    kind: Literal["anthropic"]
+    base_url: str = "https://api.anthropic.com/v1"
+    api_key_env: str | None = "ANTHROPIC_API_KEY"
+    max_tokens: int | None = Field(default=8192, ge=1, description="max_tokens of every request (required by the API)")
+    thinking_budget: int | None = Field(
+        default=None, ge=1024, description="extended thinking with this budget_tokens; None: thinking off"
+    )
+    anthropic_version: str = "2023-06-01"
+
+
+EndpointConfig = Annotated[Union[FarmEndpoint, OpenAIEndpoint, AnthropicEndpoint], Field(discriminator="kind")]
+HostedEndpoint = Union[OpenAIEndpoint, AnthropicEndpoint]
+
+
+def is_hosted(ep: object) -> bool:
+    return isinstance(ep, (OpenAIEndpoint, AnthropicEndpoint))
