@@ -37,6 +37,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.trajectory.transcript import Transcript
+
 ARTIFACTS_DIR = "artifacts"
 INDEX = "index.json"
 _TMP, _OLD = ".tmp-", ".old-"
@@ -99,10 +101,32 @@ def turn_line(rec: Any) -> dict[str, Any]:
     }
 
 
+def transcript_line(turn: Any) -> dict[str, Any]:
+    """One black-box turn (a hosted endpoint's request/reply: no token ids, no tree links)."""
+    return {
+        "messages": list(turn.messages),
+        "tools": list(turn.tools),
+        "response": turn.response,
+        "protocol": turn.protocol,
+        "model": turn.model,
+        "prompt_tokens": turn.prompt_tokens,
+        "output_tokens": turn.output_tokens,
+        "cached_tokens": turn.cached_tokens,
+        "finish_reason": turn.finish_reason.value,
+        "latency_ms": round(turn.latency_ms, 3),
+        "attempts": turn.attempts,
+        "trainable": False,
+        "flags": sorted(f.value for f in turn.flags),
+    }
+
+
 def turns_jsonl(tree: Any) -> str:
+    """The session's turns, one JSON line each: a token-exact turn tree's records, or a
+    black-box transcript's turns (farm.trajectory.transcript)."""
     if tree is None:
         return ""
-    return "".join(json.dumps(turn_line(rec), default=str) + "\n" for rec in tree.turns)
+    line = transcript_line if isinstance(tree, Transcript) else turn_line
+    return "".join(json.dumps(line(rec), default=str) + "\n" for rec in tree.turns)
 
 
 def _shares(sizes: dict[str, int], cap: int) -> dict[str, int]:

@@ -6,6 +6,7 @@ rollouts table says mode=black_box. A refused key ends the rollout as auth_error
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -100,8 +101,15 @@ def test_black_box_run_completes_without_samples(tmp_path, hf_tokenizer, demo_ta
     # every turn went to the endpoint in its own protocol, with the key from the environment
     route = {"anthropic": "/messages", "chat": "/chat/completions", "responses": "/responses"}[kind]
     assert len(served) >= len(main) and all(p.endswith(route) for p, _, _ in served)
-    # the key is nowhere in the output directory
-    assert not [p for p in out.rglob("*") if p.is_file() and b"sk-hosted-123" in p.read_bytes()]
+    # the rollout's artifacts hold the same turns, canonical, never trainable (farm.rollout.artifacts)
+    lines = gzip.decompress((out / "artifacts" / row["rollout_id"] / "turns.jsonl.gz").read_bytes()).splitlines()
+    kept = [json.loads(line) for line in lines]
+    assert len(kept) == len(turns) and not any(t["trainable"] for t in kept)
+    assert [t["prompt_tokens"] for t in kept] == [t["prompt_tokens"] for t in turns]
+    # the key is nowhere in the output directory (the artifacts are gzip: read them unzipped)
+    def text(p: Path) -> bytes:
+        return gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+    assert not [p for p in out.rglob("*") if p.is_file() and b"sk-hosted-123" in text(p)]
 
 
 def test_black_box_refused_key_is_auth_error(tmp_path, hf_tokenizer, demo_tasks):
