@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutSpec, RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.pipeline import RolloutPipeline
 from farm.status import FailureClass, RolloutStatus
 
@@ -96,16 +96,28 @@ class SandboxActor:
                 )
         return self.gateway_url
 
-    async def run(self, spec: RolloutSpec) -> RolloutSummary:
-        """Run one rollout, hand it to the reducer, return its (durable) summary."""
+    async def execute(self, spec: RolloutSpec, observer: Any = None) -> RolloutResult:
+        """Run one rollout through the pipeline (within this actor's slots); store nothing.
+        ``observer(kind, data)`` hears its phase changes and its session's turns."""
         await self.ready()
         assert self._slots is not None and self._pipeline is not None
-        async with self._slots:
-            self._set_in_flight(+1)
-            try:
-                result = await self._pipeline.run(spec)
-            finally:
-                self._set_in_flight(-1)
+        watched = observer is not None and hasattr(self._parts, "observers")
+        if watched:
+            self._parts.observers[spec.rollout_id] = observer
+        try:
+            async with self._slots:
+                self._set_in_flight(+1)
+                try:
+                    return await self._pipeline.run(spec, observer)
+                finally:
+                    self._set_in_flight(-1)
+        finally:
+            if watched:
+                self._parts.observers.pop(spec.rollout_id, None)
+
+    async def run(self, spec: RolloutSpec) -> RolloutSummary:
+        """Run one rollout, hand it to the reducer, return its (durable) summary."""
+        result = await self.execute(spec)
         status = result.status
         if status is RolloutStatus.CANCELLED or (self._stopping and status is not RolloutStatus.COMPLETED):
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
@@ -117,6 +129,18 @@ class SandboxActor:
             # Not recorded yet: the driver runs it again after a backoff (the last attempt is recorded).
             return result.summary().model_copy(update={"durable": False})
         return await call(self.reducer, "submit", result)
+
+    def live_tree(self, rollout_id: str) -> Any:
+        """The turn tree of a rollout's open gateway session (None when it has none open)."""
+        from farm.errors import GatewayError
+
+        gateway = getattr(self._parts, "gateway", None)
+        if gateway is None:
+            return None
+        try:
+            return gateway.tree(rollout_id)
+        except GatewayError:
+            return None
 
     async def stop_accepting(self) -> None:
         """The run is stopping: whatever ends from now on (but a finished completion) is interrupted."""

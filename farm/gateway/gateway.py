@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
@@ -110,14 +110,16 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------
     def open_session(self, session_id: str, *, model_name: str | None = None, max_turns: int | None = None,
-                     max_context_tokens: int | None = None, policy_version: int | None = None) -> SessionHandle:
-        """A new session; its ``secret`` is the API key to give the CLI."""
+                     max_context_tokens: int | None = None, policy_version: int | None = None,
+                     observer: Callable[[str, dict[str, Any]], None] | None = None) -> SessionHandle:
+        """A new session; its ``secret`` is the API key to give the CLI. ``observer(kind,
+        data)`` hears ``turn_started`` / ``turn_finished`` as they happen."""
         self._closed_stats.pop(session_id, None)
         session = self.sessions.open(
             session_id, model_name=model_name or self.model_name,
             max_turns=max_turns if max_turns is not None else self.config.max_turns,
             max_context_tokens=max_context_tokens if max_context_tokens is not None else self.config.max_context_tokens,
-            policy_version=policy_version,
+            policy_version=policy_version, observer=observer,
         )  # fmt: skip
         return SessionHandle(session_id=session.session_id, secret=session.secret)
 

@@ -57,6 +57,8 @@ class FarmParts:
         self._sandboxes: set[Any] = set()
         self._secrets: dict[str, str] = {}
         self._excludes: dict[str, list[str]] = {}
+        # rollout id -> who hears its session's turns (farm.single's live events)
+        self.observers: dict[str, Callable[[str, dict[str, Any]], None]] = {}
 
     async def start(self) -> str:
         from farm.engine.client import EngineClient
@@ -129,7 +131,8 @@ class FarmParts:
         return await prepare_workspace(sandbox, spec.task, self.runtime)
 
     async def open_session(self, spec: RolloutSpec) -> str:
-        handle = self.gateway.open_session(spec.rollout_id, max_turns=self.cfg.rollout.max_turns)
+        handle = self.gateway.open_session(spec.rollout_id, max_turns=self.cfg.rollout.max_turns,
+                                           observer=self.observers.get(spec.rollout_id))
         self._secrets[handle.secret] = handle.session_id
         return handle.secret
 

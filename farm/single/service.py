@@ -1,0 +1,193 @@
+"""``farm.Rollouts``: one rollout at a time, on demand, many at once from one process.
+
+The same farm as ``farm run``, assembled in this process without Ray: the engine
+(``RouterActor``: scripted workers behind the real router, or an external / routed
+SGLang), one ``SandboxActor`` per harness (its gateway, sandboxes, grading: the same
+``RolloutPipeline``) and the ``ReducerActor`` that writes Samples and the rollouts
+table. Only the dispatch differs: a caller starts each rollout and watches it::
+
+    async with farm.Rollouts("configs/local.yaml") as farm_:
+        r = await farm_.start("demo-wordfreq", harness="claude_code")
+        async for ev in r.events():
+            print(ev)
+        print(await r.finalize())     # reward, grading, diff; Samples written
+
+A rollout is stored only when finalized; ``close()`` finalizes the finished rollouts
+nobody finalized (nothing is lost) and aborts the running ones (nothing half-done is
+stored). One ``Rollouts`` owns its output directory (``RunLock``) like one ``farm run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, get_args
+
+from farm.config import FarmConfig, load_config
+from farm.errors import ConfigError, TaskError
+from farm.harnesses.config import HarnessName
+from farm.rollout.model import RolloutSpec, make_rollout_id
+from farm.single.handle import RolloutHandle
+from farm.single.inline import InlineTask, to_task
+from farm.tasks.model import Task
+
+log = logging.getLogger(__name__)
+
+
+class Rollouts:
+    def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
+                 tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
+        self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides)
+        out_dir = Path(self.cfg.output.dir).expanduser().resolve()
+        self.cfg = self.cfg.model_copy(update={"output": self.cfg.output.model_copy(update={"dir": str(out_dir)})})
+        self.out_dir = out_dir
+        self._tasks_given = tasks
+        self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
+        self.tasks: dict[str, Task] = {}
+        self.handles: dict[str, RolloutHandle] = {}
+        self._actors: dict[str, Any] = {}  # harness name -> SandboxActor (in this process)
+        self._actor_lock = asyncio.Lock()
+        self._router: Any = None
+        self._engine_url = ""
+        self._reducer: Any = None
+        self._lock: Any = None
+        self._used: set[str] = set()
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def __aenter__(self) -> Rollouts:
+        return await self.start_farm()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start_farm(self) -> Rollouts:
+        """Own the output dir, load the tasks, start the reducer and the engine."""
+        from farm.actors.reducer import ReducerActor
+        from farm.driver import _write_run_config
+        from farm.rollout.runlock import RunLock
+        from farm.rollout.tasks import load_run_tasks
+
+        if self._started:
+            return self
+        self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
+        try:
+            _write_run_config(self.cfg, self.out_dir)
+            tasks = self._tasks_given if self._tasks_given is not None else await asyncio.to_thread(
+                load_run_tasks, self.cfg)
+            self.tasks = {t.id: t for t in tasks}
+            self._reducer = ReducerActor(self.cfg, metrics=False)
+            self._used = set(await self._reducer.done_ids())
+            if self._parts_factory is None:
+                from farm.actors.router import RouterActor
+
+                engine = self.cfg.engine
+                self._router = RouterActor(engine, tasks=tasks if engine.mode == "scripted" else None)
+                self._engine_url = await self._router.start()
+        except BaseException:
+            await self._teardown()
+            raise
+        self._started = True
+        return self
+
+    async def close(self) -> None:
+        """Abort running rollouts, finalize finished ones, stop everything started."""
+        running = [h for h in self.handles.values() if not h.done]
+        await asyncio.gather(*(h.abort() for h in running), return_exceptions=True)
+        for h in self.handles.values():
+            try:
+                await h.finalize()
+            except Exception:  # noqa: BLE001 - the others still get stored
+                log.exception("finalizing rollout %s on close failed", h.id)
+        await self._teardown()
+        self._started = False
+
+    async def _teardown(self) -> None:
+        for actor in self._actors.values():
+            await actor.shutdown()
+        self._actors.clear()
+        if self._reducer is not None:
+            await self._reducer.close()
+            self._reducer = None
+        if self._router is not None:
+            await self._router.shutdown()
+            self._router = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def _actor(self, harness: str) -> Any:
+        """The sandbox actor running ``harness`` (started on first use: its gateway)."""
+        from farm.actors.sandbox import SandboxActor
+
+        async with self._actor_lock:
+            actor = self._actors.get(harness)
+            if actor is None:
+                cfg = self.cfg.model_copy(update={"harness": self.cfg.harness.model_copy(update={"name": harness})})
+                actor = SandboxActor(cfg, self._engine_url, self._reducer, f"single-{harness}",
+                                     e2b_api_key=self._e2b_api_key, metrics=False,
+                                     parts_factory=self._parts_factory)  # fmt: skip
+                await actor.ready()
+                self._actors[harness] = actor
+        return actor
+
+    # --- rollouts -----------------------------------------------------------------------------
+    def resolve_task(self, task: str | Task | InlineTask | dict[str, Any]) -> Task:
+        """A task id of the loaded task set, a Task, or an inline task (see farm.single.inline)."""
+        if isinstance(task, Task):
+            return task
+        if isinstance(task, str):
+            found = self.tasks.get(task)
+            if found is None:
+                known = ", ".join(sorted(self.tasks)[:10])
+                raise TaskError(f"unknown task {task!r} in {self.cfg.tasks.path} (known: {known}"
+                                f"{', ...' if len(self.tasks) > 10 else ''})")  # fmt: skip
+            return found
+        return to_task(task, self.out_dir)
+
+    def _next_id(self, task_id: str) -> tuple[str, int]:
+        """A rollout id this output dir has not used (stored or started here)."""
+        i = 0
+        while make_rollout_id(task_id, i) in self._used:
+            i += 1
+        rid = make_rollout_id(task_id, i)
+        self._used.add(rid)
+        return rid, i
+
+    async def start(self, task: str | Task | InlineTask | dict[str, Any], *, harness: str | None = None) -> RolloutHandle:
+        """Start one rollout; returns at once with its handle (the rollout runs in this loop)."""
+        if not self._started:
+            raise ConfigError("Rollouts not started: use 'async with Rollouts(...)' or await start_farm()")
+        resolved = self.resolve_task(task)
+        name = harness or self.cfg.harness.name
+        if name not in get_args(HarnessName):
+            raise ConfigError(f"unknown harness {name!r} (one of {', '.join(get_args(HarnessName))})")
+        actor = await self._actor(name)
+        rid, index = self._next_id(resolved.id)
+        spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
+                           task=resolved)  # fmt: skip
+        handle = RolloutHandle(spec, name, live_tree=lambda: actor.live_tree(rid), store=self._store,
+                               outputs={"output_dir": str(self.out_dir)})  # fmt: skip
+        handle.attach(asyncio.ensure_future(actor.execute(spec, handle.observe)))
+        self.handles[rid] = handle
+        return handle
+
+    async def run(self, task: str | Task | InlineTask | dict[str, Any], *, harness: str | None = None) -> dict[str, Any]:
+        """Start, wait, finalize: the result summary."""
+        handle = await self.start(task, harness=harness)
+        return await handle.finalize()
+
+    def get(self, rollout_id: str) -> RolloutHandle:
+        try:
+            return self.handles[rollout_id]
+        except KeyError:
+            raise KeyError(f"unknown rollout {rollout_id!r}") from None
+
+    def list(self, status: str | None = None) -> list[dict[str, Any]]:
+        states = [h.state() for h in self.handles.values()]
+        return [s for s in states if status is None or s["status"] == status]
+
+    async def _store(self, result: Any) -> Any:
+        assert self._reducer is not None
+        return await self._reducer.submit(result)
