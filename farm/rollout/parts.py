@@ -151,7 +151,7 @@ class FarmParts:
             budget_s=budget_s,
             env=self._agent_env(spec.task),
         )
-        stuck = await self._until_stuck(self.harness.run(sandbox, run), sandbox, secret)
+        stuck = await self._until_stuck(self._followed(self.harness.run(sandbox, run), sandbox, spec), sandbox, secret)
         if isinstance(stuck, str):
             return AgentRun(exit_code=None, status="agent_error", reason=stuck)
         result = stuck
@@ -164,6 +164,31 @@ class FarmParts:
             status=result.status.value,
             reason=result.reason,
         )
+
+    async def _followed(self, running: Any, sandbox: Sandbox, spec: RolloutSpec) -> Any:
+        """``running`` (the harness run), its CLI's stdout lines told to the rollout's
+        observer as they are written (when someone watches it: farm.single)."""
+        observer = self.observers.get(spec.rollout_id)
+        if observer is None:
+            return await running
+        from farm.harnesses.follow import follow_lines
+
+        stop = asyncio.Event()
+        path = f"{self.harness.scratch_dir(sandbox)}/stdout.jsonl"
+        follower = asyncio.ensure_future(
+            follow_lines(sandbox, path, lambda line: observer("agent_output", {"line": line}), stop))
+        try:
+            return await running
+        finally:
+            stop.set()
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                follower.cancel()  # aborted / timed out: no last read from a sandbox being torn down
+            else:
+                try:
+                    await asyncio.wait_for(follower, 10)
+                except Exception:  # noqa: BLE001 - live output is best effort
+                    log.warning("following %s's output failed", spec.rollout_id, exc_info=True)
 
     async def _until_stuck(self, running: Any, sandbox: Sandbox, secret: str) -> Any:
         """The harness run's result, or (a str) why its CLI was found stuck and killed: no

@@ -168,7 +168,7 @@ class Rollouts:
         spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
                            task=resolved)  # fmt: skip
         handle = RolloutHandle(spec, name, live_tree=lambda: actor.live_tree(rid), store=self._store,
-                               outputs={"output_dir": str(self.out_dir)})  # fmt: skip
+                               outputs=self.outputs())  # fmt: skip
         handle.attach(asyncio.ensure_future(actor.execute(spec, handle.observe)))
         self.handles[rid] = handle
         return handle
@@ -187,6 +187,13 @@ class Rollouts:
     def list(self, status: str | None = None) -> list[dict[str, Any]]:
         states = [h.state() for h in self.handles.values()]
         return [s for s in states if status is None or s["status"] == status]
+
+    def outputs(self) -> dict[str, str]:
+        """Where finalized rollouts go: the Samples (the trainer's table) and the rollouts table."""
+        from farm.trajectory.manifest import default_manifest_name as manifest_name
+
+        return {"output_dir": str(self.out_dir), "samples_manifest": str(self.out_dir / manifest_name("samples")),
+                "rollouts_manifest": str(self.out_dir / manifest_name("rollouts"))}  # fmt: skip
 
     async def _store(self, result: Any) -> Any:
         assert self._reducer is not None
