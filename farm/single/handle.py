@@ -205,5 +205,5 @@ class RolloutHandle:
             "id": r.rollout_id, "task_id": r.task_id, "harness": r.harness, "status": r.status.value,
             "reason": r.reason, "reward": r.reward, "trainable": r.status.trainable, "turns": r.counts.turns,
             "tokens": {"prompt": r.counts.prompt_tokens, "output": r.counts.output_tokens},
-            "duration_s": round(r.duration_s, 3), "diff": r.diff, "grading": r.grading,
+            "duration_s": round(r.duration_s, 3), "sandbox_id": r.sandbox_id, "diff": r.diff, "grading": r.grading,
         }  # fmt: skip

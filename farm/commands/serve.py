@@ -1,0 +1,65 @@
+"""``farm serve [--config CONFIG] [--set k=v] [--host 127.0.0.1] [--port 8765]``: the
+single-rollout service over HTTP (``farm.single.http``: REST + SSE, bearer token).
+
+The token is read from the environment variable named by ``--token-env`` (default
+``FARM_SERVE_TOKEN``); unset, a random one is made and printed. 127.0.0.1 by default:
+another host is an explicit ``--host``. Prints ``farm serve: listening on URL`` once
+ready. SIGINT / SIGTERM: running rollouts are aborted (nothing stored), finished ones
+finalized, then it exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import signal
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="YAML config (default: farm's defaults)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="0: any free port")
+    parser.add_argument("--token-env", default="FARM_SERVE_TOKEN", help="env var holding the bearer token")
+
+
+async def _serve(args: argparse.Namespace, token: str) -> None:
+    from aiohttp import web
+
+    from farm.single import Rollouts
+    from farm.single.http import make_app
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY")) as farm_:
+        runner = web.AppRunner(make_app(farm_, token), access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, args.host, args.port)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            print(f"farm serve: listening on http://{host}:{port}", flush=True)
+            await stop.wait()
+            print("farm serve: stopping (aborting running rollouts, finalizing finished ones)", file=sys.stderr)
+        finally:
+            await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    from farm.errors import FarmError
+
+    token = os.environ.get(args.token_env, "")
+    if not token:
+        token = secrets.token_urlsafe(24)
+        print(f"farm serve: ${args.token_env} is not set; bearer token for this server: {token}", file=sys.stderr)
+    try:
+        asyncio.run(_serve(args, token))
+    except FarmError as exc:
+        print(f"farm serve: {exc}", file=sys.stderr)
+        return 2 if type(exc).__name__ == "ConfigError" else 1
+    return 0
