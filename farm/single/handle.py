@@ -159,6 +159,16 @@ class RolloutHandle:
                     return
             await changed.wait()
 
+    async def poll(self, since: int = 0, wait_s: float = 0.0) -> list[dict[str, Any]]:
+        """The events from ``since`` on that are there now; when there are none yet (and
+        the rollout has not ended), waits up to ``wait_s`` for the first (long poll)."""
+        if since >= len(self._events) and wait_s > 0 and self._result is None:
+            try:
+                await asyncio.wait_for(self._changed.wait(), wait_s)
+            except TimeoutError:
+                pass
+        return [ev.as_dict() for ev in self._events[max(0, since):]]
+
     def messages(self) -> list[dict[str, Any]]:
         """The canonical transcript so far (from the live session, or the finished tree)."""
         tree = self._result.tree if self._result is not None else self._live_tree()
