@@ -64,6 +64,7 @@ class RolloutHandle:
         self._aborting = False
         self._finalized: dict[str, Any] | None = None
         self._finalize_lock = asyncio.Lock()
+        self._done = asyncio.Event()
         self.phase = "queued"
         self.turns = 0
         self.prompt_tokens = 0
@@ -107,29 +108,44 @@ class RolloutHandle:
 
     def _ended(self, task: asyncio.Task[RolloutResult]) -> None:
         self._ended_at = time.monotonic()
+        try:
+            result = self._final(task)
+        except Exception as exc:  # noqa: BLE001 - a handle must end, whatever happened
+            result = self._ended_without_pipeline(RolloutStatus.SANDBOX_ERROR, f"internal error: {exc!r}")
+        self._result = result
+        self.phase = "done"
+        self._done.set()
+        self.emit("result", self.summary())
+
+    def _final(self, task: asyncio.Task[RolloutResult]) -> RolloutResult:
+        result: RolloutResult | None = None
         if task.cancelled():  # cancelled before the pipeline ran (queued): nothing was created
-            result = None
+            pass
+        elif task.exception() is not None:  # the pipeline never raises: the actor around it failed
+            exc = task.exception()
+            return self._ended_without_pipeline(RolloutStatus.SANDBOX_ERROR,
+                                                f"the sandbox actor failed: {type(exc).__name__}: {exc}")
         else:
             result = task.result()
         if result is None or (self._aborting and result.status is RolloutStatus.CANCELLED):
-            result = self._aborted(result)
-        elif self._aborting and not result.status.trainable:
-            result = result.model_copy(update={"status": RolloutStatus.ABORTED,
-                                               "reason": f"aborted by the caller ({result.reason})"})
-        self._result = result
-        self.phase = "done"
-        self.emit("result", self.summary())
+            return self._aborted(result)
+        if self._aborting and not result.status.trainable:
+            return result.model_copy(update={"status": RolloutStatus.ABORTED,
+                                             "reason": f"aborted by the caller ({result.reason})"})
+        return result
 
     def _aborted(self, result: RolloutResult | None) -> RolloutResult:
         where = result.reason.removeprefix("cancelled ") if result is not None else "while queued"
         reason = f"aborted by the caller {where}"
         if result is not None:
             return result.model_copy(update={"status": RolloutStatus.ABORTED, "reason": reason, "reward": 0.0})
-        now = time.time()
+        return self._ended_without_pipeline(RolloutStatus.ABORTED, reason)
+
+    def _ended_without_pipeline(self, status: RolloutStatus, reason: str) -> RolloutResult:
         s = self.spec
         return RolloutResult(run_id=s.run_id, rollout_id=s.rollout_id, group_id=s.group_id, task_id=s.task.id,
-                             sample_index=s.sample_index, harness=self.harness, status=RolloutStatus.ABORTED,
-                             reason=reason, started_at=self.started, finished_at=now)  # fmt: skip
+                             sample_index=s.sample_index, harness=self.harness, status=status, reason=reason,
+                             started_at=self.started, finished_at=time.time())  # fmt: skip
 
     # --- what a caller asks --------------------------------------------------------------
     @property
@@ -184,10 +200,8 @@ class RolloutHandle:
         return self.summary()
 
     async def wait(self) -> RolloutResult:
-        assert self._task is not None
-        await asyncio.wait({self._task})
-        while self._result is None:  # the done callback runs on the next loop iteration
-            await asyncio.sleep(0)
+        await self._done.wait()  # set by the task's done callback
+        assert self._result is not None
         return self._result
 
     async def result(self) -> RolloutResult:

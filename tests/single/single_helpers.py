@@ -46,3 +46,47 @@ def stored_ids(out_dir: Path) -> tuple[set[str], set[str]]:
 def sandbox_dirs(tmp_path: Path) -> list[Path]:
     root = tmp_path / "sb"
     return [p for p in root.rglob("*") if p.is_dir() and p.parent.parent == root] if root.exists() else []
+
+
+class SleepParts:
+    """Rollout parts without engine or CLI, for the service's own bookkeeping: a real
+    local sandbox whose 'agent' sleeps ``task.metadata['agent_s']``; ``task.metadata['boom']``
+    makes the agent phase fail like an actor bug would (outside the pipeline's mapping)."""
+
+    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+        self.cfg = cfg
+
+    async def start(self) -> str:
+        return "http://no-gateway"
+
+    async def stop(self) -> None:
+        return None
+
+    async def create_sandbox(self, spec, purpose):
+        from farm.sandboxes.base import SandboxSpec
+        from farm.sandboxes.factory import create_sandbox
+
+        return await create_sandbox(self.cfg.sandbox, SandboxSpec(labels={"run_id": spec.run_id, "purpose": purpose}))
+
+    async def prepare(self, sb, spec):
+        return None
+
+    async def open_session(self, spec):
+        return spec.rollout_id
+
+    async def run_agent(self, sb, spec, secret, budget_s, workspace):
+        from farm.rollout.pipeline import AgentRun
+
+        res = await (await sb.start(f"sleep {spec.task.metadata.get('agent_s', 0.1)}")).wait(timeout=budget_s)
+        return AgentRun(exit_code=res.exit_code)
+
+    async def capture(self, sb, spec, workspace):
+        return ""
+
+    async def close_session(self, secret):
+        return None
+
+    async def grade(self, spec, diff):
+        from farm.rollout.pipeline import Grade
+
+        return Grade(reward=1.0, report={"resolved": True})
