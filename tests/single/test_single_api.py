@@ -1,6 +1,7 @@
 """farm.Rollouts end to end: the real Claude Code CLI in local sandboxes, the real
-gateway, the scripted oracle behind the real router, the real reducer; three rollouts
-at once from one event loop (one finalized, one aborted mid-run, one inline task),
+gateway, the scripted oracle behind the real router, the real reducer; five rollouts
+at once from one event loop (one finalized, one aborted mid-run, one inline task, one
+each with Codex and OpenCode),
 and one still running when the service closes (aborted, not stored)."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
         done = await farm_.start("demo-wordfreq", harness="claude_code")
         doomed = await farm_.start("demo-wordfreq", harness="claude_code")
         inline = await farm_.start(INLINE, harness="claude_code")
+        others = [await farm_.start("demo-wordfreq", harness=h) for h in ("codex", "opencode")]
         assert (done.id, doomed.id) == ("demo-wordfreq.0", "demo-wordfreq.1")
         watching = asyncio.ensure_future(collect(done))
 
@@ -68,12 +70,20 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
         assert calls and len(results) == len(calls)
         assert {r["tool_call_id"] for r in results} == {c["id"] for c in calls}
 
+        for other in others:  # the same canonical transcript shape whatever the CLI's wire protocol
+            assert (await other.finalize())["reward"] == 1.0
+            msgs = other.messages()
+            assert msgs[0]["role"] == "system" and "user" in {m["role"] for m in msgs}
+            ids = {c["id"] for m in msgs if m["role"] == "assistant" for c in m.get("tool_calls", [])}
+            assert ids and ids == {m["tool_call_id"] for m in msgs if m["role"] == "tool"}, other.harness
+
         inline_final = await inline.finalize()  # the oracle does not know it: graded by its verifier
         assert inline_final["status"] == "completed" and inline_final["reward"] == 0.5, inline_final
         assert "greeting" not in inline_final["diff"]
         assert (await doomed.finalize())["stored"] is False
         assert {s["id"]: s["status"] for s in farm_.list()} == {
-            done.id: "completed", doomed.id: "aborted", inline.id: "completed"}
+            done.id: "completed", doomed.id: "aborted", inline.id: "completed",
+            **{o.id: "completed" for o in others}}
         assert [s["id"] for s in farm_.list(status="aborted")] == [doomed.id]
         left = await farm_.start("demo-wordfreq")  # still running when the service closes
         async for ev in left.events():
@@ -81,5 +91,5 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
                 break
     assert left.state()["status"] == "aborted"  # closing aborted it
     samples, rows = stored_ids(tmp_path / "out")
-    assert samples == rows == {done.id, inline.id}  # the aborted rollouts left nothing
+    assert samples == rows == {done.id, inline.id, *(o.id for o in others)}  # the aborted rollouts left nothing
 
