@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.config import FarmConfig
@@ -63,6 +64,7 @@ class SandboxActor:
         self.gateway_url = ""
         self.in_flight = 0
         self._stopping = False  # the run is stopping: rollouts that end now are interrupted
+        self._running: dict[str, asyncio.Task[RolloutResult]] = {}  # execute_stream's rollouts, by id
 
     async def ready(self) -> str:
         """Start the gateway (once); returns its URL."""
@@ -114,6 +116,49 @@ class SandboxActor:
         finally:
             if watched:
                 self._parts.observers.pop(spec.rollout_id, None)
+
+    async def execute_stream(self, spec: RolloutSpec) -> AsyncIterator[tuple[str, Any]]:
+        """``execute`` for a caller in another process (``farm.single`` on Ray; call it with
+        ``num_returns="streaming"``): yields ``("event", (kind, data))`` as the rollout goes,
+        then ``("result", RolloutResult | None)``. ``abort(rollout_id)`` cancels it (the
+        result still comes, status cancelled, after the pipeline cleaned up; None if it
+        was still waiting for a slot)."""
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        task = asyncio.ensure_future(self.execute(spec, lambda kind, data: queue.put_nowait((kind, data))))
+        self._running[spec.rollout_id] = task
+        try:
+            while not task.done() or not queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield "event", getter.result()
+                else:
+                    getter.cancel()
+            try:
+                result: RolloutResult | None = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this stream itself was cancelled
+                result = None  # aborted before the pipeline began (waiting for a slot)
+            yield "result", result
+        finally:
+            self._running.pop(spec.rollout_id, None)
+            if not task.done():  # the caller went away: do not leave the rollout running
+                task.cancel()
+
+    async def abort(self, rollout_id: str) -> bool:
+        """Cancel a rollout started with ``execute_stream`` (False: not running here)."""
+        task = self._running.get(rollout_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    def transcript(self, rollout_id: str) -> list[dict[str, Any]]:
+        """The canonical messages of a running rollout's main line so far ([] if none)."""
+        from farm.trajectory.transcript import transcript
+
+        return transcript(self.live_tree(rollout_id))
 
     async def run(self, spec: RolloutSpec) -> RolloutSummary:
         """Run one rollout, hand it to the reducer, return its (durable) summary."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.status import RolloutStatus
+from farm.trajectory.transcript import transcript
 
 
 @dataclass(frozen=True)
@@ -36,25 +37,18 @@ class RolloutEvent:
         return {"seq": self.seq, "kind": self.kind, "time": round(self.time, 3), **self.data}
 
 
-def transcript(tree: Any) -> list[dict[str, Any]]:
-    """The canonical messages of a session's main line so far: the history of its latest
-    trainable turn (tool calls and results included), the same shape for every harness."""
-    if tree is None or not len(tree):
-        return []
-    main = [t for t in tree.turns if t.trainable] or list(tree.turns)
-    last = max(main, key=lambda t: t.created_at)
-    return tree.history(last.turn_id)
-
-
 class RolloutHandle:
     """A rollout in flight (or finished): state, events, messages, abort, result, finalize."""
 
-    def __init__(self, spec: RolloutSpec, harness: str, *, live_tree: Callable[[], Any],
-                 store: Callable[[RolloutResult], Awaitable[Any]], outputs: dict[str, str]) -> None:
+    def __init__(self, spec: RolloutSpec, harness: str, *,
+                 live_transcript: Callable[[], Awaitable[list[dict[str, Any]]]],
+                 store: Callable[[RolloutResult], Awaitable[Any]], outputs: dict[str, str],
+                 remote_abort: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.spec = spec
         self.id = spec.rollout_id
         self.harness = harness
-        self._live_tree = live_tree
+        self._live_transcript = live_transcript
+        self._remote_abort = remote_abort  # the rollout runs elsewhere (Ray): ask its actor
         self._store = store
         self._outputs = outputs
         self._events: list[RolloutEvent] = []
@@ -185,17 +179,22 @@ class RolloutHandle:
                 pass
         return [ev.as_dict() for ev in self._events[max(0, since):]]
 
-    def messages(self) -> list[dict[str, Any]]:
+    async def messages(self) -> list[dict[str, Any]]:
         """The canonical transcript so far (from the live session, or the finished tree)."""
-        tree = self._result.tree if self._result is not None else self._live_tree()
-        return transcript(tree)
+        if self._result is not None:
+            return transcript(self._result.tree)
+        return await self._live_transcript()
 
     async def abort(self) -> dict[str, Any]:
         """End the rollout now: status ``aborted``, its sandbox closed, nothing stored.
         A rollout that already ended keeps its status."""
         if self._task is not None and not self._task.done():
             self._aborting = True
-            self._task.cancel()
+            if self._remote_abort is None:
+                self._task.cancel()
+            else:  # until its actor has it (the call may overtake the rollout's start there)
+                while not self._task.done() and not await self._remote_abort():
+                    await asyncio.wait({self._task}, timeout=0.2)
         await self.wait()
         return self.summary()
 

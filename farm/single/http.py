@@ -114,7 +114,7 @@ async def state(request: web.Request) -> web.Response:
 
 
 async def messages(request: web.Request) -> web.Response:
-    return web.json_response({"messages": _handle(request).messages()})
+    return web.json_response({"messages": await _handle(request).messages()})
 
 
 async def abort(request: web.Request) -> web.Response:

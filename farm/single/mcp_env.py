@@ -86,7 +86,7 @@ def build_mcp(service: Rollouts) -> FastMCP:
     @mcp.tool
     async def get_messages(rollout_id: str) -> list[dict[str, Any]]:
         """The canonical transcript so far (tool calls and results included)."""
-        return _handle(service, rollout_id).messages()
+        return await _handle(service, rollout_id).messages()
 
     @mcp.tool
     async def abort_rollout(rollout_id: str) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from farm.config import FarmConfig, load_config
 from farm.errors import ConfigError, TaskError
@@ -30,6 +31,7 @@ from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, make_rollout_id
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
+from farm.single.placement import InProcess, OnRay
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,8 @@ log = logging.getLogger(__name__)
 
 class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
-                 tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
+                 tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None,
+                 placement: Literal["auto", "local", "ray"] = "auto") -> None:
         self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides)
         out_dir = Path(self.cfg.output.dir).expanduser().resolve()
         self.cfg = self.cfg.model_copy(update={"output": self.cfg.output.model_copy(update={"dir": str(out_dir)})})
@@ -46,11 +49,10 @@ class Rollouts:
         self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
         self.tasks: dict[str, Task] = {}
         self.handles: dict[str, RolloutHandle] = {}
-        self._actors: dict[str, Any] = {}  # harness name -> SandboxActor (in this process)
-        self._actor_lock = asyncio.Lock()
-        self._router: Any = None
-        self._engine_url = ""
-        self._reducer: Any = None
+        if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
+            placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
+        kind = OnRay if placement == "ray" else InProcess
+        self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
         self._lock: Any = None
         self._used: set[str] = set()
         self._started = False
@@ -64,7 +66,6 @@ class Rollouts:
 
     async def start_farm(self) -> Rollouts:
         """Own the output dir, load the tasks, start the reducer and the engine."""
-        from farm.actors.reducer import ReducerActor
         from farm.driver import _write_run_config
         from farm.rollout.runlock import RunLock
         from farm.rollout.tasks import load_run_tasks
@@ -77,14 +78,8 @@ class Rollouts:
             tasks = self._tasks_given if self._tasks_given is not None else await asyncio.to_thread(
                 load_run_tasks, self.cfg)
             self.tasks = {t.id: t for t in tasks}
-            self._reducer = ReducerActor(self.cfg, metrics=False)
-            self._used = set(await self._reducer.done_ids())
-            if self._parts_factory is None:
-                from farm.actors.router import RouterActor
-
-                engine = self.cfg.engine
-                self._router = RouterActor(engine, tasks=tasks if engine.mode == "scripted" else None)
-                self._engine_url = await self._router.start()
+            await self.placement.start(tasks)
+            self._used = set(await self.placement.done_ids())
         except BaseException:
             await self._teardown()
             raise
@@ -104,33 +99,12 @@ class Rollouts:
         self._started = False
 
     async def _teardown(self) -> None:
-        for actor in self._actors.values():
-            await actor.shutdown()
-        self._actors.clear()
-        if self._reducer is not None:
-            await self._reducer.close()
-            self._reducer = None
-        if self._router is not None:
-            await self._router.shutdown()
-            self._router = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    async def _actor(self, harness: str) -> Any:
-        """The sandbox actor running ``harness`` (started on first use: its gateway)."""
-        from farm.actors.sandbox import SandboxActor
-
-        async with self._actor_lock:
-            actor = self._actors.get(harness)
-            if actor is None:
-                cfg = self.cfg.model_copy(update={"harness": self.cfg.harness.model_copy(update={"name": harness})})
-                actor = SandboxActor(cfg, self._engine_url, self._reducer, f"single-{harness}",
-                                     e2b_api_key=self._e2b_api_key, metrics=False,
-                                     parts_factory=self._parts_factory)  # fmt: skip
-                await actor.ready()
-                self._actors[harness] = actor
-        return actor
+        try:
+            await self.placement.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
     # --- rollouts -----------------------------------------------------------------------------
     def resolve_task(self, task: str | Task | InlineTask | dict[str, Any]) -> Task:
@@ -163,13 +137,17 @@ class Rollouts:
         name = harness or self.cfg.harness.name
         if name not in get_args(HarnessName):
             raise ConfigError(f"unknown harness {name!r} (one of {', '.join(get_args(HarnessName))})")
-        actor = await self._actor(name)
+        place = self.placement
+        actor = await place.actor(name)
         rid, index = self._next_id(resolved.id)
         spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
                            task=resolved)  # fmt: skip
-        handle = RolloutHandle(spec, name, live_tree=lambda: actor.live_tree(rid), store=self._store,
-                               outputs=self.outputs())  # fmt: skip
-        handle.attach(asyncio.ensure_future(actor.execute(spec, handle.observe)))
+        handle = RolloutHandle(
+            spec, name, live_transcript=lambda: place.transcript(actor, rid), store=place.submit,
+            outputs=self.outputs(),
+            remote_abort=None if place.cancels_locally else lambda: place.abort(actor, rid),
+        )  # fmt: skip
+        handle.attach(asyncio.ensure_future(place.execute(actor, spec, handle.observe)))
         self.handles[rid] = handle
         return handle
 
@@ -195,6 +173,3 @@ class Rollouts:
         return {"output_dir": str(self.out_dir), "samples_manifest": str(self.out_dir / manifest_name("samples")),
                 "rollouts_manifest": str(self.out_dir / manifest_name("rollouts"))}  # fmt: skip
 
-    async def _store(self, result: Any) -> Any:
-        assert self._reducer is not None
-        return await self._reducer.submit(result)

@@ -39,7 +39,7 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
             if ev["kind"] == "turn_finished":
                 break
         assert doomed.state()["status"] == "running" and doomed.state()["turns"] >= 1
-        assert doomed.messages()[-1]["role"] == "assistant"  # the live transcript, from the open session
+        assert (await doomed.messages())[-1]["role"] == "assistant"  # the live transcript, from the open session
         aborted = await doomed.abort()
         assert aborted["status"] == "aborted" and not aborted["trainable"], aborted
         result = await doomed.result()
@@ -63,7 +63,7 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
         state = done.state()
         assert state["status"] == "completed" and state["turns"] == len(finished) and state["finalized"]
 
-        messages = done.messages()  # canonical: system, user, assistant tool calls, tool results
+        messages = await done.messages()  # canonical: system, user, assistant tool calls, tool results
         assert [m["role"] for m in messages[:2]] == ["system", "user"]
         calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
         results = [m for m in messages if m["role"] == "tool"]
@@ -72,7 +72,7 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
 
         for other in others:  # the same canonical transcript shape whatever the CLI's wire protocol
             assert (await other.finalize())["reward"] == 1.0
-            msgs = other.messages()
+            msgs = await other.messages()
             assert msgs[0]["role"] == "system" and "user" in {m["role"] for m in msgs}
             ids = {c["id"] for m in msgs if m["role"] == "assistant" for c in m.get("tool_calls", [])}
             assert ids and ids == {m["tool_call_id"] for m in msgs if m["role"] == "tool"}, other.harness
