@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", default=None, metavar="NAME", help="a named model endpoint of the config")
     parser.add_argument("--config", default=None, help="YAML config (default: farm's defaults)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--placement", choices=("auto", "local", "ray"), default="auto",
+                        help="where rollouts run: this process, or the farm's sandbox actors on Ray "
+                        "(auto: Ray when RAY_ADDRESS or ray.address is set)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -68,7 +71,8 @@ async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]
     tasks = load_run_tasks(cfg)
     if args.task not in {t.id for t in tasks}:  # before anything starts
         raise TaskError(f"unknown task {args.task!r} in {cfg.tasks.path}")
-    async with Rollouts(cfg, tasks=tasks, e2b_api_key=os.environ.get("E2B_API_KEY")) as farm_:
+    async with Rollouts(cfg, tasks=tasks, e2b_api_key=os.environ.get("E2B_API_KEY"),
+                         placement=args.placement) as farm_:
         handle = await farm_.start(args.task, harness=args.harness)
         async for ev in handle.events():
             line = progress_line(ev)

@@ -23,6 +23,9 @@ from collections.abc import Iterator
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="YAML config (default: farm's defaults)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--placement", choices=("auto", "local", "ray"), default="auto",
+                        help="where rollouts run: this process, or the farm's sandbox actors on Ray "
+                        "(auto: Ray when RAY_ADDRESS or ray.address is set)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="0: any free port")
     parser.add_argument("--token-env", default="FARM_SERVE_TOKEN", help="env var holding the bearer token")
@@ -57,7 +60,8 @@ async def _serve_openenv(args: argparse.Namespace, token: str) -> None:
     except ModuleNotFoundError as exc:
         raise ConfigError(f"--openenv needs the openenv extra (pip install 'farm[openenv]'): {exc}") from None
 
-    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY")) as farm_:
+    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY"),
+                         placement=args.placement) as farm_:
         config = uvicorn.Config(make_openenv_app(farm_, token), host=args.host, port=args.port, log_level="warning",
                                 lifespan="on")  # fmt: skip
         server = _quiet_server_class()(config)
@@ -86,7 +90,8 @@ async def _serve(args: argparse.Namespace, token: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY")) as farm_:
+    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY"),
+                         placement=args.placement) as farm_:
         runner = web.AppRunner(make_app(farm_, token), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         try:

@@ -105,7 +105,7 @@ class OnRay(InProcess):
     async def start(self, tasks: list[Task]) -> None:
         from farm.driver import FarmActors, init_ray
 
-        self.started_ray = await asyncio.to_thread(init_ray, self.cfg)
+        self.started_ray = init_ray(self.cfg)  # in the main thread: ray.init installs signal handlers
         self.farm = FarmActors(self.cfg, e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory)
         self.reducer = await asyncio.to_thread(self.farm.start_reducer)
         if self.parts_factory is None:
