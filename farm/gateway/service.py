@@ -330,6 +330,7 @@ class TurnService:
             )  # fmt: skip
         rec.timings["record_ms"] = (time.perf_counter() - t0) * 1e3
         session.notify("turn_finished", turn_id=rec.turn_id, prompt_tokens=plan.prompt_length,
+                       new_prompt_tokens=len(rec.prompt_delta_ids),
                        output_tokens=len(result.output_ids), finish_reason=getattr(finish, "value", finish),
                        side=pending.side, trainable=trainable, tool_calls=list(response.get("tool_calls") or []))
         return TurnOutput(

@@ -61,7 +61,8 @@ class RolloutHandle:
         self._done = asyncio.Event()
         self.phase = "queued"
         self.turns = 0
-        self.prompt_tokens = 0
+        self.context_tokens = 0  # the last turn's whole prompt
+        self.prompt_tokens = 0  # prompt tokens the engine took in (each turn's new ones), as the result counts them
         self.output_tokens = 0
         self.started = time.time()
         self._t0 = time.monotonic()
@@ -87,11 +88,12 @@ class RolloutHandle:
             self.emit("turn_started", {"turn": self.turns + 1, "prompt_tokens": data["prompt_tokens"]})
         elif kind == "turn_finished" and not data.get("side"):
             self.turns += 1
-            self.prompt_tokens = int(data["prompt_tokens"])
+            self.context_tokens = int(data["prompt_tokens"])
+            self.prompt_tokens += int(data.get("new_prompt_tokens", 0))
             self.output_tokens += int(data["output_tokens"])
             calls = data.get("tool_calls") or []
             self.emit("turn_finished", {
-                "turn": self.turns, "prompt_tokens": self.prompt_tokens, "output_tokens": int(data["output_tokens"]),
+                "turn": self.turns, "prompt_tokens": self.context_tokens, "output_tokens": int(data["output_tokens"]),
                 "finish_reason": data.get("finish_reason"), "tool_calls": [c["function"]["name"] for c in calls],
             })  # fmt: skip
             for call in calls:
@@ -152,7 +154,7 @@ class RolloutHandle:
             "id": self.id, "task_id": self.spec.task.id, "harness": self.harness,
             "status": self._result.status.value if self._result is not None else "running",
             "phase": self.phase, "turns": self.turns,
-            "tokens": {"prompt": self.prompt_tokens, "output": self.output_tokens},
+            "tokens": {"prompt": self.prompt_tokens, "output": self.output_tokens, "context": self.context_tokens},
             "elapsed_s": round(end - self._t0, 3), "finalized": self._finalized is not None,
         }  # fmt: skip
 

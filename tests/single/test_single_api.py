@@ -62,6 +62,8 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
         assert outputs and outputs[-1]["type"] == "result"  # Claude Code's stream-json, to its last line
         state = done.state()
         assert state["status"] == "completed" and state["turns"] == len(finished) and state["finalized"]
+        assert {k: state["tokens"][k] for k in ("prompt", "output")} == final["tokens"]  # live counts = the result's
+        assert state["tokens"]["context"] == finished[-1]["prompt_tokens"]
 
         messages = await done.messages()  # canonical: system, user, assistant tool calls, tool results
         assert [m["role"] for m in messages[:2]] == ["system", "user"]
