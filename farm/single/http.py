@@ -76,7 +76,8 @@ def _handle(request: web.Request) -> Any:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     if request.content_type != "application/json":
-        raise HttpError(415, "unsupported_media", f"Content-Type must be application/json, got {request.content_type!r}")
+        raise HttpError(415, "unsupported_media",
+                        f"Content-Type must be application/json, got {request.content_type!r}")
     try:
         body = json.loads(await request.text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -73,7 +73,8 @@ def _verify_command(script: str) -> str:
     b64 = base64.b64encode(script.encode()).decode()
     return (f'v=$(mktemp /tmp/farm-verify.XXXXXX) && echo {b64} | base64 -d > "$v" && '
             f'bash "$v"; rc=$?; rm -f "$v"; '
-            f'[ -s "$FARM_REWARD_FILE" ] || {{ [ $rc -eq 0 ] && echo 1 > "$FARM_REWARD_FILE" || echo 0 > "$FARM_REWARD_FILE"; }}; '
+            f'[ -s "$FARM_REWARD_FILE" ] || '
+            f'{{ [ $rc -eq 0 ] && echo 1 > "$FARM_REWARD_FILE" || echo 0 > "$FARM_REWARD_FILE"; }}; '
             f'exit $rc')  # fmt: skip
 
 

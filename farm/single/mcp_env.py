@@ -116,8 +116,8 @@ class FarmRolloutsEnv(MCPEnvironment):
         return Observation(done=False, reward=None, metadata={"tools": list(TOOLS)})
 
     def _step_impl(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
-        return Observation(done=False, reward=None,
-                           metadata={"error": f"unsupported action {type(action).__name__}: call a tool ({', '.join(TOOLS)})"})
+        why = f"unsupported action {type(action).__name__}: call a tool ({', '.join(TOOLS)})"
+        return Observation(done=False, reward=None, metadata={"error": why})
 
     async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
         self._state.step_count += 1

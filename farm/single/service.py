@@ -36,6 +36,8 @@ from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
 
+TaskLike = str | Task | InlineTask | dict[str, Any]  # a task id, a Task, or an inline task
+
 
 class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
@@ -107,7 +109,7 @@ class Rollouts:
                 self._lock = None
 
     # --- rollouts -----------------------------------------------------------------------------
-    def resolve_task(self, task: str | Task | InlineTask | dict[str, Any]) -> Task:
+    def resolve_task(self, task: TaskLike) -> Task:
         """A task id of the loaded task set, a Task, or an inline task (see farm.single.inline)."""
         if isinstance(task, Task):
             return task
@@ -129,7 +131,7 @@ class Rollouts:
         self._used.add(rid)
         return rid, i
 
-    async def start(self, task: str | Task | InlineTask | dict[str, Any], *, harness: str | None = None) -> RolloutHandle:
+    async def start(self, task: TaskLike, *, harness: str | None = None) -> RolloutHandle:
         """Start one rollout; returns at once with its handle (the rollout runs in this loop)."""
         if not self._started:
             raise ConfigError("Rollouts not started: use 'async with Rollouts(...)' or await start_farm()")
@@ -151,7 +153,7 @@ class Rollouts:
         self.handles[rid] = handle
         return handle
 
-    async def run(self, task: str | Task | InlineTask | dict[str, Any], *, harness: str | None = None) -> dict[str, Any]:
+    async def run(self, task: TaskLike, *, harness: str | None = None) -> dict[str, Any]:
         """Start, wait, finalize: the result summary."""
         handle = await self.start(task, harness=harness)
         return await handle.finalize()
