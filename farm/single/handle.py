@@ -209,14 +209,15 @@ class RolloutHandle:
         """The finished rollout (reward, grading report, diff, transcript tree); stores nothing."""
         return await self.wait()
 
-    async def finalize(self) -> dict[str, Any]:
-        """Wait for the end, write its Samples and rollouts row (once; an aborted rollout:
-        nothing), return the summary with the output paths."""
+    async def finalize(self, *, keep_aborted: bool = False) -> dict[str, Any]:
+        """Wait for the end, write its Samples and rollouts row (once), return the summary
+        with the output paths. An aborted rollout writes nothing unless ``keep_aborted``:
+        then its row (and Samples, marked untrainable like any infrastructure status)."""
         result = await self.wait()
         async with self._finalize_lock:
             if self._finalized is None:
                 stored = None
-                if result.status is not RolloutStatus.ABORTED:
+                if result.status is not RolloutStatus.ABORTED or keep_aborted:
                     stored = await self._store(result)
                 self._finalized = {"stored": stored is not None and bool(getattr(stored, "durable", False))}
                 self.emit("finalized", dict(self._finalized))

@@ -11,6 +11,7 @@
     GET  /rollouts/{id}/messages    the canonical transcript so far
     POST /rollouts/{id}/abort       -> the result (status aborted; nothing stored)
     POST /rollouts/{id}/finalize    waits for the end, stores Samples + row -> the result
+                                    ({"keep_aborted": true}: an aborted one's row too, untrainable)
 
 Every request needs ``Authorization: Bearer <token>`` (401 otherwise). Errors are JSON
 ``{"error": {"type", "message"}}`` with a 4xx status; a bad body loses nothing.
@@ -123,7 +124,11 @@ async def abort(request: web.Request) -> web.Response:
 
 
 async def finalize(request: web.Request) -> web.Response:
-    return web.json_response(await _handle(request).finalize())
+    handle = _handle(request)
+    body = await _body(request) if request.can_read_body else {}
+    if set(body) - {"keep_aborted"} or not isinstance(body.get("keep_aborted", False), bool):
+        raise HttpError(400, "invalid_request", "finalize takes an optional {\"keep_aborted\": true|false}")
+    return web.json_response(await handle.finalize(keep_aborted=body.get("keep_aborted", False)))
 
 
 async def events(request: web.Request) -> web.StreamResponse:

@@ -94,9 +94,10 @@ def build_mcp(service: Rollouts) -> FastMCP:
         return await _handle(service, rollout_id).abort()
 
     @mcp.tool
-    async def finalize_rollout(rollout_id: str) -> dict[str, Any]:
-        """Wait for its end, store its Samples and rollouts row; returns the result."""
-        return await _handle(service, rollout_id).finalize()
+    async def finalize_rollout(rollout_id: str, keep_aborted: bool = False) -> dict[str, Any]:
+        """Wait for its end, store its Samples and rollouts row; returns the result. An
+        aborted rollout stores nothing unless keep_aborted (then untrainable)."""
+        return await _handle(service, rollout_id).finalize(keep_aborted=keep_aborted)
 
     return mcp
 

@@ -35,10 +35,13 @@ async def test_queued_abort_many_readers_and_poll(tmp_path):
         first = await slow.poll(0, wait_s=1)
         assert [e["kind"] for e in first][:2] == ["queued", "phase"]
         assert (await slow.abort())["status"] == "aborted"
+        kept = await slow.finalize(keep_aborted=True)  # asked for: its row is written, untrainable
+        assert kept["stored"] and not kept["trainable"]
         again = await service.start("fast")  # a fresh id: aborted ids are not reused
         assert again.id == "fast.1" and (await again.finalize())["status"] == "completed"
         assert (await queued.finalize())["stored"] is False
-    assert stored_ids(tmp_path / "out")[1] == {"fast.1"}  # rows (this agent has no turns: no Samples)
+    assert stored_ids(tmp_path / "out")[1] == {"fast.1", "slow.0"}  # rows (this agent has no turns: no Samples)
+    assert _statuses(tmp_path / "out") == {"fast.1": "completed", "slow.0": "aborted"}
 
 
 async def test_a_failure_outside_the_pipeline_ends_the_rollout(tmp_path, monkeypatch):
@@ -57,3 +60,11 @@ async def test_a_failure_outside_the_pipeline_ends_the_rollout(tmp_path, monkeyp
 
 async def _kinds(handle) -> list[str]:
     return [ev["kind"] async for ev in handle.events()]
+
+
+def _statuses(out_dir) -> dict[str, str]:
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    rows = ShardReader(out_dir, name=ROLLOUTS_TABLE).read_table().to_pylist()
+    return {r["rollout_id"]: r["status"] for r in rows}
