@@ -37,9 +37,13 @@ def server(tmp_path):
         assert line.startswith("farm serve: listening on http://127.0.0.1:"), (tmp_path / "serve.err").read_text()
         yield line.split()[-1], proc
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # a failed test: stop it as a user would (its sandboxes closed), then for sure
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 async def sse(session, url: str, *, until: str = "result"):
