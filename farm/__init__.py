@@ -9,4 +9,8 @@ def __getattr__(name: str):
         from farm import continuous
 
         return getattr(continuous, name)
+    if name in ("Rollouts", "RolloutHandle", "InlineTask"):  # one rollout at a time (farm.single)
+        from farm import single
+
+        return getattr(single, name)
     raise AttributeError(f"module 'farm' has no attribute {name!r}")

@@ -13,6 +13,8 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("farm.commands.run", "run rollouts for a config"),
+    "rollout": ("farm.commands.rollout", "run one rollout, streaming its events (farm.Rollouts)"),
+    "serve": ("farm.commands.serve", "serve farm.Rollouts over HTTP (REST + SSE) on 127.0.0.1"),
     "validate-tasks": ("farm.commands.validate_tasks", "check every task: gold resolves, empty does not"),
     "envs": ("farm.commands.envs", "environment snapshots: build, ls, rm, gc"),
     "inspect": ("farm.commands.inspect", "summarize an output directory and decode a Sample"),

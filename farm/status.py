@@ -40,6 +40,7 @@ class RolloutStatus(str, Enum):
     INTERRUPTED = "interrupted"  # the run was stopped (signal) while it ran: rerun it
     CANCELLED = "cancelled"  # the rollout was cancelled (no record is kept: a rerun runs it)
     STALE = "stale"  # began under weights older than rollout.max_staleness allows: dropped or aborted, run again
+    ABORTED = "aborted"  # a user aborted this one rollout (farm.single): never trainable, never stored
 
     @property
     def failure_class(self) -> FailureClass:

@@ -91,6 +91,7 @@ def test_layer_rules():
     assert reaches("farm.sandboxes", "farm.tasks") == [] and reaches("farm.sandboxes", "farm.envs") == []
     for live in ("farm.actors", "farm.driver", "farm.continuous", "farm.gateway", "farm.engine", "farm.sandboxes"):
         assert reaches("farm.report", live) == [], live  # a report reads the output directory, never the live farm
-    above = ("actors", "driver.py", "continuous.py", "commands", "cli.py", "__main__.py")  # continuous: beside the driver
+    # continuous and single sit beside the driver
+    above = ("actors", "driver.py", "continuous.py", "single", "commands", "cli.py", "__main__.py")
     below = [p for p in FARM.rglob("*.py") if p.relative_to(FARM).parts[0] not in above]
     assert [str(p) for p in below if _imports_ray(p)] == []  # nothing below farm/actors imports Ray

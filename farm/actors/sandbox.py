@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutSpec, RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.pipeline import RolloutPipeline
 from farm.status import FailureClass, RolloutStatus
 
@@ -65,6 +66,7 @@ class SandboxActor:
         self.gateway_url = ""
         self.in_flight = 0
         self._stopping = False  # the run is stopping: rollouts that end now are interrupted
+        self._running: dict[str, asyncio.Task[RolloutResult]] = {}  # execute_stream's rollouts, by id
 
     async def ready(self) -> str:
         """Start the gateway (once); returns its URL."""
@@ -102,16 +104,71 @@ class SandboxActor:
                 )
         return self.gateway_url
 
-    async def run(self, spec: RolloutSpec) -> RolloutSummary:
-        """Run one rollout, hand it to the reducer, return its (durable) summary."""
+    async def execute(self, spec: RolloutSpec, observer: Any = None) -> RolloutResult:
+        """Run one rollout through the pipeline (within this actor's slots); store nothing.
+        ``observer(kind, data)`` hears its phase changes and its session's turns."""
         await self.ready()
         assert self._slots is not None and self._pipeline is not None
-        async with self._slots:
-            self._set_in_flight(+1)
+        watched = observer is not None and hasattr(self._parts, "observers")
+        if watched:
+            self._parts.observers[spec.rollout_id] = observer
+        try:
+            async with self._slots:
+                self._set_in_flight(+1)
+                try:
+                    return await self._pipeline.run(spec, observer)
+                finally:
+                    self._set_in_flight(-1)
+        finally:
+            if watched:
+                self._parts.observers.pop(spec.rollout_id, None)
+
+    async def execute_stream(self, spec: RolloutSpec) -> AsyncIterator[tuple[str, Any]]:
+        """``execute`` for a caller in another process (``farm.single`` on Ray; call it with
+        ``num_returns="streaming"``): yields ``("event", (kind, data))`` as the rollout goes,
+        then ``("result", RolloutResult | None)``. ``abort(rollout_id)`` cancels it (the
+        result still comes, status cancelled, after the pipeline cleaned up; None if it
+        was still waiting for a slot)."""
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        task = asyncio.ensure_future(self.execute(spec, lambda kind, data: queue.put_nowait((kind, data))))
+        self._running[spec.rollout_id] = task
+        try:
+            while not task.done() or not queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield "event", getter.result()
+                else:
+                    getter.cancel()
             try:
-                result = await self._pipeline.run(spec)
-            finally:
-                self._set_in_flight(-1)
+                result: RolloutResult | None = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this stream itself was cancelled
+                result = None  # aborted before the pipeline began (waiting for a slot)
+            yield "result", result
+        finally:
+            self._running.pop(spec.rollout_id, None)
+            if not task.done():  # the caller went away: do not leave the rollout running
+                task.cancel()
+
+    async def abort(self, rollout_id: str) -> bool:
+        """Cancel a rollout started with ``execute_stream`` (False: not running here)."""
+        task = self._running.get(rollout_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    def transcript(self, rollout_id: str) -> list[dict[str, Any]]:
+        """The canonical messages of a running rollout's main line so far ([] if none)."""
+        from farm.trajectory.transcript import main_line_messages
+
+        return main_line_messages(self.live_tree(rollout_id))
+
+    async def run(self, spec: RolloutSpec) -> RolloutSummary:
+        """Run one rollout, hand it to the reducer, return its (durable) summary."""
+        result = await self.execute(spec)
         status = result.status
         if status is RolloutStatus.CANCELLED or (self._stopping and status is not RolloutStatus.COMPLETED):
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
@@ -124,6 +181,18 @@ class SandboxActor:
             # Not recorded yet: the driver runs it again after a backoff (the last attempt is recorded).
             return result.summary().model_copy(update={"durable": False})
         return await call(self.reducer, "submit", result)
+
+    def live_tree(self, rollout_id: str) -> Any:
+        """The turn tree of a rollout's open gateway session (None when it has none open)."""
+        from farm.errors import GatewayError
+
+        gateway = getattr(self._parts, "gateway", None)
+        if gateway is None:
+            return None
+        try:
+            return gateway.tree(rollout_id)
+        except GatewayError:
+            return None
 
     async def stop_accepting(self) -> None:
         """The run is stopping: whatever ends from now on (but a finished completion) is interrupted."""

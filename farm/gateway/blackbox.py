@@ -96,6 +96,7 @@ class BlackBoxService:
         assert transcript is not None
         if transcript.failure is not None:  # the endpoint already failed this session for good
             raise GatewayRequestError(transcript.failure[1], status=503, kind="overloaded")
+        session.notify("turn_started", prompt_tokens=0, side=pending.side)  # a hosted prompt has no count yet
         try:
             call = await self.client.complete(pending.req, deadline=session.deadline)
         except EndpointError as exc:
@@ -142,6 +143,11 @@ class BlackBoxService:
             latency_ms=call.latency_ms if call else 0.0, attempts=call.attempts if call else attempts,
             flags=frozenset(pending.flags), output_ids=ids, output_logprobs=logprobs,
         ))  # fmt: skip
+        turn = session.transcript.turns[-1]
+        session.notify("turn_finished", turn_id=f"t{len(session.transcript.turns)}", prompt_tokens=turn.prompt_tokens,
+                       new_prompt_tokens=turn.prompt_tokens, output_tokens=turn.output_tokens,
+                       finish_reason=turn.finish_reason.value, side=pending.side, trainable=False,
+                       tool_calls=list(turn.response.get("tool_calls") or []))  # fmt: skip
         session.stats.turns += 1
         if pending.side:
             session.stats.side_requests += 1

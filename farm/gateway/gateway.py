@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
@@ -137,14 +137,16 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------
     def open_session(self, session_id: str, *, model_name: str | None = None, max_turns: int | None = None,
-                     max_context_tokens: int | None = None, policy_version: int | None = None) -> SessionHandle:
-        """A new session; its ``secret`` is the API key to give the CLI."""
+                     max_context_tokens: int | None = None, policy_version: int | None = None,
+                     observer: Callable[[str, dict[str, Any]], None] | None = None) -> SessionHandle:
+        """A new session; its ``secret`` is the API key to give the CLI. ``observer(kind,
+        data)`` hears ``turn_started`` / ``turn_finished`` as they happen."""
         self._closed_stats.pop(session_id, None)
         session = self.sessions.open(
             session_id, model_name=model_name or self.model_name,
             max_turns=max_turns if max_turns is not None else self.config.max_turns,
             max_context_tokens=max_context_tokens if max_context_tokens is not None else self.config.max_context_tokens,
-            policy_version=policy_version,
+            policy_version=policy_version, observer=observer,
         )  # fmt: skip
         if self.black_box is not None:
             session.transcript = Transcript(session_id, self.black_box.client.name)
@@ -219,6 +221,8 @@ class Gateway:
             return self._closed_stats[session_id]
         return self.sessions.get(session_id).stats
 
-    def tree(self, session_id: str) -> TurnTree:
-        """The live tree of an open session (read-only use)."""
-        return self.sessions.get(session_id).tree
+    def tree(self, session_id: str) -> TurnTree | Transcript:
+        """The live record of an open session (read-only use): its turn tree, or in
+        black-box mode its transcript."""
+        session = self.sessions.get(session_id)
+        return session.transcript if session.transcript is not None else session.tree

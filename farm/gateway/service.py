@@ -217,6 +217,7 @@ class TurnService:
         if pending.immediate is not None:
             return pending.immediate
         session = pending.session
+        session.notify("turn_started", prompt_tokens=pending.plan.prompt_length, side=pending.side)
         gen = GenerateRequest(
             input_ids=pending.plan.prompt_ids, sampling_params=self.sampling_params(pending),
             rid=f"{session.session_id}-{uuid.uuid4().hex[:12]}", routing_key=session.session_id,
@@ -334,6 +335,10 @@ class TurnService:
                 replaces=replaces, keep=self.config.max_match_candidates,
             )  # fmt: skip
         rec.timings["record_ms"] = (time.perf_counter() - t0) * 1e3
+        session.notify("turn_finished", turn_id=rec.turn_id, prompt_tokens=plan.prompt_length,
+                       new_prompt_tokens=len(rec.prompt_delta_ids),
+                       output_tokens=len(result.output_ids), finish_reason=getattr(finish, "value", finish),
+                       side=pending.side, trainable=trainable, tool_calls=list(response.get("tool_calls") or []))
         return TurnOutput(
             turn_id=rec.turn_id, content=content, reasoning=reasoning, tool_calls=tuple(calls), finish=finish,
             matched_stop=matched_stop, prompt_tokens=plan.prompt_length, output_tokens=len(result.output_ids),

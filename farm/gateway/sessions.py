@@ -9,16 +9,19 @@ and cancels its in-flight generations (which aborts them at the engine).
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from farm.errors import GatewayError, GatewayRequestError
 from farm.gateway.canonical import Message, TranslationMemo
 from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,17 @@ class Session:
     last_activity: float = field(default_factory=time.monotonic)  # opened, or a request began / ended
     transcript: Transcript | None = None  # black-box mode (a hosted endpoint): the record instead of the tree
     deadline: float | None = None  # time.monotonic() the agent phase ends (black-box retries never wait past it)
+    observer: Callable[[str, dict[str, Any]], None] | None = None  # farm.single: turn events, as they happen
+
+    def notify(self, kind: str, **data: Any) -> None:
+        """Tell the session's observer (if any) that ``kind`` happened; an observer's bug
+        never fails a turn."""
+        if self.observer is None:
+            return
+        try:
+            self.observer(kind, data)
+        except Exception:  # noqa: BLE001
+            log.exception("gateway: session %s's observer failed on %s", self.session_id, kind)
 
     def memo(self, protocol: str) -> TranslationMemo:
         """The translation memo of this session's last request in ``protocol``."""
@@ -132,7 +146,8 @@ class SessionTable:
         return sum(1 for s in self._by_id.values() if not s.closed)
 
     def open(self, session_id: str, *, model_name: str, max_turns: int, max_context_tokens: int,
-             policy_version: int | None = None) -> Session:
+             policy_version: int | None = None, observer: Callable[[str, dict[str, Any]], None] | None = None,
+             ) -> Session:
         old = self._by_id.get(session_id)
         if old is not None and not old.closed:
             raise GatewayError(f"session {session_id!r} is already open")
@@ -141,7 +156,7 @@ class SessionTable:
         session = Session(
             session_id=session_id, secret="farm-" + secrets.token_urlsafe(24), model_name=model_name,
             max_turns=max_turns, max_context_tokens=max_context_tokens, policy_version=policy_version,
-            tree=TurnTree(session_id),
+            tree=TurnTree(session_id), observer=observer,
         )  # fmt: skip
         self._by_id[session_id] = session
         self._by_secret[session.secret] = session

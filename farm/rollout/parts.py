@@ -59,6 +59,8 @@ class FarmParts:
         self._sandboxes: set[Any] = set()
         self._secrets: dict[str, str] = {}
         self._excludes: dict[str, list[str]] = {}
+        # rollout id -> who hears its session's turns (farm.single's live events)
+        self.observers: dict[str, Callable[[str, dict[str, Any]], None]] = {}
 
     async def start(self) -> str:
         from farm.engine.client import EngineClient
@@ -139,7 +141,8 @@ class FarmParts:
         return await prepare_workspace(sandbox, spec.task, self.runtime)
 
     async def open_session(self, spec: RolloutSpec) -> str:
-        handle = self.gateway.open_session(spec.rollout_id, max_turns=self.cfg.rollout.max_turns)
+        handle = self.gateway.open_session(spec.rollout_id, max_turns=self.cfg.rollout.max_turns,
+                                           observer=self.observers.get(spec.rollout_id))
         self._secrets[handle.secret] = handle.session_id
         return handle.secret
 
@@ -159,7 +162,7 @@ class FarmParts:
             budget_s=budget_s,
             env=self._agent_env(spec.task),
         )
-        stuck = await self._until_stuck(self.harness.run(sandbox, run), sandbox, secret)
+        stuck = await self._until_stuck(self._followed(self.harness.run(sandbox, run), sandbox, spec), sandbox, secret)
         if isinstance(stuck, str):
             return AgentRun(exit_code=None, status="agent_error", reason=stuck)
         if isinstance(stuck, tuple):  # the hosted endpoint failed the session: (status, reason)
@@ -176,6 +179,31 @@ class FarmParts:
             status=result.status.value,
             reason=result.reason,
         )
+
+    async def _followed(self, running: Any, sandbox: Sandbox, spec: RolloutSpec) -> Any:
+        """``running`` (the harness run), its CLI's stdout lines told to the rollout's
+        observer as they are written (when someone watches it: farm.single)."""
+        observer = self.observers.get(spec.rollout_id)
+        if observer is None:
+            return await running
+        from farm.harnesses.follow import follow_lines
+
+        stop = asyncio.Event()
+        path = f"{self.harness.scratch_dir(sandbox)}/stdout.jsonl"
+        follower = asyncio.ensure_future(
+            follow_lines(sandbox, path, lambda line: observer("agent_output", {"line": line}), stop))
+        try:
+            return await running
+        finally:
+            stop.set()
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                follower.cancel()  # aborted / timed out: no last read from a sandbox being torn down
+            else:
+                try:
+                    await asyncio.wait_for(follower, 10)
+                except Exception:  # noqa: BLE001 - live output is best effort
+                    log.warning("following %s's output failed", spec.rollout_id, exc_info=True)
 
     async def _until_stuck(self, running: Any, sandbox: Sandbox, secret: str) -> Any:
         """The harness run's result, or (a str) why its CLI was found stuck and killed: no

@@ -18,7 +18,7 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from farm.rollout.artifacts import ArtifactsConfig, RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.rollout.model import RolloutResult, RolloutSpec
@@ -90,12 +90,19 @@ class _State:
     grade: Grade | None = None
     timings: dict[str, float] = field(default_factory=dict)
     phase_t0: float = 0.0
+    observer: Callable[[str, dict[str, Any]], None] | None = None  # hears each phase change (farm.single)
 
     def enter(self, phase: Phase) -> None:
         now = time.monotonic()
         if self.phase_t0:
             self.timings[self.phase.value] = self.timings.get(self.phase.value, 0.0) + now - self.phase_t0
+        changed = phase is not self.phase or not self.phase_t0
         self.phase, self.phase_t0 = phase, now
+        if changed and self.observer is not None:
+            try:
+                self.observer("phase", {"phase": phase.value})
+            except Exception:  # noqa: BLE001 - an observer's bug never fails a rollout
+                log.exception("rollout observer failed")
 
     def leave(self) -> None:
         self.enter(self.phase)
@@ -160,10 +167,13 @@ class RolloutPipeline:
         self.actor = actor
         self.artifacts = artifacts
 
-    async def run(self, spec: RolloutSpec) -> RolloutResult:
-        """Run one rollout. Never raises for a rollout failure (cancellation included)."""
+    async def run(
+        self, spec: RolloutSpec, observer: Callable[[str, dict[str, Any]], None] | None = None
+    ) -> RolloutResult:
+        """Run one rollout. Never raises for a rollout failure (cancellation included).
+        ``observer(kind, data)`` hears every phase change."""
         started = time.time()
-        state = _State()
+        state = _State(observer=observer)
         state.enter(Phase.CREATE_SANDBOX)
         outcome: Outcome
         try:

@@ -138,3 +138,20 @@ def request_messages(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=TRANSCRIPT_SCHEMA)
+
+
+def main_line_messages(session: Any) -> list[dict[str, Any]]:
+    """A session's canonical messages so far, tool calls and their results included, the
+    same shape whatever the CLI's wire protocol (``farm.single`` serves it as a rollout's
+    ``messages()``). A turn tree's main line is the history of its latest trainable turn;
+    a black-box :class:`Transcript`'s is its latest main (non-side) request plus the reply.
+    ``[]`` for no session or an empty one."""
+    if session is None or not len(session):
+        return []
+    if isinstance(session, Transcript):
+        main = [t for t in session.turns if not t.side] or list(session.turns)
+        last = main[-1]
+        return [*last.messages, last.response]
+    main = [t for t in session.turns if t.trainable] or list(session.turns)
+    last = max(main, key=lambda t: t.created_at)
+    return session.history(last.turn_id)

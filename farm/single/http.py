@@ -1,0 +1,163 @@
+"""``farm serve``: ``farm.Rollouts`` as a small REST API with server-sent events.
+
+::
+
+    POST /rollouts                  {"task": "demo-wordfreq", "harness": "claude_code"}
+                                    or {"inline": {instruction, files, setup, verifier}}  -> 201 state
+    GET  /rollouts?status=running   states of every rollout of this server
+    GET  /rollouts/{id}             state (and the result, once it ended)
+    GET  /rollouts/{id}/events      SSE: one event per phase / turn / tool call / output line,
+                                    the last one is ``result`` (resume with Last-Event-ID or ?since=N)
+    GET  /rollouts/{id}/messages    the canonical transcript so far
+    POST /rollouts/{id}/abort       -> the result (status aborted; nothing stored)
+    POST /rollouts/{id}/finalize    waits for the end, stores Samples + row -> the result
+                                    ({"keep_aborted": true}: an aborted one's row too, untrainable)
+
+Every request needs ``Authorization: Bearer <token>`` (401 otherwise). Errors are JSON
+``{"error": {"type", "message"}}`` with a 4xx status; a bad body loses nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from farm.errors import ConfigError, TaskError
+from farm.single.service import Rollouts
+
+log = logging.getLogger(__name__)
+
+ROLLOUTS_KEY: web.AppKey[Rollouts] = web.AppKey("rollouts", Rollouts)
+BODY_LIMIT = 8 << 20  # an inline task's files travel in the body
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response({"error": {"type": kind, "message": message}}, status=status)
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def _auth_middleware(token: str) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            return _error(401, "authentication", "missing or wrong bearer token (Authorization: Bearer <token>)")
+        try:
+            return await handler(request)
+        except HttpError as exc:
+            return _error(exc.status, exc.kind, str(exc))
+        except (TaskError, ConfigError) as exc:
+            return _error(400, "invalid_request", str(exc))
+        except web.HTTPException as exc:  # no such route, method not allowed, body too large
+            if exc.status < 400:
+                raise
+            return _error(exc.status, "invalid_request", exc.reason)
+
+    return auth
+
+
+def _handle(request: web.Request) -> Any:
+    rid = request.match_info["id"]
+    try:
+        return request.app[ROLLOUTS_KEY].get(rid)
+    except KeyError:
+        raise HttpError(404, "not_found", f"unknown rollout {rid!r}") from None
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise HttpError(415, "unsupported_media",
+                        f"Content-Type must be application/json, got {request.content_type!r}")
+    try:
+        body = json.loads(await request.text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HttpError(400, "invalid_json", f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "invalid_request", "body must be a JSON object")
+    return body
+
+
+async def create(request: web.Request) -> web.Response:
+    body = await _body(request)
+    unknown = set(body) - {"task", "inline", "harness"}
+    if unknown:
+        raise HttpError(400, "invalid_request", f"unknown field(s): {', '.join(sorted(unknown))}")
+    task, inline, harness = body.get("task"), body.get("inline"), body.get("harness")
+    if (task is None) == (inline is None):
+        raise HttpError(400, "invalid_request", "give exactly one of 'task' (a task id) or 'inline' (a task object)")
+    if task is not None and not isinstance(task, str):
+        raise HttpError(400, "invalid_request", "'task' must be a task id (string)")
+    if inline is not None and not isinstance(inline, dict):
+        raise HttpError(400, "invalid_request", "'inline' must be an object (instruction, files, setup, verifier)")
+    if harness is not None and not isinstance(harness, str):
+        raise HttpError(400, "invalid_request", "'harness' must be a string")
+    handle = await request.app[ROLLOUTS_KEY].start(task if task is not None else inline, harness=harness)
+    return web.json_response(handle.state(), status=201)
+
+
+async def listing(request: web.Request) -> web.Response:
+    return web.json_response({"rollouts": request.app[ROLLOUTS_KEY].list(request.query.get("status"))})
+
+
+async def state(request: web.Request) -> web.Response:
+    handle = _handle(request)
+    return web.json_response({**handle.state(), "result": handle.summary() if handle.done else None})
+
+
+async def messages(request: web.Request) -> web.Response:
+    return web.json_response({"messages": await _handle(request).messages()})
+
+
+async def abort(request: web.Request) -> web.Response:
+    return web.json_response(await _handle(request).abort())
+
+
+async def finalize(request: web.Request) -> web.Response:
+    handle = _handle(request)
+    body = await _body(request) if request.can_read_body else {}
+    if set(body) - {"keep_aborted"} or not isinstance(body.get("keep_aborted", False), bool):
+        raise HttpError(400, "invalid_request", "finalize takes an optional {\"keep_aborted\": true|false}")
+    return web.json_response(await handle.finalize(keep_aborted=body.get("keep_aborted", False)))
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    handle = _handle(request)
+    raw = request.headers.get("Last-Event-ID")
+    try:
+        since = int(raw) + 1 if raw is not None else int(request.query.get("since", "0"))
+    except ValueError:
+        raise HttpError(400, "invalid_request", "Last-Event-ID / since must be an integer") from None
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    async for ev in handle.events(since=max(0, since)):
+        await resp.write(f"id: {ev['seq']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n".encode())
+    await resp.write_eof()
+    return resp
+
+
+def make_app(rollouts: Rollouts, token: str) -> web.Application:
+    if not token:
+        raise ConfigError("farm serve needs a non-empty bearer token")
+    app = web.Application(middlewares=[_auth_middleware(token)], client_max_size=BODY_LIMIT)
+    app[ROLLOUTS_KEY] = rollouts
+    app.add_routes([
+        web.post("/rollouts", create),
+        web.get("/rollouts", listing),
+        web.get("/rollouts/{id}", state),
+        web.get("/rollouts/{id}/events", events),
+        web.get("/rollouts/{id}/messages", messages),
+        web.post("/rollouts/{id}/abort", abort),
+        web.post("/rollouts/{id}/finalize", finalize),
+    ])  # fmt: skip
+    return app

@@ -1,0 +1,177 @@
+"""``farm.Rollouts``: one rollout at a time, on demand, many at once from one process.
+
+The same farm as ``farm run``, assembled in this process without Ray: the engine
+(``RouterActor``: scripted workers behind the real router, or an external / routed
+SGLang), one ``SandboxActor`` per harness (its gateway, sandboxes, grading: the same
+``RolloutPipeline``) and the ``ReducerActor`` that writes Samples and the rollouts
+table. Only the dispatch differs: a caller starts each rollout and watches it::
+
+    async with farm.Rollouts("configs/local.yaml") as farm_:
+        r = await farm_.start("demo-wordfreq", harness="claude_code")
+        async for ev in r.events():
+            print(ev)
+        print(await r.finalize())     # reward, grading, diff; Samples written
+
+A rollout is stored only when finalized; ``close()`` finalizes the finished rollouts
+nobody finalized (nothing is lost) and aborts the running ones (nothing half-done is
+stored). One ``Rollouts`` owns its output directory (``RunLock``) like one ``farm run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from farm.config import FarmConfig, load_config
+from farm.errors import ConfigError, TaskError
+from farm.harnesses.config import HarnessName
+from farm.rollout.model import RolloutSpec, make_rollout_id
+from farm.single.handle import RolloutHandle
+from farm.single.inline import InlineTask, to_task
+from farm.single.placement import InProcess, OnRay
+from farm.tasks.model import Task
+
+log = logging.getLogger(__name__)
+
+TaskLike = str | Task | InlineTask | dict[str, Any]  # a task id, a Task, or an inline task
+
+
+class Rollouts:
+    def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
+                 tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None,
+                 placement: Literal["auto", "local", "ray"] = "auto") -> None:
+        self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides)
+        out_dir = Path(self.cfg.output.dir).expanduser().resolve()
+        self.cfg = self.cfg.model_copy(update={"output": self.cfg.output.model_copy(update={"dir": str(out_dir)})})
+        self.out_dir = out_dir
+        self._tasks_given = tasks
+        self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
+        self.tasks: dict[str, Task] = {}
+        self.handles: dict[str, RolloutHandle] = {}
+        if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
+            placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
+        kind = OnRay if placement == "ray" else InProcess
+        self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
+        self._lock: Any = None
+        self._used: set[str] = set()
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def __aenter__(self) -> Rollouts:
+        return await self.start_farm()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start_farm(self) -> Rollouts:
+        """Own the output dir, load the tasks, start the reducer and the engine."""
+        from farm.driver import _write_run_config
+        from farm.rollout.runlock import RunLock
+        from farm.rollout.tasks import load_run_tasks
+
+        if self._started:
+            return self
+        self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
+        try:
+            _write_run_config(self.cfg, self.out_dir)
+            tasks = self._tasks_given if self._tasks_given is not None else await asyncio.to_thread(
+                load_run_tasks, self.cfg)
+            self.tasks = {t.id: t for t in tasks}
+            await self.placement.start(tasks)
+            self._used = set(await self.placement.done_ids())
+        except BaseException:
+            await self._teardown()
+            raise
+        self._started = True
+        return self
+
+    async def close(self) -> None:
+        """Abort running rollouts, finalize finished ones, stop everything started."""
+        running = [h for h in self.handles.values() if not h.done]
+        await asyncio.gather(*(h.abort() for h in running), return_exceptions=True)
+        for h in self.handles.values():
+            try:
+                await h.finalize()
+            except Exception:  # noqa: BLE001 - the others still get stored
+                log.exception("finalizing rollout %s on close failed", h.id)
+        await self._teardown()
+        self._started = False
+
+    async def _teardown(self) -> None:
+        try:
+            await self.placement.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    # --- rollouts -----------------------------------------------------------------------------
+    def resolve_task(self, task: TaskLike) -> Task:
+        """A task id of the loaded task set, a Task, or an inline task (see farm.single.inline)."""
+        if isinstance(task, Task):
+            return task
+        if isinstance(task, str):
+            found = self.tasks.get(task)
+            if found is None:
+                known = ", ".join(sorted(self.tasks)[:10])
+                raise TaskError(f"unknown task {task!r} in {self.cfg.tasks.path} (known: {known}"
+                                f"{', ...' if len(self.tasks) > 10 else ''})")  # fmt: skip
+            return found
+        return to_task(task, self.out_dir)
+
+    def _next_id(self, task_id: str) -> tuple[str, int]:
+        """A rollout id this output dir has not used (stored or started here)."""
+        i = 0
+        while make_rollout_id(task_id, i) in self._used:
+            i += 1
+        rid = make_rollout_id(task_id, i)
+        self._used.add(rid)
+        return rid, i
+
+    async def start(self, task: TaskLike, *, harness: str | None = None) -> RolloutHandle:
+        """Start one rollout; returns at once with its handle (the rollout runs in this loop)."""
+        if not self._started:
+            raise ConfigError("Rollouts not started: use 'async with Rollouts(...)' or await start_farm()")
+        resolved = self.resolve_task(task)
+        name = harness or self.cfg.harness.name
+        if name not in get_args(HarnessName):
+            raise ConfigError(f"unknown harness {name!r} (one of {', '.join(get_args(HarnessName))})")
+        place = self.placement
+        actor = await place.actor(name)
+        rid, index = self._next_id(resolved.id)
+        spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
+                           task=resolved)  # fmt: skip
+        handle = RolloutHandle(
+            spec, name, live_transcript=lambda: place.transcript(actor, rid), store=place.submit,
+            outputs=self.outputs(),
+            remote_abort=None if place.cancels_locally else lambda: place.abort(actor, rid),
+        )  # fmt: skip
+        handle.attach(asyncio.ensure_future(place.execute(actor, spec, handle.observe)))
+        self.handles[rid] = handle
+        return handle
+
+    async def run(self, task: TaskLike, *, harness: str | None = None) -> dict[str, Any]:
+        """Start, wait, finalize: the result summary."""
+        handle = await self.start(task, harness=harness)
+        return await handle.finalize()
+
+    def get(self, rollout_id: str) -> RolloutHandle:
+        try:
+            return self.handles[rollout_id]
+        except KeyError:
+            raise KeyError(f"unknown rollout {rollout_id!r}") from None
+
+    def list(self, status: str | None = None) -> list[dict[str, Any]]:
+        states = [h.state() for h in self.handles.values()]
+        return [s for s in states if status is None or s["status"] == status]
+
+    def outputs(self) -> dict[str, str]:
+        """Where finalized rollouts go: the Samples (the trainer's table) and the rollouts table."""
+        from farm.trajectory.manifest import default_manifest_name as manifest_name
+
+        return {"output_dir": str(self.out_dir), "samples_manifest": str(self.out_dir / manifest_name("samples")),
+                "rollouts_manifest": str(self.out_dir / manifest_name("rollouts"))}  # fmt: skip
+

@@ -1,0 +1,108 @@
+"""`farm serve --openenv` driven by OpenEnv's own MCP client (openenv-core's
+MCPToolClient, over its WebSocket protocol): 8 rollouts at once, one followed through
+subscribe_events, one aborted mid-run (aborted, sandbox gone, no Sample), the rest
+finalized; run_rollout in one call; the token in the URL is the credential."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from openenv.core.mcp_client import MCPToolClient
+
+from farm.single.mcp_env import TOOLS
+from single_helpers import INLINE, single_config, stored_ids
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "openenv-token-456"
+
+
+@pytest.fixture
+def server(tmp_path):
+    cfg = single_config(tmp_path, concurrency=8)
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "FARM_SERVE_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "farm", "serve", "--openenv", "--config", str(path), "--port", "0"],
+                            env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "serve.err", "w"), text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("farm serve: listening on http://127.0.0.1:"), (tmp_path / "serve.err").read_text()
+        yield line.split()[4], proc
+    finally:
+        if proc.poll() is None:  # a failed test: stop it as a user would (its sandboxes closed), then for sure
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def follow(env, rid: str, until: str = "result") -> list[dict]:
+    events, since = [], 0
+    while True:
+        got = await env.call_tool("subscribe_events", rollout_id=rid, since=since, wait_s=10)
+        assert [e["seq"] for e in got["events"]] == list(range(since, got["next"]))  # in order, none doubled
+        events += got["events"]
+        since = got["next"]
+        if got["done"] or any(e["kind"] == until for e in got["events"]):
+            return events
+
+
+async def test_openenv_client_drives_the_farm(server, tmp_path):
+    url, proc = server
+    assert url.endswith("/" + TOKEN)
+    with pytest.raises(ConnectionError):  # no token in the path: nothing there
+        async with MCPToolClient(base_url=url.rsplit("/", 1)[0]) as env:
+            await env.list_tools()
+
+    async with MCPToolClient(base_url=url, message_timeout_s=600) as env:
+        assert set(TOOLS) <= {t.name for t in await env.list_tools()}
+        with pytest.raises(RuntimeError, match="unknown task 'nope'"):
+            await env.call_tool("start_rollout", task="nope")
+        with pytest.raises(RuntimeError, match="unknown rollout 'nope'"):
+            await env.call_tool("get_state", rollout_id="nope")
+
+        ids = [(await env.call_tool("start_rollout", task="demo-wordfreq", harness="claude_code"))["id"]
+               for _ in range(8)]
+        assert len(set(ids)) == 8
+        watched, doomed, rest = ids[0], ids[1], ids[2:]
+
+        await follow(env, doomed, until="turn_finished")  # mid-run
+        aborted = await env.call_tool("abort_rollout", rollout_id=doomed)
+        assert aborted["status"] == "aborted", aborted
+        sandbox = tmp_path / "sb" / "single" / aborted["sandbox_id"]
+        t0 = time.monotonic()
+        while sandbox.exists() and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.1)
+        assert aborted["sandbox_id"] and not sandbox.exists()
+
+        events = await follow(env, watched)
+        kinds = [e["kind"] for e in events]
+        assert kinds[0] == "queued" and "turn_finished" in kinds and "tool_call" in kinds
+        assert events[-1]["kind"] == "result" and events[-1]["status"] == "completed"
+        state = await env.call_tool("get_state", rollout_id=watched)
+        assert state["status"] == "completed" and state["turns"] == kinds.count("turn_finished")
+        messages = await env.call_tool("get_messages", rollout_id=watched)
+        assert messages[0]["role"] == "system" and any(m["role"] == "tool" for m in messages)
+
+        for rid in [watched, *rest]:
+            final = await env.call_tool("finalize_rollout", rollout_id=rid)
+            assert final["status"] == "completed" and final["reward"] == 1.0 and final["stored"], final
+        assert (await env.call_tool("finalize_rollout", rollout_id=doomed))["stored"] is False
+
+        one = await env.call_tool("run_rollout", inline=INLINE)  # start, wait, finalize in one call
+        assert one["status"] == "completed" and one["reward"] == 0.5 and one["stored"], one
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    samples, rows = stored_ids(tmp_path / "out")
+    assert samples == rows == {watched, *rest, one["id"]}

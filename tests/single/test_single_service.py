@@ -1,0 +1,70 @@
+"""farm.Rollouts' own bookkeeping, fast: real local sandboxes and the real pipeline and
+reducer, an agent that only sleeps (no engine, no CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from farm.errors import ConfigError
+from farm.single import Rollouts
+from farm.tasks.model import Task
+
+from single_helpers import SleepParts, single_config, stored_ids
+
+
+def task(tid: str, agent_s: float) -> Task:
+    return Task(id=tid, instruction="sleep", verify_commands=["true"], metadata={"agent_s": agent_s})
+
+
+async def test_queued_abort_many_readers_and_poll(tmp_path):
+    cfg = single_config(tmp_path, concurrency=1)
+    tasks = [task("fast", 0.1), task("slow", 30)]
+    async with Rollouts(cfg, tasks=tasks, parts_factory=SleepParts) as service:
+        with pytest.raises(ConfigError, match="unknown harness 'vim'"):
+            await service.start("fast", harness="vim")
+        slow = await service.start("slow")
+        queued = await service.start("fast")  # one slot: waits behind 'slow'
+        readers = [asyncio.ensure_future(_kinds(queued)) for _ in range(3)]
+        await asyncio.sleep(0.5)
+        assert queued.state()["phase"] == "queued" and await queued.poll(1, wait_s=0.2) == []
+        result = await queued.abort()
+        assert result["status"] == "aborted" and "while queued" in result["reason"]
+        assert await asyncio.gather(*readers) == [["queued", "result"]] * 3  # every reader saw the same log
+        first = await slow.poll(0, wait_s=1)
+        assert [e["kind"] for e in first][:2] == ["queued", "phase"]
+        assert (await slow.abort())["status"] == "aborted"
+        kept = await slow.finalize(keep_aborted=True)  # asked for: its row is written, untrainable
+        assert kept["stored"] and not kept["trainable"]
+        again = await service.start("fast")  # a fresh id: aborted ids are not reused
+        assert again.id == "fast.1" and (await again.finalize())["status"] == "completed"
+        assert (await queued.finalize())["stored"] is False
+    assert stored_ids(tmp_path / "out")[1] == {"fast.1", "slow.0"}  # rows (this agent has no turns: no Samples)
+    assert _statuses(tmp_path / "out") == {"fast.1": "completed", "slow.0": "aborted"}
+
+
+async def test_a_failure_outside_the_pipeline_ends_the_rollout(tmp_path, monkeypatch):
+    from farm.actors.sandbox import SandboxActor
+
+    async def broken(self, spec, observer=None):
+        raise RuntimeError("actor bug")
+
+    monkeypatch.setattr(SandboxActor, "execute", broken)
+    async with Rollouts(single_config(tmp_path), tasks=[task("fast", 0.1)], parts_factory=SleepParts) as service:
+        handle = await service.start("fast")
+        result = await asyncio.wait_for(handle.result(), 10)
+        assert result.status.value == "sandbox_error" and "actor bug" in result.reason
+        assert handle.state()["status"] == "sandbox_error"
+
+
+async def _kinds(handle) -> list[str]:
+    return [ev["kind"] async for ev in handle.events()]
+
+
+def _statuses(out_dir) -> dict[str, str]:
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    rows = ShardReader(out_dir, name=ROLLOUTS_TABLE).read_table().to_pylist()
+    return {r["rollout_id"]: r["status"] for r in rows}
