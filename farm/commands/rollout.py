@@ -34,16 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def overrides_of(args: argparse.Namespace) -> list[str]:
     """--tasks and --endpoint are config overrides, as ``--set`` takes them (applied last)."""
-    from farm.config import FarmConfig
-    from farm.errors import ConfigError
-
     extra = list(args.overrides)
     if args.tasks:
         extra.append(f"tasks.path={args.tasks}")
     if args.endpoint:
-        if "endpoint" not in FarmConfig.model_fields:
-            raise ConfigError("--endpoint needs a config with named endpoints (an 'endpoint' setting); "
-                              "this farm's config has none")  # fmt: skip
         extra.append(f"endpoint={args.endpoint}")
     return extra
 

@@ -32,8 +32,10 @@ def _harness_config(cfg: FarmConfig, harness: str) -> FarmConfig:
 class InProcess:
     cancels_locally = True  # abort = cancel the handle's task (the pipeline runs in this loop)
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
+    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
+                 endpoint_api_key: str | None = None) -> None:
         self.cfg, self.e2b_api_key, self.parts_factory = cfg, e2b_api_key, parts_factory
+        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's (black-box), read by the entry point
         self.reducer: Any = None
         self.router: Any = None
         self.engine_url = ""
@@ -44,7 +46,7 @@ class InProcess:
         from farm.actors.reducer import ReducerActor
 
         self.reducer = ReducerActor(self.cfg, metrics=False)
-        if self.parts_factory is None:  # a parts factory is a test seam: no engine behind it
+        if self.parts_factory is None and not self.cfg.black_box:  # a test seam / a hosted endpoint: no engine
             from farm.actors.router import RouterActor
 
             engine = self.cfg.engine
@@ -63,7 +65,7 @@ class InProcess:
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
         return SandboxActor(cfg, self.engine_url, self.reducer, name, e2b_api_key=self.e2b_api_key, metrics=False,
-                            parts_factory=self.parts_factory)  # fmt: skip
+                            parts_factory=self.parts_factory, endpoint_api_key=self.endpoint_api_key)  # fmt: skip
 
     async def execute(self, actor: Any, spec: RolloutSpec, observer: Any) -> RolloutResult | None:
         return await actor.execute(spec, observer)
@@ -97,8 +99,9 @@ class OnRay(InProcess):
 
     cancels_locally = False
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None) -> None:
-        super().__init__(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
+    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
+                 endpoint_api_key: str | None = None) -> None:
+        super().__init__(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=endpoint_api_key)
         self.farm: Any = None
         self.started_ray = False
 
@@ -106,9 +109,10 @@ class OnRay(InProcess):
         from farm.driver import FarmActors, init_ray
 
         self.started_ray = init_ray(self.cfg)  # in the main thread: ray.init installs signal handlers
-        self.farm = FarmActors(self.cfg, e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory)
+        self.farm = FarmActors(self.cfg, e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
+                               endpoint_api_key=self.endpoint_api_key)
         self.reducer = await asyncio.to_thread(self.farm.start_reducer)
-        if self.parts_factory is None:
+        if self.parts_factory is None and not self.cfg.black_box:
             self.engine_url = await asyncio.to_thread(self.farm.start_engine, tasks)
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
@@ -121,7 +125,8 @@ class OnRay(InProcess):
             name=full, num_cpus=self.cfg.ray.sandbox_actor_cpus, max_restarts=0, max_task_retries=0,
             max_concurrency=self.cfg.rollout.concurrency * 4 + 16, scheduling_strategy="SPREAD",
         ).remote(cfg, self.engine_url, actor_name(self.cfg.run_id, "reducer"), full,
-                 e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory)  # fmt: skip
+                 e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
+                 endpoint_api_key=self.endpoint_api_key)  # fmt: skip
         self.farm.actors[full] = actor  # FarmActors.close stops it with the others
         return actor
 

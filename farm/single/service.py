@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from farm.config import FarmConfig, load_config
+from farm.config import FarmConfig, endpoint_api_key, load_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, make_rollout_id
@@ -54,7 +54,9 @@ class Rollouts:
         if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
             placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
         kind = OnRay if placement == "ray" else InProcess
-        self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory)
+        # a hosted endpoint's key (black-box mode): read here, from its api_key_env, as `farm run` does
+        key = endpoint_api_key(self.cfg, os.environ)
+        self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=key)
         self._lock: Any = None
         self._used: set[str] = set()
         self._started = False
