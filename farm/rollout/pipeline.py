@@ -140,6 +140,7 @@ class RolloutPipeline:
         timeout_s: float,
         agent_timeout_s: float | None = None,
         actor: str = "",
+        node: str = "",
     ) -> None:
         self.parts = parts
         self.harness = harness
@@ -147,6 +148,7 @@ class RolloutPipeline:
         self.timeout_s = timeout_s
         self.agent_timeout_s = agent_timeout_s
         self.actor = actor
+        self.node = node
 
     async def run(self, spec: RolloutSpec) -> RolloutResult:
         """Run one rollout. Never raises for a rollout failure (cancellation included)."""
@@ -201,6 +203,7 @@ class RolloutPipeline:
             sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
             sandbox_policy=_policy_of(state.sandbox),
             actor=self.actor,
+            node=self.node,
             started_at=started,
             finished_at=finished,
             tree=state.tree,

@@ -51,12 +51,13 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("sandbox_id", pa.string()),
         pa.field("actor", pa.string()),
         pa.field("sandbox_policy", pa.string(), metadata={"doc": "network + limits the agent sandbox ran with, JSON"}),
+        pa.field("node", pa.string(), metadata={"doc": "Ray node id of the sandbox actor that ran it ('' if none)"}),
     ]
 )
 
 SUMMARY_COLUMNS = [
     "rollout_id", "group_id", "task_id", "attempt", "status", "reason", "reward", "turns",
-    "prompt_tokens", "output_tokens", "duration_s", "sandbox_id", "actor",
+    "prompt_tokens", "output_tokens", "duration_s", "sandbox_id", "actor", "node",
 ]  # fmt: skip
 
 
@@ -94,6 +95,7 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "sandbox_id": result.sandbox_id,
         "actor": result.actor,
         "sandbox_policy": json.dumps(result.sandbox_policy, sort_keys=True),
+        "node": result.node,
     }
 
 
@@ -125,6 +127,7 @@ def row_to_summary(row: dict[str, Any]) -> RolloutSummary:
         duration_s=row["duration_s"],
         sandbox_id=row["sandbox_id"],
         actor=row["actor"],
+        node=row.get("node") or "",
     )
 
 

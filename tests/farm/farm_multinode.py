@@ -1,0 +1,83 @@
+"""A real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): a head
+(the driver's node, ``engine_node``) and worker nodes (``sandbox_node``), each a raylet
+of its own with 1 logical CPU, its own temp dir and ports, and its own sandbox root.
+
+A node's sandbox root: every node's raylet (so its workers) gets ``FARM_NODE_NAME``,
+and configs use ``sandbox.local.base_dir: <root>/$FARM_NODE_NAME`` — expanded on the
+node that creates the sandbox, as separate disks would be on a real cluster. A node
+removed and added again under the same name finds its old root (a machine coming back).
+"""
+
+from __future__ import annotations
+
+import atexit
+import socket
+import threading
+import tempfile
+from typing import Any
+from unittest import mock
+
+import ray
+from ray.cluster_utils import Cluster
+
+NODE_ENV = "FARM_NODE_NAME"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MultiNode:
+    """Head + ``workers`` worker nodes; ``connect()`` makes this process the driver on the head."""
+
+    def __init__(self, workers: int, *, head_resources: dict[str, float] | None = None,
+                 worker_resources: dict[str, float] | None = None) -> None:
+        self.temp_dir = tempfile.mkdtemp(prefix="frm")  # short: unix socket paths are limited
+        self.worker_resources = worker_resources if worker_resources is not None else {"sandbox_node": 1}
+        # Cluster() records its address in /tmp/ray/ray_current_cluster, where every plain
+        # ray.init() on this machine (other tests, other sessions) would then join it: not here.
+        with mock.patch.object(ray._private.utils, "write_ray_address", lambda *a, **k: None):
+            self.cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "gcs_server_port": _free_port(), "temp_dir": self.temp_dir, "include_dashboard": False,
+                "resources": head_resources if head_resources is not None else {"engine_node": 1},
+                "env_vars": {NODE_ENV: "head"},
+            })
+        self.nodes: dict[str, Any] = {}  # name -> ray Node (workers)
+        for i in range(workers):
+            self.add(f"w{i}")
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    def add(self, name: str, **resources: float) -> Any:
+        """Start worker node ``name`` (from any thread: a node joining while the farm runs)."""
+        # A node's exit hooks install a SIGTERM handler, only possible on the main thread;
+        # ``shutdown()`` (and our own atexit hook) stop it instead.
+        hooks = threading.current_thread() is threading.main_thread()
+        self.cluster._shutdown_at_exit = hooks
+        try:
+            node = self.cluster.add_node(num_cpus=1, resources={**self.worker_resources, **resources},
+                                         env_vars={NODE_ENV: name})
+        finally:
+            self.cluster._shutdown_at_exit = True
+        if not hooks:
+            atexit.register(node.kill_all_processes, check_alive=False, allow_graceful=False)
+        self.nodes[name] = node
+        return node
+
+    def node_id(self, name: str) -> str:
+        return self.nodes[name].node_id
+
+    def kill(self, name: str) -> None:
+        """Kill every process of the node (raylet, its workers), no graceful shutdown."""
+        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+    def connect(self, namespace: str = "farm") -> None:
+        ray.init(address=self.address, namespace=namespace, log_to_driver=False)
+
+    def shutdown(self) -> None:
+        ray.shutdown()
+        self.cluster.shutdown()
