@@ -199,12 +199,17 @@ class FarmActors:
         self._account_lost_nodes(locations, reaped)
 
     def _locations(self) -> dict[str, dict[str, str]]:
-        """Actor name -> {node, sandbox_root} of every sandbox actor that got ready."""
+        """Actor name -> {node, sandbox_root} of every sandbox actor that got ready (one not
+        ready by now ran nothing: not waited for)."""
+        refs = list(self.where.values())
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=1.0, fetch_local=False)[0]) if refs else set()
         out = {}
         for name, ref in self.where.items():
+            if ref not in ready:
+                continue
             try:
                 out[name] = ray.get(ref, timeout=5)
-            except Exception:  # noqa: BLE001 - never got ready: it ran nothing
+            except Exception:  # noqa: BLE001 - it failed to start: it ran nothing
                 continue
         return out
 

@@ -93,7 +93,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-nodes-"))
     cluster = MultiNode(0)
     for i in range(3):
-        cluster.add(f"w{i}", **({"one_node": 1} if i == 0 else {}))
+        cluster.add(f"w{i}", {"sandbox_node": 1, **({"one_node": 1} if i == 0 else {})})
     cluster.connect()
     results = {}
     try:

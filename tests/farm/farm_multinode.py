@@ -52,15 +52,16 @@ class MultiNode:
     def address(self) -> str:
         return self.cluster.address
 
-    def add(self, name: str, **resources: float) -> Any:
-        """Start worker node ``name`` (from any thread: a node joining while the farm runs)."""
+    def add(self, name: str, resources: dict[str, float] | None = None) -> Any:
+        """Start worker node ``name`` with ``resources`` (default: the sandbox node's), from
+        any thread (a node joining while the farm runs)."""
         # A node's exit hooks install a SIGTERM handler, only possible on the main thread;
         # ``shutdown()`` (and our own atexit hook) stop it instead.
         hooks = threading.current_thread() is threading.main_thread()
         self.cluster._shutdown_at_exit = hooks
         try:
-            node = self.cluster.add_node(num_cpus=1, resources={**self.worker_resources, **resources},
-                                         env_vars={NODE_ENV: name})
+            node = self.cluster.add_node(num_cpus=1, env_vars={NODE_ENV: name},
+                                         resources=self.worker_resources if resources is None else resources)
         finally:
             self.cluster._shutdown_at_exit = True
         if not hooks:
@@ -69,7 +70,19 @@ class MultiNode:
         return node
 
     def node_id(self, name: str) -> str:
-        return self.nodes[name].node_id
+        return self.head_id if name == "head" else self.nodes[name].node_id
+
+    @property
+    def head_id(self) -> str:
+        return self.cluster.head_node.node_id
+
+    def placed(self, prefix: str) -> dict[str, str]:
+        """Actor name -> node id of every actor (alive or dead) named ``prefix...``, from the
+        GCS actor table (no dashboard needed)."""
+        from ray._private.state import actors
+
+        return {a["Name"]: a["Address"]["NodeID"] for a in actors().values()
+                if (a.get("Name") or "").startswith(prefix) and a.get("Address")}
 
     def kill(self, name: str) -> None:
         """Kill every process of the node (raylet, its workers), no graceful shutdown."""

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = MultiNode(2)  # head: engine_node; w0, w1: sandbox_node
+    c = MultiNode(2, head_resources={})  # head: the driver and the reducer; w0, w1: sandbox_node
+    c.add("gpu", {"engine_node": 1})  # the router and its (scripted) engine
     c.connect()
     yield c
     c.shutdown()
@@ -70,8 +71,12 @@ def test_rollouts_spread_over_sandbox_nodes(cluster, tmp_path):
     workers = {cluster.node_id("w0"), cluster.node_id("w1")}
     assert {r["node"] for r in rows} == workers  # both sandbox nodes ran rollouts, the head none
     assert summary.nodes == {n: 2 for n in workers} and not summary.lost_nodes
+    placed = cluster.placed("farm-spread-")
+    assert placed.pop("farm-spread-reducer") == cluster.head_id  # where the output directory is
+    assert placed.pop("farm-spread-router") == cluster.node_id("gpu")
+    assert sorted(placed.values()) == sorted(workers)  # one sandbox actor per sandbox node
     # each node created its sandboxes under its own root, and closed them
-    assert {p.name for p in (tmp_path / "sb").iterdir()} == {"w0", "w1"}
+    assert {p.name for p in (tmp_path / "sb").iterdir()} == {"w0", "w1"}  # none on the head or the gpu node
     assert not _left(tmp_path / "sb")
 
 
