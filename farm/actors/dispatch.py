@@ -5,7 +5,9 @@ and cancellation on Ctrl-C. Decisions are the pure functions of ``farm.rollout.p
 An actor that lost a rollout gets no new ones until it answers a probe: Ray restarts
 it (``ray.actor_max_restarts``), or it is dead for good (restarts used up, ``ray.kill``,
 its node gone) and leaves the pool. Without the probe, the dead actor would be the
-least loaded one and take every re-dispatch, each failing at once.
+least loaded one and take every re-dispatch, each failing at once. An actor pinned to a
+node that died is lost the same way (its node's rollouts go to the other nodes), and
+sandbox actors started on nodes that join mid-run (``scale_out``) enter the pool once ready.
 """
 
 from __future__ import annotations
