@@ -92,6 +92,7 @@ class FarmActors:
         self.where: dict[str, Any] = {}  # actor name -> ref of its where(): node id, sandbox root
         self.watch: placement.NodeWatch | None = None  # sandbox nodes joining mid-run (per-node placement)
         self.lost_nodes: dict[str, str] = {}  # node id -> what became of its sandboxes (filled by close)
+        self.reaped_on_join: dict[str, list[str]] = {}  # sandbox root -> sandboxes reaped when its node joined
 
     def start_reducer(self) -> Any:
         """Start (or restart after a crash) the one reducer, pinned to this node."""
@@ -148,10 +149,32 @@ class FarmActors:
         for node in self.watch.joined():
             log.warning("sandbox node %s joined: starting %d sandbox actor(s) on it", node,
                         self.cfg.placement.sandbox_actors_per_node)
+            self._reap_joined(node)
             for _ in range(self.cfg.placement.sandbox_actors_per_node):
                 name, ref = self._start_sandbox_actor(placement.Slot(node, placement.on_node(node)))
                 started[name] = ref
         return started
+
+    def _reap_joined(self, node: str) -> None:
+        """A machine coming back under a new node id: reap what this run left under its sandbox
+        root before it gets work, unless a live node of this run uses the same root (a shared
+        disk without a per-node root: those sandboxes may be running)."""
+        if self.cfg.sandbox.backend != "local":
+            return
+        locations = self._locations().values()
+        gone = placement.dead({loc["node"] for loc in locations})
+        live = sorted({loc["sandbox_root"] for loc in locations if loc["node"] not in gone})
+        reap_remote = ray.remote(num_cpus=0, max_retries=0)(_reap_sandboxes)
+        try:
+            root, found = ray.get(reap_remote.options(**placement.on_node(node)).remote(
+                self.cfg.run_id, self.cfg.sandbox, None, live), timeout=CONTROL_TIMEOUT_S)
+        except (GetTimeoutError, RayError) as exc:
+            log.warning("reaping sandboxes on joining node %s failed: %s", node, exc)
+            return
+        if found is not None:
+            self.reaped_on_join.setdefault(root, []).extend(found)
+            if found:
+                log.warning("node %s joined with %d sandbox(es) of this run left under %s: reaped", node, len(found), root)
 
     def _start_sandbox_actor(self, slot: placement.Slot) -> tuple[str, Any]:
         from farm.actors.sandbox import SandboxActor
@@ -221,8 +244,12 @@ class FarmActors:
             root = used[node]
             if self.cfg.sandbox.backend != "local":
                 self.lost_nodes[node] = f"died; its {self.cfg.sandbox.backend} sandboxes were reaped by run id"
+            elif root in self.reaped_on_join:
+                n = len(self.reaped_on_join[root]) + len(reaped.get(root, []))
+                self.lost_nodes[node] = f"died; came back: {n} sandbox(es) reaped under {root} when it rejoined"
             elif root in reaped:
-                self.lost_nodes[node] = f"died; came back: {len(reaped[root])} sandbox(es) reaped under {root}"
+                self.lost_nodes[node] = (f"died; came back: {len(reaped[root])} sandbox(es) reaped under {root} "
+                                         f"at the end of the run")
             else:
                 self.lost_nodes[node] = (f"died and is not back: its sandboxes under {root} are left behind "
                                          f"(run `farm reap --run-id {self.cfg.run_id}` on it)")
@@ -254,14 +281,19 @@ class FarmActors:
         return reaped
 
 
-def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None) -> tuple[str, list[str]]:
-    """(the sandbox root it looked in, the sandboxes it killed)."""
+def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,
+                    skip_roots: list[str] | None = None) -> tuple[str, list[str] | None]:
+    """(the sandbox root it looked in, the sandboxes it killed; None: the root is in
+    ``skip_roots``, left alone)."""
     import asyncio
 
     if sandbox_cfg.backend == "local":
         from farm.sandboxes.local import reap, sandbox_root
 
-        return sandbox_root(sandbox_cfg.local), asyncio.run(reap(run_id, cfg=sandbox_cfg.local))
+        root = sandbox_root(sandbox_cfg.local)
+        if root in (skip_roots or ()):
+            return root, None
+        return root, asyncio.run(reap(run_id, cfg=sandbox_cfg.local))
     if not e2b_api_key:
         return "", []
     from farm.sandboxes.e2b import reap as reap_e2b

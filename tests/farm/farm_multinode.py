@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import socket
 import threading
+import time
 import tempfile
 from typing import Any
 from unittest import mock
@@ -43,6 +44,8 @@ class MultiNode:
                 "num_cpus": 1, "gcs_server_port": _free_port(), "temp_dir": self.temp_dir, "include_dashboard": False,
                 "resources": head_resources if head_resources is not None else {"engine_node": 1},
                 "env_vars": {NODE_ENV: "head"},
+                # a killed node is declared dead in ~2 s, not ~15 s (a test cluster on loopback)
+                "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
             })
         self.nodes: dict[str, Any] = {}  # name -> ray Node (workers)
         for i in range(workers):
@@ -84,9 +87,14 @@ class MultiNode:
         return {a["Name"]: a["Address"]["NodeID"] for a in actors().values()
                 if (a.get("Name") or "").startswith(prefix) and a.get("Address")}
 
-    def kill(self, name: str) -> None:
-        """Kill every process of the node (raylet, its workers), no graceful shutdown."""
-        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+    def kill(self, name: str, *, wait_dead_s: float = 0.0) -> None:
+        """Kill every process of the node (raylet, its workers), no graceful shutdown; then
+        wait (up to ``wait_dead_s``) until the cluster has declared it dead."""
+        node = self.nodes.pop(name)
+        self.cluster.remove_node(node, allow_graceful=False)
+        deadline = time.monotonic() + wait_dead_s
+        while time.monotonic() < deadline and any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            time.sleep(0.2)
 
     def connect(self, namespace: str = "farm") -> None:
         ray.init(address=self.address, namespace=namespace, log_to_driver=False)
