@@ -11,6 +11,7 @@ removed and added again under the same name finds its old root (a machine coming
 from __future__ import annotations
 
 import atexit
+import shutil
 import socket
 import threading
 import time
@@ -102,3 +103,4 @@ class MultiNode:
     def shutdown(self) -> None:
         ray.shutdown()
         self.cluster.shutdown()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)  # session logs, sockets
