@@ -77,7 +77,9 @@ class RayConfig(BaseModel):
     num_cpus: int | None = Field(default=None, ge=1, description="CPUs of a locally started Ray")
     include_dashboard: bool | None = Field(default=None, description="dashboard of a locally started Ray")
     num_sandbox_actors: int | None = Field(
-        default=None, ge=1, description="sandbox actors; default one per alive node"
+        default=None, ge=1,
+        description="a fixed number of sandbox actors spread over the sandbox nodes; default: "
+        "placement.sandbox_actors_per_node on each sandbox node, and on nodes that join mid-run"
     )
     env_affinity: bool = Field(
         default=True,
@@ -91,6 +93,28 @@ class RayConfig(BaseModel):
     )
     drain_timeout_s: float = Field(
         default=60.0, gt=0, description="on Ctrl-C / job stop: wait this long for cancelled rollouts to clean up"
+    )
+
+
+class PlacementConfig(BaseModel):
+    """Which nodes of a Ray cluster run what (``farm.actors.placement``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox_resource: str | None = Field(
+        default=None,
+        description="custom node resource marking sandbox (CPU) nodes, e.g. 'sandbox_node' (ray start "
+        "--resources='{\"sandbox_node\": 1}'); None: every alive node runs sandbox actors",
+    )
+    engine_resource: str | None = Field(
+        default=None, description="custom node resource marking the engine (GPU) node the router actor goes to",
+    )
+    sandbox_actors_per_node: int = Field(
+        default=1, ge=1, description="sandbox actors started on each sandbox node (each runs rollout.concurrency)",
+    )
+    watch_nodes_s: float = Field(
+        default=5.0, ge=0,
+        description="look for sandbox nodes that joined mid-run this often and start their actors; 0 = never",
     )
 
 
@@ -123,6 +147,7 @@ class FarmConfig(BaseModel):
         description="the endpoint the CLIs are served by: 'farm' (the engine, token-exact, Samples) or a name "
         "in `endpoints` (a hosted one runs black-box: transcripts, no Samples, no engine started)",
     )
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
 
     @model_validator(mode="after")
     def _known_endpoint(self) -> "FarmConfig":

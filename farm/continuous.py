@@ -93,7 +93,7 @@ class Farm:
         import ray
 
         from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
-        from farm.driver import FarmActors, _default_num_actors, _start_loggers, _write_run_config, init_ray
+        from farm.driver import FarmActors, _start_loggers, _write_run_config, init_ray
         from farm.rollout.progress import RunProgress
         from farm.rollout.runlock import RunLock
         from farm.rollout.tasks import load_run_tasks
@@ -120,10 +120,11 @@ class Farm:
                 self._reader.incomplete.clear()
             if self._parts_factory is None:
                 self._actors.start_engine(tasks)
-            self._actors.start_sandbox_actors(cfg.ray.num_sandbox_actors or _default_num_actors())
+            self._actors.start_sandbox_actors()
             self._loggers = _start_loggers(cfg, self.console, self.out_dir)
             progress = RunProgress(self.console, 0, run_id=cfg.run_id, loggers=self._loggers)
-            self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, progress)
+            self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, progress,
+                                          scale_out=self._actors.scale_out)
             version = self.policy_version
             ray.get(reducer.set_policy_version.remote(version), timeout=CONTROL_TIMEOUT_S)
             self._dispatcher.set_policy_version(version)

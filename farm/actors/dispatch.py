@@ -5,7 +5,9 @@ and cancellation on Ctrl-C. Decisions are the pure functions of ``farm.rollout.p
 An actor that lost a rollout gets no new ones until it answers a probe: Ray restarts
 it (``ray.actor_max_restarts``), or it is dead for good (restarts used up, ``ray.kill``,
 its node gone) and leaves the pool. Without the probe, the dead actor would be the
-least loaded one and take every re-dispatch, each failing at once.
+least loaded one and take every re-dispatch, each failing at once. An actor pinned to a
+node that died is lost the same way (its node's rollouts go to the other nodes), and
+sandbox actors started on nodes that join mid-run (``scale_out``) enter the pool once ready.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, TaskCancelledError
+from ray.exceptions import (
+    ActorUnavailableError,
+    ActorUnschedulableError,
+    RayActorError,
+    RayTaskError,
+    TaskCancelledError,
+)
 
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
@@ -34,6 +42,9 @@ log = logging.getLogger(__name__)
 # (the actor enforces timeout_s itself; this catches a hung actor).
 GUARD_SLACK_S = 120.0
 CONTROL_TIMEOUT_S = 120.0
+# An actor call failed because the actor is gone: dead, restarting, or pinned to a node
+# that died (a node-pinned actor cannot restart anywhere else: unschedulable).
+ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
 
 
 @dataclass
@@ -55,6 +66,7 @@ class Dispatcher:
         progress: RunProgress,
         *,
         guard_s: float | None = None,
+        scale_out: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.actors = actors
@@ -79,6 +91,10 @@ class Dispatcher:
         self.stale_aborted = 0  # cancelled at a weight update, run again (on_stale=abort)
         self._aborting: set[Any] = set()  # refs cancelled as stale
         self._versions: queue.SimpleQueue[int] = queue.SimpleQueue()  # weight updates from the trainer's thread
+        # New sandbox actors (nodes that joined mid-run): ``scale_out()`` starts them and gives
+        # {name: ref ready when they are}; they join the pool once ready.
+        self.scale_out = scale_out
+        self.joining: dict[Any, str] = {}
 
     # --- loop ---------------------------------------------------------------
     def run(self, specs: list[RolloutSpec] = (), *, feed: StreamFeed | None = None,
@@ -95,8 +111,9 @@ class Dispatcher:
                 self._apply_versions()
                 self._release_delayed(time.monotonic())
                 self._feed(feed)
+                self._grow()
                 self._dispatch()
-                if not self.inflight and not self.probes:
+                if not self.inflight and not self.probes and not self.joining:
                     if self.queue and not self.load:
                         self._give_up_all("no sandbox actor left alive")
                     elif self.delayed and not self.queue:
@@ -104,13 +121,15 @@ class Dispatcher:
                     elif feed is not None and not self.queue:
                         time.sleep(0.05)  # back-pressure: the trainer has not consumed enough yet
                     continue
-                refs = [*self.inflight, *self.probes]
+                refs = [*self.inflight, *self.probes, *self.joining]
                 ready, _ = ray.wait(refs, num_returns=1, timeout=0.2 if feed is not None else 1.0, fetch_local=False)
                 if ready:
                     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
                 for ref in ready:
                     if ref in self.probes:
                         self._probed(ref)
+                    elif ref in self.joining:
+                        self._joined(ref)
                     else:
                         self._collect(ref)
                 self._guard(time.monotonic())
@@ -131,6 +150,22 @@ class Dispatcher:
                 return
             self.queue.extend(group)
             self.progress.grow(len(group))
+
+    def _grow(self) -> None:
+        if self.scale_out is None or self.interrupted:
+            return
+        for name, ref in self.scale_out().items():
+            self.joining[ref] = name
+
+    def _joined(self, ref: Any) -> None:
+        name = self.joining.pop(ref)
+        try:
+            where = ray.get(ref)
+        except (*ACTOR_LOST, RayTaskError) as exc:
+            self.progress.note(f"actor {name} did not start on its new node: {type(exc).__name__}")
+            return
+        self.load[name], self.failures[name] = 0, 0
+        self.progress.note(f"actor {name} joined on node {where.get('node', '')[:8]}: taking rollouts")
 
     # --- weight versions and staleness -----------------------------------------
     def set_policy_version(self, version: int) -> None:
@@ -180,7 +215,7 @@ class Dispatcher:
             summary: RolloutSummary = ray.get(ref)
         except TaskCancelledError:
             summary = _cancelled(spec, item.actor)
-        except (RayActorError, ActorUnavailableError) as exc:
+        except ACTOR_LOST as exc:
             self._actor_failed(item.actor)
             self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return
@@ -254,7 +289,7 @@ class Dispatcher:
         name, _ = self.probes.pop(ref)
         try:
             ray.get(ref)
-        except (RayActorError, ActorUnavailableError):  # dead, or not back yet: ask again (bounded)
+        except ACTOR_LOST:  # dead, or not back yet: ask again (bounded)
             self.failures[name] += 1
             self._probe(name)
         except RayTaskError:  # it runs code, so it is alive

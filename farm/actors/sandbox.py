@@ -37,6 +37,14 @@ async def call(handle: Any, method: str, *args: Any) -> Any:
     return await result if asyncio.iscoroutine(result) else result
 
 
+def _ray_node() -> str:
+    try:
+        import ray
+    except ImportError:
+        return ""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
 class SandboxActor:
     def __init__(
         self,
@@ -64,6 +72,7 @@ class SandboxActor:
         self._slots: asyncio.Semaphore | None = None
         self._start_lock: asyncio.Lock | None = None
         self.gateway_url = ""
+        self.node = ""  # the Ray node id it runs on ('' outside Ray): recorded with each rollout
         self.in_flight = 0
         self._stopping = False  # the run is stopping: rollouts that end now are interrupted
         self._running: dict[str, asyncio.Task[RolloutResult]] = {}  # execute_stream's rollouts, by id
@@ -74,6 +83,7 @@ class SandboxActor:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._pipeline is None:
+                self.node = _ray_node()
                 if self._parts_factory is None:
                     from farm.rollout.parts import FarmParts as factory
                 else:
@@ -101,8 +111,20 @@ class SandboxActor:
                     actor=self.name,
                     artifacts=self.cfg.artifacts,
                     mode="black_box" if self.cfg.black_box else "token_exact",
+                    node=self.node,
                 )
         return self.gateway_url
+
+    async def where(self) -> dict[str, str]:
+        """Ready, and where: its node id and the sandbox root it creates local sandboxes
+        under there (``farm.driver`` reports a dead node's root as left behind)."""
+        await self.ready()
+        root = ""
+        if self.cfg.sandbox.backend == "local":
+            from farm.sandboxes.local_dirs import sandbox_root
+
+            root = sandbox_root(self.cfg.sandbox.local)
+        return {"name": self.name, "node": self.node, "sandbox_root": root, "gateway_url": self.gateway_url}
 
     async def execute(self, spec: RolloutSpec, observer: Any = None) -> RolloutResult:
         """Run one rollout through the pipeline (within this actor's slots); store nothing.

@@ -75,6 +75,7 @@ class RolloutResult(BaseModel):
     )
     actor: str = Field(default="", description="the sandbox actor that ran it")
     mode: str = Field(default="token_exact", description="token_exact (farm engine) or black_box (hosted endpoint)")
+    node: str = Field(default="", description="the Ray node id of that actor ('' outside Ray)")
     policy_version_at_finish: int | None = Field(default=None, description="the farm's weight version when recorded")
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -102,6 +103,7 @@ class RolloutResult(BaseModel):
             duration_s=self.duration_s,
             sandbox_id=self.sandbox_id,
             actor=self.actor,
+            node=self.node,
         )
 
     def grading_json(self) -> str:
@@ -126,4 +128,5 @@ class RolloutSummary(BaseModel):
     duration_s: float = 0.0
     sandbox_id: str = ""
     actor: str = ""
+    node: str = ""
     durable: bool = Field(default=True, description="the reducer acknowledged it (written, or already there)")

@@ -157,6 +157,7 @@ class RolloutPipeline:
         actor: str = "",
         artifacts: ArtifactsConfig | None = None,
         mode: str = "token_exact",
+        node: str = "",
     ) -> None:
         self.mode = mode  # black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
         self.parts = parts
@@ -166,6 +167,7 @@ class RolloutPipeline:
         self.agent_timeout_s = agent_timeout_s
         self.actor = actor
         self.artifacts = artifacts
+        self.node = node
 
     async def run(
         self, spec: RolloutSpec, observer: Callable[[str, dict[str, Any]], None] | None = None
@@ -228,6 +230,7 @@ class RolloutPipeline:
             sandbox_policy=_policy_of(state.sandbox),
             actor=self.actor,
             mode=self.mode,
+            node=self.node,
             started_at=started,
             finished_at=finished,
             tree=state.tree,

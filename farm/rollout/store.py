@@ -29,7 +29,14 @@ import pyarrow as pa
 
 from farm.rollout.artifacts import RolloutArtifacts, clean_partial, write_artifacts
 from farm.rollout.model import RolloutResult, RolloutSummary
-from farm.rollout.table import ROLLOUT_SCHEMA, SUMMARY_COLUMNS, result_to_row, row_to_summary, rows_to_table
+from farm.rollout.table import (
+    ROLLOUT_SCHEMA,
+    SUMMARY_COLUMNS,
+    migrate_rollouts,
+    result_to_row,
+    row_to_summary,
+    rows_to_table,
+)
 from farm.status import RolloutStatus
 from farm.trajectory.config import OutputConfig
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
@@ -68,7 +75,8 @@ class RolloutStore:
             self._transcripts()
         # the writers verified every shard they kept when they opened: no second pass here
         self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
-        self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False)
+        # migrate: shards written before a column existed (``node``) still load
+        self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False, migrate=migrate_rollouts)
 
         self.partial_artifacts = clean_partial(self.out_dir)  # a crash mid-write: never a half copy
         self.rebuilt_rows = 0
@@ -128,6 +136,7 @@ class RolloutStore:
                 "turns": int(meta.get("rollout_turns", 0)), "trainable_turns": 0, "prompt_tokens": 0,
                 "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "mode": "token_exact", "timings": "{}",
                 "duration_s": 0.0, "started_at": 0.0, "finished_at": 0.0, "sandbox_id": "", "actor": "",
+                "node": "",
             }  # fmt: skip
             self.rollouts.write_rollout(rid, rows_to_table([row]))
             self.summaries[rid] = row_to_summary(row)

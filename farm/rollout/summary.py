@@ -71,6 +71,12 @@ class RunSummary(BaseModel):
     redispatched: int = 0
     retried: int = Field(default=0, description="infrastructure retries this invocation")
     interrupted: bool = False
+    nodes: dict[str, int] = Field(
+        default_factory=dict, description="rollouts finished this invocation per Ray node id (of the actor that ran it)"
+    )
+    lost_nodes: dict[str, str] = Field(
+        default_factory=dict, description="nodes that died holding sandbox actors -> what became of their sandboxes"
+    )
     recovery: list[str] = Field(
         default_factory=list, description="what opening the output directory repaired (farm.trajectory.recovery)"
     )
@@ -119,6 +125,7 @@ def summarize(
         redispatched=redispatched,
         retried=retried,
         interrupted=interrupted,
+        nodes=dict(sorted(Counter(s.node for s in finished if s.node).items())),
     )
 
 
@@ -228,6 +235,9 @@ def summary_table(summary: RunSummary):
     ]
     if summary.retried:
         rows.append(("infrastructure retries", str(summary.retried)))
+    if len(summary.nodes) > 1:
+        rows.append(("nodes", ", ".join(f"{node[:8]}={n}" for node, n in summary.nodes.items())))
+    rows += [(f"lost node {node[:8]}", what) for node, what in summary.lost_nodes.items()]
     if summary.interrupted:
         rows.append(("interrupted", "yes (rerun to resume)"))
     c = summary.cumulative

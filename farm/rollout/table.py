@@ -53,12 +53,13 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("sandbox_policy", pa.string(), metadata={"doc": "network + limits the agent sandbox ran with, JSON"}),
         pa.field("mode", pa.string(), metadata={"doc": "token_exact (the farm engine: Samples) or black_box (a hosted "
                                                        "endpoint: the transcripts table, never Samples)"}),
+        pa.field("node", pa.string(), metadata={"doc": "Ray node id of the sandbox actor that ran it ('' if none)"}),
     ]
 )
 
 SUMMARY_COLUMNS = [
     "rollout_id", "group_id", "task_id", "attempt", "status", "reason", "reward", "turns",
-    "prompt_tokens", "output_tokens", "duration_s", "sandbox_id", "actor",
+    "prompt_tokens", "output_tokens", "duration_s", "sandbox_id", "actor", "node",
 ]  # fmt: skip
 
 
@@ -97,6 +98,7 @@ def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
         "actor": result.actor,
         "sandbox_policy": json.dumps(result.sandbox_policy, sort_keys=True),
         "mode": result.mode,
+        "node": result.node,
     }
 
 
@@ -128,6 +130,7 @@ def row_to_summary(row: dict[str, Any]) -> RolloutSummary:
         duration_s=row["duration_s"],
         sandbox_id=row["sandbox_id"],
         actor=row["actor"],
+        node=row.get("node") or "",
     )
 
 

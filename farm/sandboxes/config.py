@@ -61,7 +61,8 @@ class LocalSandboxConfig(BaseModel):
 
     base_dir: str = Field(
         default="/tmp/farm-sandboxes",
-        description="sandboxes live in <base_dir>/<run_id>/<sandbox_id>/ (hidden from every sandbox)",
+        description="sandboxes live in <base_dir>/<run_id>/<sandbox_id>/ (hidden from every sandbox); ~ and "
+        "$VARS are expanded on the node that creates the sandbox (a per-node root on a shared disk)",
     )
     isolation: Literal["bwrap", "none"] = Field(
         default="bwrap",

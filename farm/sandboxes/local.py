@@ -47,6 +47,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
     remove_sandbox_dir,
     safe_component,
     sandbox_pids,
+    sandbox_root,
     socket_dir,
 )
 from farm.sandboxes.process import HostProcess
@@ -78,7 +79,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self.id = uuid.uuid4().hex[:12]
         self.labels = dict(spec.labels)
         run_id = safe_component(self.labels.get("run_id", "norun"))
-        self._base_dir = os.path.realpath(os.path.expanduser(cfg.base_dir))
+        self._base_dir = sandbox_root(cfg)
         self.dir = Path(self._base_dir, run_id, self.id)
         self.root = str(self.dir / "root")
         self.home = str(self.dir / "root" / "home")

@@ -41,6 +41,16 @@ def safe_component(value: str) -> str:
     return "_" if cleaned in ("", ".", "..") else cleaned
 
 
+def sandbox_root(cfg) -> str:  # noqa: ANN001 - LocalSandboxConfig (no import cycle)
+    """``base_dir`` as this host sees it: ``~`` and ``$VARS`` expanded here, on the node that
+    creates (or reaps) the sandbox, so one config can give each node its own root."""
+    expanded = os.path.expandvars(os.path.expanduser(cfg.base_dir))
+    if re.search(r"\$\{?[A-Za-z_]", expanded):
+        raise SandboxError(f"sandbox.local.base_dir {cfg.base_dir!r} names an environment variable "
+                           f"that is not set on this node ({expanded!r})")
+    return os.path.realpath(expanded)
+
+
 def _rmtree(path: Path) -> None:
     def onerror(func, p, _exc_info):  # noqa: ANN001 - shutil's callback signature
         # Read-only directories made inside the sandbox: make them writable, retry once.
@@ -131,7 +141,7 @@ def busy_processes(sandbox_id: str) -> int:
 
 async def reap(run_id: str, *, cfg) -> list[str]:  # noqa: ANN001 - LocalSandboxConfig (no import cycle)
     """Kill every process of every local sandbox labelled ``run_id``, remove its cgroups and dirs."""
-    run_dir = Path(os.path.realpath(os.path.expanduser(cfg.base_dir)), safe_component(run_id))
+    run_dir = Path(sandbox_root(cfg), safe_component(run_id))
     if not run_dir.is_dir():
         return []
     reaped = []

@@ -96,3 +96,20 @@ async def test_a_close_cut_short_leaves_a_dir_reap_still_removes(local_cfg, monk
     assert sb.dir.exists() and (sb.dir / "labels.json").exists()
     assert await reap(run_id, cfg=local_cfg.local) == [sb.id]
     assert not sb.dir.exists()
+
+
+def test_base_dir_expands_environment_variables_on_the_node(tmp_path: Path, monkeypatch) -> None:
+    """``$VARS`` in base_dir are this node's (a per-node root on a shared disk); an unset one
+    is an error, never a directory literally named ``$FARM_NODE_NAME``."""
+    import pytest
+
+    from farm.errors import SandboxError
+    from farm.sandboxes.config import LocalSandboxConfig
+    from farm.sandboxes.local import sandbox_root
+
+    cfg = LocalSandboxConfig(base_dir=str(tmp_path / "sb" / "$FARM_NODE_NAME"))
+    monkeypatch.setenv("FARM_NODE_NAME", "w1")
+    assert sandbox_root(cfg) == str((tmp_path / "sb" / "w1").resolve())
+    monkeypatch.delenv("FARM_NODE_NAME")
+    with pytest.raises(SandboxError, match="not set on this node"):
+        sandbox_root(cfg)
