@@ -93,7 +93,8 @@ class Farm:
         import ray
 
         from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
-        from farm.driver import FarmActors, _start_loggers, _write_run_config, init_ray
+        from farm.actors.assembly import FarmActors, init_ray
+        from farm.driver import _start_loggers, _write_run_config
         from farm.rollout.progress import RunProgress
         from farm.rollout.runlock import RunLock
         from farm.rollout.tasks import load_run_tasks

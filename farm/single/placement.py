@@ -106,7 +106,7 @@ class OnRay(InProcess):
         self.started_ray = False
 
     async def start(self, tasks: list[Task]) -> None:
-        from farm.driver import FarmActors, init_ray
+        from farm.actors.assembly import FarmActors, init_ray
 
         self.started_ray = init_ray(self.cfg)  # in the main thread: ray.init installs signal handlers
         self.farm = FarmActors(self.cfg, e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
@@ -118,7 +118,7 @@ class OnRay(InProcess):
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
         import ray
 
-        from farm.driver import actor_name
+        from farm.actors.assembly import actor_name
 
         full = actor_name(self.cfg.run_id, name)
         actor = ray.remote(SandboxActor).options(

@@ -17,7 +17,8 @@ import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.driver import actor_name, run_farm
+from farm.actors.assembly import actor_name
+from farm.driver import run_farm
 from farm.harnesses.config import HarnessConfig
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.sandboxes.local import LABELS_FILE, MARKER_ENV

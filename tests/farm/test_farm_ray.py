@@ -19,7 +19,8 @@ from rich.console import Console
 import farm_helpers
 from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
-from farm.driver import actor_name, run_farm
+from farm.actors.assembly import actor_name
+from farm.driver import run_farm
 from farm.rollout.artifacts import read_index, read_text
 from farm.rollout.groups import complete_groups
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
