@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.trajectory.manifest import fsync_dir, write_durable
 from farm.trajectory.transcript import Transcript
 
 ARTIFACTS_DIR = "artifacts"
@@ -181,21 +182,6 @@ def build_artifacts(
 
 
 # --- write (reducer side) --------------------------------------------------------
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_artifacts(out_dir: str | Path, arts: RolloutArtifacts) -> Path:
     """Make ``arts`` the rollout's artifacts: written complete into a temp directory,
     then renamed into place. What an earlier attempt of the same rollout left (it was
@@ -207,15 +193,15 @@ def write_artifacts(out_dir: str | Path, arts: RolloutArtifacts) -> Path:
     tmp.mkdir()
     try:
         for name, data in arts.files.items():
-            _write(tmp / name, data)
-        _write(tmp / INDEX, (json.dumps(arts.index, indent=1, default=str) + "\n").encode())
-        _fsync_dir(tmp)
+            write_durable(tmp / name, data)
+        write_durable(tmp / INDEX, (json.dumps(arts.index, indent=1, default=str) + "\n").encode())
+        fsync_dir(tmp)
         old = None
         if final.exists():
             old = root / f"{_OLD}{uuid.uuid4().hex}"
             os.rename(final, old)
         os.rename(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
