@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import yaml
 
 from farm.config import FarmConfig
 
@@ -90,3 +97,28 @@ class SleepParts:
         from farm.rollout.pipeline import Grade
 
         return Grade(reward=1.0, report={"resolved": True})
+
+
+@contextmanager
+def serve(tmp_path: Path, token: str, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``farm serve [flags]`` in a subprocess on a free port with ``single_config``:
+    (its base URL, the process); stopped as a user would (SIGTERM: its sandboxes closed),
+    then for sure."""
+    cfg = single_config(tmp_path, concurrency=8)
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "FARM_SERVE_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, "-m", "farm", "serve", *flags, "--config", str(path), "--port", "0"],
+                            env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "serve.err", "w"), text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("farm serve: listening on http://127.0.0.1:"), (tmp_path / "serve.err").read_text()
+        yield line.split()[4], proc
+    finally:
+        if proc.poll() is None:  # a failed test: stop it as a user would (its sandboxes closed), then for sure
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

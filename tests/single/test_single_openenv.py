@@ -6,18 +6,14 @@ finalized; run_rollout in one call; the token in the URL is the credential."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-import yaml
 from openenv.core.mcp_client import MCPToolClient
 
 from farm.single.mcp_env import TOOLS
-from single_helpers import INLINE, single_config, stored_ids
+from single_helpers import INLINE, serve, stored_ids
 
 pytestmark = pytest.mark.slow
 
@@ -26,24 +22,8 @@ TOKEN = "openenv-token-456"
 
 @pytest.fixture
 def server(tmp_path):
-    cfg = single_config(tmp_path, concurrency=8)
-    path = tmp_path / "serve.yaml"
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "FARM_SERVE_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "farm", "serve", "--openenv", "--config", str(path), "--port", "0"],
-                            env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "serve.err", "w"), text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("farm serve: listening on http://127.0.0.1:"), (tmp_path / "serve.err").read_text()
-        yield line.split()[4], proc
-    finally:
-        if proc.poll() is None:  # a failed test: stop it as a user would (its sandboxes closed), then for sure
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with serve(tmp_path, TOKEN, "--openenv") as running:
+        yield running
 
 
 async def follow(env, rid: str, until: str = "result") -> list[dict]:
