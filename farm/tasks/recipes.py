@@ -174,7 +174,8 @@ def _parse(raw: Any, where: str) -> RecipeFile:
             raise TaskLoadError(where, 0, str(repo), "expected a mapping version -> recipe")
         for version, spec in versions.items():
             if isinstance(version, float):  # YAML reads 0.20 as the number 0.2: never what was meant
-                raise TaskLoadError(where, 0, f"{repo}.{version}", f"a version must be a string: quote it ('{version}')")
+                msg = f"a version must be a string: quote it ('{version}')"
+                raise TaskLoadError(where, 0, f"{repo}.{version}", msg)
             try:
                 book.setdefault(str(repo), {})[str(version)] = Recipe.model_validate(spec or {})
             except ValidationError as exc:

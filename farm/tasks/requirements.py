@@ -88,7 +88,8 @@ def unmet(requirements: list[Requirement]) -> list[tuple[str, bool]]:
                     all("never" not in r.check for r, _ in apt)))  # fmt: skip
     for r, _ in missing:
         if r.kind == "conda":
-            out.append((f"conda-only packages of {r.name} (SWE-bench's spec builds a conda environment; pip cannot install them)", False))
+            out.append((f"conda-only packages of {r.name} (SWE-bench's spec builds a conda environment; "
+                        "pip cannot install them)", False))  # fmt: skip
         elif r.kind == "download":
             out.append((f"a download of {r.name} (outside the package index)", False))
     return out

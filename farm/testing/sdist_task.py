@@ -84,7 +84,8 @@ REQUESTS = SdistProject(
 
 # The inflection task's facts under their historical names (users of this module import them).
 PACKAGE, VERSION, REPO = INFLECTION.package, INFLECTION.version, INFLECTION.repo
-BUG, FAIL_TO_PASS, PASS_TO_PASS, STATEMENT = INFLECTION.bug, INFLECTION.fail_to_pass, INFLECTION.pass_to_pass, INFLECTION.statement
+BUG, FAIL_TO_PASS, PASS_TO_PASS = INFLECTION.bug, INFLECTION.fail_to_pass, INFLECTION.pass_to_pass
+STATEMENT = INFLECTION.statement
 
 
 def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:

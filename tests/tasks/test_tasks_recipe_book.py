@@ -103,7 +103,8 @@ def test_requirement_entries_and_checks() -> None:
 
 
 def test_a_row_gets_its_recipe_from_the_book_with_no_recipe_file(tmp_path: Path) -> None:
-    path = write(tmp_path / "rows.jsonl", row("django/django", "4.0"), row("psf/requests", "2.31", log_parser="parse_log_requests"))
+    rows = [row("django/django", "4.0"), row("psf/requests", "2.31", log_parser="parse_log_requests")]
+    path = write(tmp_path / "rows.jsonl", *rows)
     django, requests = load_tasks(TasksConfig(path=str(path), check_requirements=False)).tasks
     assert django.python == "3.8" and django.base_setup_commands[0].startswith("uv venv")
     assert django.setup_commands[-1] == "uv pip install -q --python .venv/bin/python -e ."
@@ -113,6 +114,16 @@ def test_a_row_gets_its_recipe_from_the_book_with_no_recipe_file(tmp_path: Path)
     assert django.metadata["recipe"] == "django/django@4.0" and django.metadata["recipe_source"] == BUILTIN
     assert requests.test_command == ". .venv/bin/activate && pytest -rA tests/foo/tests.py"
     assert requests.log_parser == canonical_parser("parse_log_requests")  # the row's own
+    # The same rows as a Parquet file (test lists as lists, as datasets export them) load the same.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f2p, p2p = ["tests/foo/tests.py::test_y"], ["tests/foo/tests.py::test_x"]
+    rows = [row("django/django", "4.0", FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet")
+    (from_parquet,) = load_tasks(TasksConfig(path=str(tmp_path / "rows.parquet"), check_requirements=False)).tasks
+    assert from_parquet.setup_commands == django.setup_commands and from_parquet.test_command == django.test_command
+    assert from_parquet.pass_to_pass == ["tests/foo/tests.py::test_x"]
     assert fill_test_command("t {test_files} | {test_labels}", ["tests/a/b.py", "x.txt", "pkg/test_c.py"]) == (
         "t tests/a/b.py pkg/test_c.py | a.b pkg.test_c"
     )
@@ -151,8 +162,8 @@ def test_system_only_needs_and_unknown_versions_are_errors_when_rows_load(tmp_pa
         "  '1.0': {setup: [x], requires: [{apt: farm-no-such-pkg, check: 'command:farm-no-such-tool'}]}\n"
         "  '2.0': {setup: [x], requires: [{apt: coreutils, check: 'command:sh'}]}\n"
     )
-    rows = [row("pydata/xarray", "2022.06"), row("acme/tool", "1.0"), row("acme/tool", "2.0"),
-            row("psf/requests", "9.9"), row("psf/requests", "9.9", instance_id="own", setup_commands=["own"])]  # fmt: skip
+    own = row("psf/requests", "9.9", instance_id="own", setup_commands=["own"])
+    rows = [row("pydata/xarray", "2022.06"), row("acme/tool", "1.0"), row("acme/tool", "2.0"), row("psf/requests", "9.9"), own]
     path = write(tmp_path / "rows.jsonl", *rows)
     result = load_tasks(path, recipes=str(mine))
     assert [t.id for t in result.tasks] == ["acme__tool-2.0", "own"]  # met needs; a row with its own setup
