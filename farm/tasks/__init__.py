@@ -2,7 +2,8 @@
 the interpreter a task runs with. Nothing here drives a sandbox (that is ``farm.workspace``).
 
 Public API: ``Task`` (model), ``load_tasks`` (loaders), ``TaskRuntime`` (runtime),
-``load_recipes`` / ``apply_recipe`` (recipes), ``ensure_demo_set`` (demo).
+``load_book`` / ``apply_recipe`` (recipes: farm's recipe book in ``recipe_book/`` and the
+user's files), ``ensure_demo_set`` (demo).
 """
 
 from farm.tasks.model import GitSource, ImageSource, Task, TarballSource, TaskTimeouts, WorkspaceSource

@@ -19,10 +19,19 @@ class TasksConfig(BaseModel):
     format: TaskFormat = Field(
         default="auto", description="row format; 'auto' detects it per row (farm, swebench, swegym, swesmith, r2e)"
     )
-    recipes: str | None = Field(
-        default=None,
-        description="recipe file (YAML: repository -> version -> setup, python, env, test command) filling in what "
-        "SWE-bench-family rows leave to their docker image (see farm.tasks.recipes)",
+    recipes: str | list[str] | None = Field(
+        default="builtin",
+        description="recipes (YAML: repository -> version -> python, setup, test command; see farm.tasks.recipes) "
+        "filling in what SWE-bench-family rows leave to their docker image: 'builtin' = farm's recipe book "
+        "(every repository-version of SWE-bench's harness specs, for local sandboxes); a file = the book with the "
+        "file over it (per repository-version); a list = exactly those sources, later ones winning ('builtin' "
+        "or files); 'none' = no recipes (e.g. E2B from the rows' own images)",
+    )
+    check_requirements: bool = Field(
+        default=True,
+        description="when rows load, check that this machine has what their recipe needs beyond PyPI (its python, "
+        "system packages; the recipe's `requires`) and report the rows it lacks them for; turn off when sandboxes "
+        "run on other machines than the one loading the tasks",
     )
     strict: bool = Field(default=False, description="stop at the first malformed row (default: report and skip it)")
     mirror_dir: str | None = Field(

@@ -154,6 +154,8 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
             raise RowError("test_patch", "no test_cmd and no test files to run")
         test_cmd = pytest_command(files)
         metadata["test_command_default"] = True  # a recipe's test_command may replace it
+    if _str_or_none(row, "log_parser") is None:
+        metadata["log_parser_default"] = True  # a recipe's log_parser may replace it
     metadata["test_files"] = files
     metadata["source"] = source
     metadata["docker_image"] = (

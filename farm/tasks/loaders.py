@@ -19,9 +19,10 @@ from farm.errors import TaskLoadError
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
-from farm.tasks.recipes import apply_recipe, load_recipes
+from farm.tasks.recipes import RecipeError, apply_recipe, load_book
 
 _JSONL = (".jsonl", ".ndjson", ".jsonl.gz")
+_CONFIG = object()  # load_tasks' recipes / check_requirements default: the TasksConfig's (or its default)
 
 
 @dataclass
@@ -102,17 +103,20 @@ def _open_text(path: Path):  # noqa: ANN202 - a text file object
 
 def load_tasks(
     source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None,
-    recipes: str | Path | None = None,
+    recipes: Any = _CONFIG, check_requirements: Any = _CONFIG,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
-    format and strict). Bad rows become ``TaskLoadError``s in the result (or raise, with
-    ``strict``); duplicate ids are errors on the later row. The result iterates its tasks."""
+    format, strict and recipes). Bad rows become ``TaskLoadError``s in the result (or raise,
+    with ``strict``); so do rows whose recipe is missing or needs what this machine lacks;
+    duplicate ids are errors on the later row. The result iterates its tasks. ``recipes``
+    and ``check_requirements`` default to the config's (``TasksConfig``'s defaults for a file)."""
+    cfg = source if isinstance(source, TasksConfig) else TasksConfig()
     if isinstance(source, TasksConfig):
         format = source.format if format is None else format
         strict = source.strict if strict is None else strict
-        recipes = source.recipes if recipes is None else recipes
         source = resolve_tasks_path(source)
-    book = load_recipes(recipes) if recipes else {}
+    book = load_book(cfg.recipes if recipes is _CONFIG else recipes)
+    check = cfg.check_requirements if check_requirements is _CONFIG else bool(check_requirements)
     format = format or "auto"
     strict = bool(strict)
     p = Path(source).expanduser()
@@ -132,10 +136,12 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
+                task = apply_recipe(task, book, check_requirements=check)
             except RowError as exc:
                 err = TaskLoadError(str(p), lineno, exc.field, f"{exc.message} ({fmt} row)")
+            except RecipeError as exc:
+                err = TaskLoadError(str(p), lineno, exc.field, exc.message)
             else:
-                task = apply_recipe(task, book) if book else task
                 if task.id in seen:
                     err = TaskLoadError(str(p), lineno, "id", f"duplicate task id {task.id!r}")
                 else:

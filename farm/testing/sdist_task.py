@@ -1,14 +1,18 @@
-"""A real SWE-bench-format task built from a package on the registry (tests, benchmarks).
+"""Real SWE-bench-format tasks built from packages on the registry (tests, benchmarks).
 
-``inflection`` 0.5.1's sdist (fetched from PyPI with pip) is unpacked into a git
-repository: the release as the first commit, then a small bug in ``dasherize`` as the
-task's base commit. The row is in the current SWE-bench format (FAIL_TO_PASS /
-PASS_TO_PASS as JSON strings, ``version``, ``environment_setup_commit``,
-``log_parser: parse_log_pytest``, no test command), the repository is a bare mirror
-named as farm looks it up (``<owner>__<name>.git``), and a recipe file supplies what
-a local sandbox needs for repo ``pypi/inflection`` version ``0.5``: a venv made with
-uv (or pip) holding pytest and ``extra_deps`` (real wheels: numpy/pandas/scipy make
-the environment as heavy as a scientific repository's).
+A project's sdist (fetched from PyPI with pip) is unpacked into a git repository: the
+release as the first commit, then a small bug as the task's base commit. The row is in the
+current SWE-bench format (FAIL_TO_PASS / PASS_TO_PASS as JSON strings, ``version``,
+``environment_setup_commit``, ``log_parser: parse_log_<name>``, no test command), the
+repository is a bare mirror named as farm looks it up (``<owner>__<name>.git``).
+
+- ``INFLECTION`` (``inflection`` 0.5.1, repo ``pypi/inflection``): a bug in ``dasherize``;
+  a recipe file supplies what a local sandbox needs for version ``0.5``: a venv made with
+  uv (or pip) holding pytest and ``extra_deps`` (real wheels: numpy/pandas/scipy make the
+  environment as heavy as a scientific repository's).
+- ``REQUESTS`` (``requests`` 2.31.0 as repo ``psf/requests``, version ``2.31``): a bug in
+  ``CaseInsensitiveDict.__eq__`` and a test patch adding the test that catches it; no recipe
+  file: farm's recipe book has SWE-bench's spec for psf/requests 2.31.
 """
 
 from __future__ import annotations
@@ -22,20 +26,66 @@ from pathlib import Path
 
 import yaml
 
-PACKAGE, VERSION = "inflection", "0.5.1"
-REPO = "pypi/inflection"
-BUG = ("return word.replace('_', '-')\n", "return word.replace('_', '-', 1)\n")
-FAIL_TO_PASS = ["test_inflection.py::test_dasherize[person_street_address-person-street-address]"]
-PASS_TO_PASS = [
-    "test_inflection.py::test_dasherize[street-street]",
-    "test_inflection.py::test_dasherize[street_address-street-address]",
-    "test_inflection.py::test_underscore[Product-product]",
-    "test_inflection.py::test_titleize[active_record-Active Record]",
-]
-STATEMENT = (
-    "`inflection.dasherize` only replaces the first underscore: `dasherize('person_street_address')` "
-    "returns 'person-street_address' instead of 'person-street-address'. Every underscore should become a dash."
-)
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SdistProject:
+    package: str
+    version: str  # the release on PyPI
+    repo: str  # owner/name the row names (and its mirror)
+    row_version: str  # the row's SWE-bench `version`
+    bug_file: str
+    bug: tuple[str, str]  # (the release's text, the buggy text)
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    statement: str
+    log_parser: str = "parse_log_pytest"
+    new_test: tuple[str, str, str] | None = None  # (file, text, text inserted after it): the row's test patch
+    drop: tuple[str, ...] = field(default=())  # sdist-only paths the repository does not hold
+
+
+INFLECTION = SdistProject(
+    package="inflection", version="0.5.1", repo="pypi/inflection", row_version="0.5",
+    bug_file="inflection/__init__.py",
+    bug=("return word.replace('_', '-')\n", "return word.replace('_', '-', 1)\n"),
+    fail_to_pass=["test_inflection.py::test_dasherize[person_street_address-person-street-address]"],
+    pass_to_pass=[
+        "test_inflection.py::test_dasherize[street-street]",
+        "test_inflection.py::test_dasherize[street_address-street-address]",
+        "test_inflection.py::test_underscore[Product-product]",
+        "test_inflection.py::test_titleize[active_record-Active Record]",
+    ],
+    statement="`inflection.dasherize` only replaces the first underscore: `dasherize('person_street_address')` "
+    "returns 'person-street_address' instead of 'person-street-address'. Every underscore should become a dash.",
+)  # fmt: skip
+
+_STRUCTURES = "tests/test_structures.py"
+REQUESTS = SdistProject(
+    package="requests", version="2.31.0", repo="psf/requests", row_version="2.31",
+    bug_file="requests/structures.py",
+    bug=("return dict(self.lower_items()) == dict(other.lower_items())\n",
+         "return dict(self.items()) == dict(other.items())\n"),
+    fail_to_pass=[f"{_STRUCTURES}::TestCaseInsensitiveDict::test_instance_equality[other0-True]",
+                  f"{_STRUCTURES}::TestCaseInsensitiveDict::test_equality_ignores_case"],
+    pass_to_pass=[f"{_STRUCTURES}::TestCaseInsensitiveDict::test_instance_equality[other1-False]",
+                  f"{_STRUCTURES}::TestCaseInsensitiveDict::test_instance_equality[None-False]",
+                  f"{_STRUCTURES}::TestCaseInsensitiveDict::test_copy",
+                  f"{_STRUCTURES}::TestCaseInsensitiveDict::test_getitem[aCcEpT]",
+                  f"{_STRUCTURES}::TestLookupDict::test_getitem[bad_gateway-502]"],
+    statement="`CaseInsensitiveDict` equality is case-sensitive: `CaseInsensitiveDict({'Accept': 'x'}) == "
+    "{'ACCEPT': 'x'}` is False. Two mappings whose keys differ only in case should compare equal.",
+    log_parser="parse_log_requests",
+    new_test=(_STRUCTURES, "        assert (self.case_insensitive_dict == other) is result\n",
+              "\n    def test_equality_ignores_case(self):\n"
+              "        assert CaseInsensitiveDict({\"ACCEPT\": \"application/json\"}) == self.case_insensitive_dict\n"),
+    drop=("requests.egg-info",),
+)  # fmt: skip
+
+# The inflection task's facts under their historical names (users of this module import them).
+PACKAGE, VERSION, REPO = INFLECTION.package, INFLECTION.version, INFLECTION.repo
+BUG, FAIL_TO_PASS, PASS_TO_PASS = INFLECTION.bug, INFLECTION.fail_to_pass, INFLECTION.pass_to_pass
+STATEMENT = INFLECTION.statement
 
 
 def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -46,60 +96,71 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return res.stdout.strip()
 
 
-def fetch_sdist(cache: Path) -> Path:
+def fetch_sdist(cache: Path, project: SdistProject = INFLECTION) -> Path:
     """The sdist from the package registry (pip download), cached."""
     cache.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache.glob(f"{PACKAGE}-{VERSION}.tar.gz"))
-    if not found:
+    name = f"{project.package}-{project.version}.tar.gz"
+    if not (cache / name).is_file():
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
-             f"{PACKAGE}=={VERSION}"],
+             f"{project.package}=={project.version}"],
             check=True, capture_output=True,
         )  # fmt: skip
-        found = sorted(cache.glob(f"{PACKAGE}-{VERSION}.tar.gz"))
-    return found[0]
+    return cache / name
 
 
-def build_mirror(root: Path, sdist: Path) -> tuple[Path, str, str]:
-    """(mirror dir, base commit, gold patch): the release, then the bug on top."""
+def build_mirror(root: Path, sdist: Path, project: SdistProject = INFLECTION) -> tuple[Path, str, str, str]:
+    """(mirrors dir, base commit, gold patch, test patch): the release, then the bug on top;
+    the test patch adds ``project.new_test`` (empty without one)."""
     work = root / "work"
     if work.exists():
         subprocess.run(["rm", "-rf", str(work)], check=True)
     with tarfile.open(sdist) as tar:
         tar.extractall(root / "unpacked", filter="data")
-    src = root / "unpacked" / f"{PACKAGE}-{VERSION}"
-    os.rename(src, work)
+    os.rename(root / "unpacked" / f"{project.package}-{project.version}", work)
+    for path in project.drop:
+        subprocess.run(["rm", "-rf", str(work / path)], check=True)
     _git(work, "init", "-q", "-b", "main")
     _git(work, "add", "-A")
-    _git(work, "commit", "-q", "-m", f"{PACKAGE} {VERSION} from its sdist")
-    mod = work / PACKAGE / "__init__.py"
+    _git(work, "commit", "-q", "-m", f"{project.package} {project.version} from its sdist")
+    mod = work / project.bug_file
     text = mod.read_text()
-    assert BUG[0] in text, "the sdist changed: the bug cannot be introduced"
-    mod.write_text(text.replace(BUG[0], BUG[1], 1))
-    _git(work, "commit", "-q", "-am", "dasherize: only the first underscore")
+    assert project.bug[0] in text, "the sdist changed: the bug cannot be introduced"
+    mod.write_text(text.replace(project.bug[0], project.bug[1], 1))
+    _git(work, "commit", "-q", "-am", "a bug")
     base = _git(work, "rev-parse", "HEAD")
-    gold = _git(work, "diff", "HEAD", "HEAD~1", "--", f"{PACKAGE}/__init__.py") + "\n"
+    gold = _git(work, "diff", "HEAD", "HEAD~1", "--", project.bug_file) + "\n"
+    test_patch = ""
+    if project.new_test:
+        path, anchor, added = project.new_test
+        test_file = work / path
+        tests = test_file.read_text()
+        assert anchor in tests, "the sdist changed: the test cannot be added"
+        test_file.write_text(tests.replace(anchor, anchor + added, 1))
+        test_patch = _git(work, "diff", "--", path) + "\n"
+        _git(work, "checkout", "-q", "--", path)
     mirrors = root / "mirrors"
     mirrors.mkdir(exist_ok=True)
-    mirror = mirrors / "pypi__inflection.git"
+    mirror = mirrors / (project.repo.replace("/", "__") + ".git")
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirror)], check=True)
-    return mirrors, base, gold
+    return mirrors, base, gold, test_patch
 
 
-def swebench_row(base: str, gold: str, instance: str = "pypi__inflection-1") -> dict:
+def swebench_row(base: str, gold: str, instance: str = "pypi__inflection-1", *, project: SdistProject = INFLECTION,
+                 test_patch: str = "") -> dict:  # fmt: skip
     return {
         "instance_id": instance,
-        "repo": REPO,
+        "repo": project.repo,
         "base_commit": base,
         "environment_setup_commit": base,
-        "version": "0.5",
-        "problem_statement": STATEMENT,
+        "version": project.row_version,
+        "problem_statement": project.statement,
         "patch": gold,
-        "test_patch": "",
-        "FAIL_TO_PASS": json.dumps(FAIL_TO_PASS),
-        "PASS_TO_PASS": json.dumps(PASS_TO_PASS),
-        "log_parser": "parse_log_pytest",
-        "image_name": "swebench/sweb.eval.x86_64.pypi_1776_inflection-1:latest",
+        "test_patch": test_patch,
+        "FAIL_TO_PASS": json.dumps(project.fail_to_pass),
+        "PASS_TO_PASS": json.dumps(project.pass_to_pass),
+        "log_parser": project.log_parser,
+        "image_name": f"swebench/sweb.eval.x86_64.{instance.replace('__', '_1776_')}:latest",
         "created_at": "2020-01-01T00:00:00Z",
     }
 
@@ -127,10 +188,27 @@ def make_task_set(root: Path, *, installer: str = "uv", extra_deps: list[str] | 
     """Write ``tasks.jsonl`` (one SWE-bench row), ``recipes.yaml`` and the mirror under
     ``root``; returns their paths (keys: tasks, recipes, mirrors)."""
     root.mkdir(parents=True, exist_ok=True)
-    sdist = fetch_sdist(sdist_cache or Path(os.path.expanduser("~/.cache/farm/testing/sdists")))
-    mirrors, base, gold = build_mirror(root, sdist)
+    sdist = fetch_sdist(sdist_cache or default_sdist_cache())
+    mirrors, base, gold, _ = build_mirror(root, sdist)
     tasks = root / "tasks.jsonl"
     tasks.write_text(json.dumps(swebench_row(base, gold)) + "\n")
     recipes = root / "recipes.yaml"
     recipes.write_text(yaml.safe_dump(recipe(installer, extra_deps), sort_keys=False))
     return {"tasks": tasks, "recipes": recipes, "mirrors": mirrors}
+
+
+def make_book_task(root: Path, project: SdistProject = REQUESTS, *, sdist_cache: Path | None = None) -> dict:
+    """One row of ``project`` for farm's recipe book (no recipe file): ``tasks.jsonl`` and the
+    mirror under ``root``; returns {tasks, mirrors, row}."""
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = fetch_sdist(sdist_cache or default_sdist_cache(), project)
+    mirrors, base, gold, test_patch = build_mirror(root, sdist, project)
+    instance = f"{project.repo.replace('/', '__')}-1"
+    row = swebench_row(base, gold, instance, project=project, test_patch=test_patch)
+    tasks = root / "tasks.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    return {"tasks": tasks, "mirrors": mirrors, "row": row}
+
+
+def default_sdist_cache() -> Path:
+    return Path(os.path.expanduser("~/.cache/farm/testing/sdists"))

@@ -143,10 +143,12 @@ async def _upload(sandbox: Sandbox, local: str, workdir: str, budget: float) -> 
 
 
 async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str) -> SetupReport:
-    """Run the setup commands in order, stopping at the first failure."""
+    """Run the setup commands in order, stopping at the first failure. A task's base setup
+    commands run first, in the same workdir (one layer; farm.envs may build them apart)."""
     t0 = time.monotonic()
     steps: list[CommandReport] = []
-    for i, command in enumerate(task.setup_commands):
+    commands = [*task.base_setup_commands, *task.setup_commands]
+    for i, command in enumerate(commands):
         step = await run_step(
             sandbox,
             command,
@@ -158,7 +160,7 @@ async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir:
         )
         steps.append(step)
         if not step.ok:
-            reason = f"setup command {i + 1}/{len(task.setup_commands)} {step.describe()}"
+            reason = f"setup command {i + 1}/{len(commands)} {step.describe()}"
             return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0)
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0)
 
