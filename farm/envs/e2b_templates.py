@@ -88,7 +88,7 @@ async def template_for(task: Task, ident: EnvIdentity, runtime: TaskRuntime, con
     builder = builder.set_workdir(ident.mount)
     if task.env:  # (the interpreter is the template's own: tasks.python names host paths)
         builder = builder.set_envs(dict(task.env))
-    for command in task.setup_commands:
+    for command in [*task.base_setup_commands, *task.setup_commands]:  # one template per instance (see README)
         builder = builder.run_cmd(command)
     return builder.run_cmd(f"export {git}; {commit_script('/tmp/farm-baseline.index')}")
 

@@ -117,6 +117,12 @@ class Task(_Model):
         "'task base' commit (SWE-smith: the bug-introducing patch); hides the history",
     )
     setup_commands: list[str] = Field(default_factory=list, description="run one by one in workdir; any failure = setup_failed")
+    base_setup_commands: list[str] = Field(
+        default_factory=list,
+        description="the heavy, instance-independent part of setup (a venv and the repository-version's "
+        "packages), run once per (repository, version, recipe) in a base environment that several tasks "
+        "share; setup_commands then run per instance on top of it (see farm.envs)",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra env for setup, test and verify commands")
     python: str | None = Field(
         default=None,
