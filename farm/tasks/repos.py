@@ -137,6 +137,7 @@ class RepoCache:
         self.fetch = fetch
         self.git_timeout_s = git_timeout_s
         self._locks: dict[str, asyncio.Lock] = {}
+        self._resolved: set[tuple[Path, str]] = set()
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -189,12 +190,16 @@ class RepoCache:
         return cached
 
     async def resolve_commit(self, repo: Path, commit: str, what: str) -> str:
+        if (repo, commit) in self._resolved:  # a full commit id that was there stays there
+            return commit
         code, out = await _run(
             ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=repo, timeout=60
         )
         sha = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or len(sha) != 40:
             raise TaskError(f"repository {what}: base commit {commit} not found in {repo}")
+        if sha == commit:
+            self._resolved.add((repo, commit))
         return sha
 
     # --- workspace tarballs ----------------------------------------------------------

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from farm.cli import main
 from farm.envs.config import EnvsConfig
+from farm.envs.identity import identity_of
+from farm.envs.layers import keep_untracked, seal_layer
 from farm.envs.provider import EnvBuildFailed, EnvProvider
-from farm.errors import SandboxError
+from farm.errors import SandboxError, TaskError
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
-from farm.sandboxes.views import mounts_under
+from farm.sandboxes.views import ViewLayer, mount_view, mounts_under, unmount_under
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
@@ -74,7 +79,8 @@ def world(tmp_path: Path, repo):
     envs = EnvsConfig(cache_dir=str(tmp_path / "envs"))
 
     def provider(make=None) -> EnvProvider:
-        runtime = TaskRuntime.from_config(TasksConfig(cache_dir=str(tmp_path / "tc"), mirror_dir=repo["mirrors"]))
+        runtime = TaskRuntime.from_config(TasksConfig(path=str(tmp_path / "tasks.jsonl"), cache_dir=str(tmp_path / "tc"),
+                                                      mirror_dir=repo["mirrors"]))  # (not the demo set: no build of it)
         p = EnvProvider(envs, runtime, make or (lambda spec: create_sandbox(sb, spec)), labels={"run_id": "layers"})
         runtime.envs = p
         return p
@@ -129,3 +135,198 @@ async def test_two_instances_share_one_base(world, repo):
             await sb.close()
     assert listing(base_tree) == before  # never written, by builds or rollouts
     assert not mounts_under(world["tmp"] / "sb")
+
+
+# --- a layer from each kind of build, stacked in each kind of view (host only, no sandbox) ---------
+
+
+def snapshot_of(tree: Path) -> dict[str, str]:
+    """What a view shows: each path's kind and content."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, tree)
+            if os.path.islink(path):
+                out[rel] = "-> " + os.readlink(path)
+            elif os.path.isdir(path):
+                out[rel] = "dir"
+            else:
+                out[rel] = Path(path).read_text()
+    return out
+
+
+def plain(tree: Path) -> bool:
+    """No whiteout, opaque marker or overlay xattr left: farm's layer format."""
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in [".", *dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISCHR(st.st_mode) or name.startswith(".wh."):
+                return False
+            if not os.path.islink(path) and any("overlay" in a for a in os.listxattr(path)):
+                return False
+    return True
+
+
+@pytest.mark.parametrize("build_mode", ["overlay", "fuse-overlayfs", "copy"])
+def test_a_layer_stacks_the_same_in_every_view(tmp_path, build_mode):
+    """An instance build's writes (new, changed and deleted files, a directory replaced
+    whole, a file replaced by a directory) sealed into a plain layer show exactly what the
+    build saw, in an overlay, a fuse-overlayfs and a copy view; the layers stay unwritten."""
+    base = tmp_path / "base"
+    for rel, text in {"venv/lib/a.py": "a", "venv/lib/b.py": "b", "venv/pkg/x.py": "x", "venv/pkg/y.py": "y",
+                      "venv/gone/z.py": "z", "venv/f": "file"}.items():  # fmt: skip
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(text)
+    os.symlink("lib", base / "venv" / "lib64")
+    tree = tmp_path / "build" / "tree"
+    merged = mount_view([ViewLayer(path=str(base))], tmp_path / "bview", build_mode, upper=tree)
+    (merged / "venv" / "lib" / "a.py").write_text("a, changed")
+    (merged / "venv" / "lib" / "new.py").write_text("new")
+    (merged / "venv" / "lib" / "b.py").unlink()
+    shutil.rmtree(merged / "venv" / "pkg")  # pip uninstall, then install another version
+    (merged / "venv" / "pkg").mkdir()
+    (merged / "venv" / "pkg" / "x.py").write_text("x2")
+    shutil.rmtree(merged / "venv" / "gone")
+    (merged / "venv" / "f").unlink()
+    (merged / "venv" / "f").mkdir()
+    (merged / "venv" / "f" / "inside").write_text("i")
+    (merged / "src").mkdir()
+    (merged / "src" / "m.py").write_text("checkout")
+    expected = snapshot_of(merged)
+    unmount_under(tmp_path / "bview")
+    before = snapshot_of(base)
+    deleted = seal_layer(tree, build_mode, base)
+    replaced = "venv/pkg/y.py" if build_mode == "copy" else "venv/pkg"  # a copy cannot tell: the same view
+    assert deleted == ["venv/f", "venv/gone", "venv/lib/b.py", replaced] and plain(tree)
+    assert not (tree / "venv" / "lib" / "lib64").exists() and "venv/lib64" not in snapshot_of(tree)  # unchanged: not copied
+    layers = [ViewLayer(path=str(tree), deleted=tuple(deleted)), ViewLayer(path=str(base))]
+    for view_mode in ("overlay", "fuse-overlayfs", "copy"):
+        view = mount_view(layers, tmp_path / f"view-{view_mode}", view_mode)
+        try:
+            assert snapshot_of(view) == expected, view_mode
+            (view / "venv" / "lib" / "a.py").write_text("a rollout's write")
+            (view / "venv" / "lib" / "new.py").unlink()
+        finally:
+            unmount_under(tmp_path / f"view-{view_mode}")
+    assert snapshot_of(base) == before and (tree / "venv" / "lib" / "new.py").read_text() == "new"
+
+
+def test_keep_untracked_takes_only_what_setup_made(tmp_path):
+    checkout, dest = tmp_path / "co", tmp_path / "tree"
+    (checkout / ".git").mkdir(parents=True)
+    (checkout / "src" / "pkg.egg-info").mkdir(parents=True)
+    (checkout / "src" / "tracked.py").write_text("t")
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    dest.mkdir()
+    keep_untracked(checkout, [".venv/", "src/pkg.egg-info/"], dest)
+    assert sorted(snapshot_of(dest)) == [".venv", ".venv/bin", "src", "src/pkg.egg-info"] and not checkout.exists()
+    (tmp_path / "co2" / "link").parent.mkdir()
+    os.symlink("/etc", tmp_path / "co2" / "link")
+    with pytest.raises(TaskError, match="not a directory"):
+        keep_untracked(tmp_path / "co2", ["link/passwd"], tmp_path / "tree2")
+    with pytest.raises(TaskError, match="refusing"):
+        keep_untracked(tmp_path / "co2", [".git/config"], tmp_path / "tree2")
+
+
+# --- identity, failures, the cache ---------------------------------------------------------------
+
+
+async def test_identity_one_base_per_repository_version(world, repo):
+    p = world["provider"]()
+    i1, i2 = instance(repo, "c1", "i1"), instance(repo, "c2", "i2")
+    a, b = await p.identity(i1), await p.identity(i2)
+    assert a.base.key == b.base.key and a.key != b.key and a.fields["base"] == a.base.key
+    assert a.base.fields["workspace"]["setup_commit"] == repo["c3"] and a.fields["setup_commands"] == SETUP
+
+    async def ident(t: Task, **kw):
+        return await identity_of(t, p.runtime, mount_root="/workspace", **kw)
+
+    for name, t in {
+        "recipe": i1.model_copy(update={"base_setup_commands": [*BASE_SETUP, "true"]}),
+        "setup commit": i1.model_copy(update={"metadata": {"version": "1", "environment_setup_commit": repo["c2"]}}),
+        "env": i1.model_copy(update={"env": {"X": "1"}}),
+        "python": i1.model_copy(update={"python": "none"}),
+    }.items():
+        assert (await ident(t)).base.key != a.base.key, name
+    for t in (i1.model_copy(update={"setup_commands": ["true"]}), i1.model_copy(update={"pre_patch": "x"}),
+              i1.model_copy(update={"id": "other", "instruction": "other"})):  # fmt: skip
+        other = await ident(t)
+        assert other.base.key == a.base.key and (other.key == a.key) is (t.id == "other")
+    # no environment_setup_commit: one base per version
+    v1, v2, v3 = (t.model_copy(update={"metadata": {"version": v}}) for t, v in ((i1, "1"), (i2, "1"), (i1, "2")))
+    k1, k2, k3 = [(await ident(t)).base.key for t in (v1, v2, v3)]
+    assert k1 == k2 != k3 and k1 != a.base.key
+    # E2B (not layered) and a task without base setup: one layer, base setup first
+    flat = await ident(i1, layered=False)
+    assert flat.base is None and flat.fields["setup_commands"] == BASE_SETUP + SETUP
+    one = await ident(i1.model_copy(update={"base_setup_commands": []}))
+    assert one.base is None and "base" not in one.fields and one.fields["setup_commands"] == SETUP
+
+
+async def test_a_failing_base_fails_each_of_its_instances_once(world, repo):
+    p = world["provider"]()
+    bad = [instance(repo, c, f"b{c}", base_setup=["uv venv -q .venv", "echo broken-base >&2; exit 7"])
+           for c in ("c1", "c2")]  # fmt: skip
+    errors = await asyncio.gather(*[p.view_for(t) for t in bad * 2], return_exceptions=True)
+    assert all(isinstance(e, EnvBuildFailed) for e in errors), errors
+    assert "base environment" in str(errors[0]) and "broken-base" in str(errors[0]) and "exited 7" in str(errors[0])
+    assert "base setup command 2/2" in str(errors[0]) and errors[0].report.steps[-1].exit_code == 7
+    base_key = (await p.identity(bad[0])).base.key
+    assert p.built == [base_key]  # built (and failed) once; no instance on it
+    assert [(e.record.kind, e.record.ok) for e in p.store.entries()] == [("base", False)]
+    again = world["provider"]()
+    with pytest.raises(EnvBuildFailed, match="broken-base"):
+        await again.view_for(bad[1])
+    assert again.built == []
+    # an instance whose own setup fails: recorded for it alone, the base and its siblings are fine
+    good, broken = instance(repo, "c1", "g"), instance(repo, "c2", "x").model_copy(update={"setup_commands": ["exit 5"]})
+    with pytest.raises(EnvBuildFailed, match="setup command 1/1 .exit 5. exited 5") as err:
+        await p.view_for(broken)
+    assert "base environment" not in str(err.value)
+    assert (await p.view_for(good)).layers[1].path == str(p.store.tree((await p.identity(good)).base.key))
+
+
+async def test_an_infrastructure_failure_publishes_nothing(world, repo):
+    calls = []
+
+    async def flaky(spec: SandboxSpec):
+        calls.append(spec.labels["purpose"])
+        if len(calls) == 1:
+            raise SandboxError("the sandbox backend is down")
+        return await create_sandbox(world["sb"], spec)
+
+    p = world["provider"](flaky)
+    t = instance(repo, "c1", "i1")
+    with pytest.raises(SandboxError):
+        await p.view_for(t)
+    assert p.store.entries() == [] and not list(p.store.root.glob(".build/*/tree"))
+    view = await p.view_for(t)  # the next rollout builds
+    assert len(view.layers) == 2 and calls == ["env-build"] * 3
+
+
+async def test_a_base_stays_while_instances_need_it(world, repo, capsys):
+    p = world["provider"]()
+    t1, t2 = instance(repo, "c1", "i1"), instance(repo, "c2", "i2")
+    await asyncio.gather(p.view_for(t1), p.view_for(t2))
+    k1, k2, base = (await p.identity(t1)).key, (await p.identity(t2)).key, (await p.identity(t1)).base.key
+    store = p.store
+    assert store.blocker(base) == "the base of 2 instance environment(s)" and not store.remove(base)
+    assert main(["envs", "ls", "--set", f"envs.cache_dir={store.root}"]) == 0
+    out = capsys.readouterr().out
+    assert f"{base[:12]}  base " in out and "base of 2 instance(s)" in out and f"{k1[:12]}  instance" in out
+    assert out.count(f"on base {base[:12]}") == 2
+    spec = await p.runtime.sandbox_spec(t1, SandboxSpec(labels={"run_id": "layers"}))
+    sb = await create_sandbox(world["sb"], spec)  # t1's view: its layer and the base in use
+    try:
+        assert store.in_use(k1) and store.in_use(base) and not store.in_use(k2)
+        assert store.gc(0) == [k2]
+    finally:
+        await sb.close()
+    assert store.gc(0) == [k1, base]  # the instance first, then its base
+    await p.view_for(t1)
+    assert main(["envs", "rm", base[:8], "--set", f"envs.cache_dir={store.root}"]) == 1
+    assert "the base of 1 instance environment(s)" in capsys.readouterr().err
+    assert main(["envs", "rm", base[:8], "--force", "--set", f"envs.cache_dir={store.root}"]) == 0
+    assert store.entries() == []
