@@ -8,7 +8,7 @@ after which a process that waited finds the other's snapshot). A failed build is
 back as ``EnvBuildFailed`` (a ``SetupCommandFailed``: the rollout ends ``setup_failed``
 with the build's reason and log), never rebuilt per rollout.
 
-A layered task (``base_setup_commands``, local sandboxes) needs its base first: built
+A layered task (``base_setup_commands``; on E2B, with a git workspace) needs its base first: built
 once per base key the same way, then its instance layer on it. A failed base is read
 back for every instance of it (each ends ``setup_failed`` with the base's reason; no
 instance is built on it); its view stacks [instance, base].
@@ -26,7 +26,7 @@ from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import SetupCommandFailed, TaskError
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.views import SnapshotView, ViewLayer
-from farm.tasks.model import Task
+from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,10 @@ class EnvProvider:
 
     async def identity(self, task: Task) -> EnvIdentity:
         if task.id not in self._ids:
+            # E2B layers templates of git workspaces only (a base template is a checkout at its setup commit)
+            layered = self.backend == "local" or isinstance(task.workspace, GitSource)
             self._ids[task.id] = await identity_of(
-                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend, layered=self.backend == "local"
+                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend, layered=layered
             )
         return self._ids[task.id]
 
@@ -110,7 +112,7 @@ class EnvProvider:
             if self.backend == "e2b":
                 from farm.envs.e2b_templates import build_e2b_env
 
-                rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, **self.e2b)
+                rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, base=base, **self.e2b)
             elif ident.is_base:
                 rec = await build_base(task, ident, runtime=self.runtime, store=self.store,
                                        make_sandbox=self.make_sandbox, labels=self.labels)  # fmt: skip

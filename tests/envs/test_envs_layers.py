@@ -98,9 +98,17 @@ def listing(tree: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+SWESMITH_BUG = "--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n@@ -1 +1 @@\n-VERSION = 3\n+VERSION = 30\n"
+
+
 async def test_two_instances_share_one_base(world, repo):
+    """A SWE-bench-shaped instance (base commit c1, environment_setup_commit c3) and a
+    SWE-smith-shaped one (the repository's head, c3, with its bug as a pre-patch) share
+    the base built at c3; each sees its own commit and no later history."""
     p = world["provider"]()
-    t1, t2 = instance(repo, "c1", "i1"), instance(repo, "c2", "i2")
+    t1 = instance(repo, "c1", "i1")
+    t2 = Task(id="i2", instruction="fix it", workspace=GitSource(repo="o/pkg", base_commit="HEAD"),
+              pre_patch=SWESMITH_BUG, base_setup_commands=BASE_SETUP, setup_commands=SETUP, verify_commands=["true"])  # fmt: skip
     id1, id2 = await p.identity(t1), await p.identity(t2)
     assert id1.base.key == id2.base.key and id1.key != id2.key
     await asyncio.gather(p.view_for(t1), p.view_for(t2))
@@ -112,21 +120,22 @@ async def test_two_instances_share_one_base(world, repo):
     assert sorted(os.listdir(base_tree)) == [".venv"]  # no .git, no tracked file of the setup commit
     assert (base_tree / ".venv" / "built-at").read_text().strip() == repo["c3"]  # built at environment_setup_commit
     before = listing(base_tree)
-    for t, commit, version, n in ((t1, "c1", "1", 1), (t2, "c2", "2", 2)):
+    for t, version, history in ((t1, "1", ["c1"]), (t2, "30", ["task base"])):
         spec = await p.runtime.sandbox_spec(t, SandboxSpec(labels={"run_id": "layers"}))
         assert [layer.path for layer in spec.view.layers] == [str(p.store.tree(spec.view.key)), str(base_tree)]
         sb = await create_sandbox(world["sb"], spec)
         try:
             ws = await prepare_workspace(sb, t, p.runtime)
-            assert ws.base_commit == repo[commit] and ws.setup.ok and len(ws.setup.steps) == len(BASE_SETUP + SETUP)
-            r = await sb.exec("git log --format=%s; git status --porcelain; ls -a .venv", cwd=ws.workdir)
-            out = r.stdout.split()
-            assert out[:n + 1] == [*(f"c{i}" for i in range(n, 0, -1)), "."], r  # its history; a clean status
-            assert "built-at" in out and "stale.txt" not in out  # the base's venv, less what the instance deleted
-            r = await sb.exec(".venv/bin/python -c 'import pkg; print(pkg.VERSION)'", cwd=ws.workdir)
-            assert r.ok and r.stdout.strip() == version, r  # the venv imports this instance's checkout
-            r = await sb.exec(f"git cat-file -e {repo['c3']}", cwd=ws.workdir)
-            assert r.exit_code != 0  # no later history
+            assert ws.setup.ok and len(ws.setup.steps) == len(BASE_SETUP + SETUP)
+            assert (ws.base_commit == repo["c1"]) is (t is t1)
+            r = await sb.exec("git log --format=%s; git status --porcelain", cwd=ws.workdir)
+            assert r.stdout.splitlines() == history, r  # its own history, a clean status: the venv is not a diff
+            r = await sb.exec("ls -a .venv; .venv/bin/python -c 'import pkg; print(pkg.VERSION)'", cwd=ws.workdir)
+            assert "built-at" in r.stdout and "stale.txt" not in r.stdout  # the base's venv, less the deletion
+            assert r.ok and r.stdout.split()[-1] == version, r  # the venv imports this instance's checkout
+            for later in ("c2", "c3"):
+                r = await sb.exec(f"git cat-file -e {repo[later]}", cwd=ws.workdir)
+                assert r.exit_code != 0  # no later history (SWE-smith: not even its own base commit)
             r = await sb.exec("echo mine > pkg/new.py && echo x >> .venv/built-at", cwd=ws.workdir)
             assert r.ok
             assert (sb.dir / "view" / "upper" / "pkg" / "new.py").read_text() == "mine\n"  # the rollout's upper
