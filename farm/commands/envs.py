@@ -112,7 +112,8 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
                 return
         if rec.key != key:  # its base failed: reported on the base's line
             failed += 1
-            print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  FAILED  its base {rec.key[:12]} failed", flush=True)
+            print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  FAILED  its base {rec.key[:12]} failed  "
+                  f"({group[0].id})", flush=True)  # fmt: skip
             return
         state = "cached" if cached else "built" if rec.ok else "FAILED"
         failed += 0 if rec.ok else 1

@@ -23,6 +23,7 @@ from farm.envs.identity import identity_of
 from farm.envs.layers import keep_untracked, seal_layer
 from farm.envs.provider import EnvBuildFailed, EnvProvider
 from farm.errors import SandboxError, TaskError
+from farm.grading.validate import solution_diff, validate_task
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
@@ -35,9 +36,10 @@ from farm.workspace.prepare import prepare_workspace
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
 BASE_SETUP = [
-    "uv venv -q .venv",
+    "uv venv -q .venv",  # (uv puts a .gitignore of '*' in it: git ignores the venv by itself)
     "echo base-only > .venv/stale.txt",
     "git rev-parse HEAD > .venv/built-at",
+    "echo compiled > pkg/_speedups.so",  # an untracked build product beside tracked sources
 ]
 SETUP = [
     'echo "$PWD" > "$(echo .venv/lib/python*/site-packages)/pkg.pth"',  # the editable install of this checkout
@@ -101,6 +103,7 @@ def listing(tree: Path) -> dict[str, tuple[int, int]]:
 SWESMITH_BUG = "--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n@@ -1 +1 @@\n-VERSION = 3\n+VERSION = 30\n"
 
 
+@pytest.mark.slow
 async def test_two_instances_share_one_base(world, repo):
     """A SWE-bench-shaped instance (base commit c1, environment_setup_commit c3) and a
     SWE-smith-shaped one (the repository's head, c3, with its bug as a pre-patch) share
@@ -116,8 +119,9 @@ async def test_two_instances_share_one_base(world, repo):
     assert p.store.record(id1.key).deleted == [".venv/stale.txt"]
     base_tree = p.store.tree(id1.base.key)
     base = p.store.record(id1.base.key)
-    assert base.kind == "base" and base.paths == [".venv/"]
-    assert sorted(os.listdir(base_tree)) == [".venv"]  # no .git, no tracked file of the setup commit
+    assert base.kind == "base" and base.paths == [".venv/", "pkg/_speedups.so"]
+    assert sorted(os.listdir(base_tree)) == [".venv", "pkg"]  # no .git, no tracked file of the setup commit
+    assert os.listdir(base_tree / "pkg") == ["_speedups.so"]
     assert (base_tree / ".venv" / "built-at").read_text().strip() == repo["c3"]  # built at environment_setup_commit
     before = listing(base_tree)
     for t, version, history in ((t1, "1", ["c1"]), (t2, "30", ["task base"])):
@@ -142,7 +146,22 @@ async def test_two_instances_share_one_base(world, repo):
             assert not (p.store.tree(spec.view.key) / "pkg" / "new.py").exists()
         finally:
             await sb.close()
-    assert listing(base_tree) == before  # never written, by builds or rollouts
+    # grading: the solution's diff from a layered view holds the edit, never the venv; the
+    # fresh grading sandboxes (the same views) run the checkout through the base's venv
+    v = t1.model_copy(update={
+        "solution_commands": ["echo 'VERSION = 10' > pkg/__init__.py && echo more >> .venv/built-at"],
+        "verify_commands": [".venv/bin/python -c 'import pkg; assert pkg.VERSION == 10, pkg.VERSION'"]})  # fmt: skip
+    labels = {"run_id": "layers"}
+
+    def new_sandbox(spec: SandboxSpec):
+        return create_sandbox(world["sb"], spec)
+
+    diff = await solution_diff(v, runtime=p.runtime, new_sandbox=new_sandbox, labels=labels)
+    assert "+VERSION = 10" in diff and ".venv" not in diff and "_speedups" not in diff
+    result = await validate_task(v, runtime=p.runtime, new_sandbox=new_sandbox, labels=labels)
+    assert result.valid and result.gold.reward == 1.0 and result.empty.reward == 0.0, result.reason
+    assert len(p.built) == 3  # nothing built again
+    assert listing(base_tree) == before  # never written, by builds, rollouts or gradings
     assert not mounts_under(world["tmp"] / "sb")
 
 
@@ -339,3 +358,28 @@ async def test_a_base_stays_while_instances_need_it(world, repo, capsys):
     assert "the base of 1 instance environment(s)" in capsys.readouterr().err
     assert main(["envs", "rm", base[:8], "--force", "--set", f"envs.cache_dir={store.root}"]) == 0
     assert store.entries() == []
+
+
+
+def test_envs_build_builds_each_base_once(tmp_path, repo, capsys):
+    """`farm envs build` on a task file: a line per base and per instance; an instance of a
+    failing base fails with it; `rm --failed` forgets that base alone."""
+    bad = instance(repo, "c1", "bad", base_setup=["echo broken >&2; exit 3"])
+    rows = [instance(repo, "c1", "i1"), instance(repo, "c2", "i2"), bad]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(t.model_dump_json() + "\n" for t in rows))
+    sets = [f"tasks.mirror_dir={repo['mirrors']}", f"tasks.cache_dir={tmp_path / 'tc'}",
+            f"envs.cache_dir={tmp_path / 'envs'}", f"sandbox.local.base_dir={tmp_path / 'sb'}"]  # fmt: skip
+    args = [a for kv in sets for a in ("--set", kv)]
+    assert main(["envs", "build", str(tasks), "--concurrency", "3", *args]) == 1  # the failing base
+    out = capsys.readouterr().out.splitlines()
+    bases = [ln for ln in out if "  base  " in ln]
+    assert len(bases) == 2 and sum("built" in ln for ln in bases) == 1 and sum("FAILED" in ln for ln in bases) == 1
+    instances = [ln for ln in out if "  instance  " in ln]
+    assert sum(" built " in ln and "on base" in ln for ln in instances) == 2
+    assert [ln for ln in instances if "FAILED  its base" in ln] == [ln for ln in instances if "(bad)" in ln] != []
+    assert out[-1].startswith("envs build: 3 environment(s) on 2 base(s) for 3 task(s), 2 failed")
+    assert main(["envs", "rm", "--failed", *args]) == 0
+    assert main(["envs", "ls", *args]) == 0
+    listed = capsys.readouterr().out
+    assert "FAILED" not in listed and listed.count(" instance ") == 2 and "base of 2 instance(s)" in listed
