@@ -246,7 +246,7 @@ class RepoCache:
         await git("init", "--quiet", "--initial-branch=main")
         fetch = ["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--no-tags"]
         promisor = await self._promisor_remote(repo)
-        history_error = "a partial clone: its history is not packed" if promisor else ""
+        history_error = "the mirror is a partial clone: its history is never packed" if promisor else ""
         if not promisor:
             try:
                 await git(*fetch, str(repo.resolve()), sha)
@@ -276,7 +276,6 @@ class RepoCache:
         if pre_patch:
             await git("gc", "--quiet", "--prune=now")
         (ws / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
-
 
     async def _promisor_remote(self, repo: Path) -> str | None:
         """The remote a partial clone fetches its missing objects from (None: not one)."""
