@@ -132,6 +132,7 @@ def mount_view(
         merged.mkdir(parents=True, exist_ok=True)
         _copy_layers(layers, merged)
         return merged
+    building = upper is not None
     work = Path(f"{upper}.work") if upper is not None else view_dir / "work"
     upper = upper if upper is not None else view_dir / "upper"
     for d in (upper, work):
@@ -145,9 +146,9 @@ def mount_view(
             lowers.append(str(_mask(layer.deleted, view_dir / f"mask-{i}", kernel=mode == "overlay")))
     opts = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}"
     if mode == "overlay":
-        # Self-contained upper dirs (a build's becomes a layer): no redirects, no metadata-only copy-ups.
-        _run(["mount", "-t", "overlay", "overlay", "-o", opts + ",redirect_dir=off,metacopy=off", str(merged)],
-             "mounting the overlay view")  # fmt: skip
+        if building:  # a build's upper dir becomes a layer: self-contained (no redirects, no metadata-only copy-ups)
+            opts += ",redirect_dir=off,metacopy=off"
+        _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(merged)], "mounting the overlay view")
     else:
         _run(["fuse-overlayfs", "-o", opts, str(merged)], "mounting the fuse-overlayfs view")
     return merged
