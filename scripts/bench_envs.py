@@ -20,9 +20,24 @@ wall time / (build + snapshot run's wall time); ``rollout_disk_mb``: the largest
 sandbox directory after its rollout; ``changed_mb``: the workspace files that rollout
 changed (its overlay upper layer's workspace part).
 
+**Layered environments** (``--layers-only`` runs just this part): 8 instances of one
+repository-version — inflection 0.5.1's sdist from PyPI as a git repository with 8 small
+real commits on top (an irregular plural each), every commit an instance's base commit,
+the last one its environment_setup_commit — with a recipe whose base installs real
+packages with uv (pytest, setuptools, numpy, pandas, scipy into ``.venv``) and whose
+per-instance setup installs the checkout editable. Built, with fresh caches, two ways:
+
+- ``one_instance``: ONE instance the old way: one snapshot holding the checkout, the venv
+  and the editable install (``one_instance_build_s``, ``one_instance_disk_mb``);
+- ``layered``: all 8 the new way (``farm envs build``'s path, 8 at once): the base once,
+  then a thin instance layer per commit (``layered_build_s``: the wall time of all of it;
+  ``layered_disk_mb``: the base and the 8 layers).
+
 Last line: ``bench_envs: build_s=… ready_p50_s=… ready_p95_s=… group8_speedup=…
-rollout_disk_mb=… snapshot_mb=… …``. Targets: ready_p50_s <= 1.0, group8_speedup >= 4,
-rollout_disk_mb <= changed_mb + 20.
+rollout_disk_mb=… snapshot_mb=… … instances=8 layered_disk_mb=… one_instance_disk_mb=…
+layered_build_s=… one_instance_build_s=…``. Targets: ready_p50_s <= 1.0, group8_speedup
+>= 4, rollout_disk_mb <= changed_mb + 20; layered_disk_mb <= 1.5 x one_instance_disk_mb,
+layered_build_s <= 1.5 x one_instance_build_s.
 """
 
 from __future__ import annotations
@@ -30,9 +45,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -44,17 +62,25 @@ from rich.console import Console
 from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.envs.provider import EnvProvider
+from farm.envs.store import EnvRecord
 from farm.rollout.store import ROLLOUTS_TABLE
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.views import mount_view, unmount_under
 from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.loaders import load_tasks
+from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.testing.sdist_task import make_task_set
+from farm.testing.sdist_task import fetch_sdist, make_task_set
 from farm.trajectory.reader import ShardReader
 
 DEPS = ["numpy", "pandas", "scipy"]
 MB = 1024 * 1024
+INSTANCES = 8
+PLURALS = [("cactus", "cacti"), ("focus", "foci"), ("fungus", "fungi"), ("nucleus", "nuclei"),
+           ("radius", "radii"), ("stimulus", "stimuli"), ("syllabus", "syllabi"), ("alumnus", "alumni")]  # fmt: skip
+LAYER_BASE = ["uv venv -q .venv",  # bytecode compiled as pip does by default (uv does not): no rollout writes it
+              f"uv pip install -q --compile-bytecode --python .venv/bin/python pytest setuptools {' '.join(DEPS)}"]
+LAYER_SETUP = ["uv pip install -q --python .venv/bin/python --no-deps --no-build-isolation -e ."]
 
 
 def config(root: Path, tasks: dict, mode: str, n: int, harness: str) -> FarmConfig:
@@ -150,15 +176,90 @@ def view_times(tree: Path, scratch: Path) -> dict[str, float]:
     return out
 
 
+def git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def eight_commits(root: Path) -> tuple[Path, list[str]]:
+    """inflection's sdist as a repository, one commit per added irregular plural; returns
+    (the mirrors dir, the 8 commits)."""
+    sdist = fetch_sdist(Path(os.path.expanduser("~/.cache/farm/testing/sdists")))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(root / "unpacked", filter="data")
+    work = root / "unpacked" / "inflection-0.5.1"
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "inflection 0.5.1 from its sdist")
+    commits = []
+    mod = work / "inflection" / "__init__.py"
+    for singular, plural in PLURALS[:INSTANCES]:
+        text = mod.read_text()
+        mod.write_text(text.replace("_irregular('zombie', 'zombies')\n",
+                                    f"_irregular('zombie', 'zombies')\n_irregular('{singular}', '{plural}')\n"))  # fmt: skip
+        git(work, "commit", "-qam", f"irregular plural: {singular} -> {plural}")
+        commits.append(git(work, "rev-parse", "HEAD"))
+    mirrors = root / "mirrors"
+    mirrors.mkdir()
+    git(root, "clone", "-q", "--bare", str(work), str(mirrors / "pypi__inflection.git"))
+    return mirrors, commits
+
+
+async def build_all(root: Path, name: str, tasks: list[Task], mirrors: Path) -> tuple[float, float, list[EnvRecord]]:
+    """(wall seconds, cache MB, records) of building ``tasks``' environments at once, fresh caches."""
+    cfg = FarmConfig.model_validate({"tasks": {"path": str(root / "none.jsonl"), "mirror_dir": str(mirrors),
+                                               "cache_dir": str(root / f"tc-{name}")},
+                                     "envs": {"cache_dir": str(root / f"envs-{name}")},
+                                     "sandbox": {"local": {"base_dir": str(root / f"sb-{name}")}}})  # fmt: skip
+    runtime = TaskRuntime.from_config(cfg.tasks)
+    envs = EnvProvider(cfg.envs, runtime, lambda spec: create_sandbox(cfg.sandbox, spec))
+    runtime.envs = envs
+    t0 = time.monotonic()
+    recs = await asyncio.gather(*(envs.ensure(t) for t in tasks))
+    wall = time.monotonic() - t0
+    bad = [r for r in recs if not r.ok]
+    if bad:
+        sys.exit(f"bench_envs: {name}: {bad[0].reason}\n{bad[0].log_tail()}")
+    return wall, disk_usage(str(envs.store.root)) / MB, recs
+
+
+def layered_figures(root: Path, console: Console) -> dict[str, float]:
+    mirrors, commits = eight_commits(root / "repo")
+    meta = {"version": "0.5", "environment_setup_commit": commits[-1]}
+    layered = [Task(id=f"pypi__inflection-{i}", instruction="x", workspace=GitSource(repo="pypi/inflection", base_commit=c),
+                    base_setup_commands=LAYER_BASE, setup_commands=LAYER_SETUP, metadata=meta, verify_commands=["true"])
+               for i, c in enumerate(commits)]  # fmt: skip
+    old_way = layered[0].model_copy(update={"base_setup_commands": [], "setup_commands": LAYER_BASE + LAYER_SETUP})
+    one_s, one_mb, _ = asyncio.run(build_all(root, "one", [old_way], mirrors))
+    console.print(f"one instance, one snapshot: {one_s:.1f} s, {one_mb:.0f} MB")
+    layered_s, layered_mb, recs = asyncio.run(build_all(root, "layered", layered, mirrors))
+    assert len({r.base_key for r in recs}) == 1 and [r.base_commit for r in recs] == commits
+    console.print(f"{INSTANCES} instances on one base: {layered_s:.1f} s, {layered_mb:.0f} MB "
+                  f"(instance layers: {', '.join(f'{r.size_bytes / MB:.2f}' for r in recs)} MB)")  # fmt: skip
+    return {"instances": INSTANCES, "layered_disk_mb": layered_mb, "one_instance_disk_mb": one_mb,
+            "layered_build_s": layered_s, "one_instance_build_s": one_s}  # fmt: skip
+
+
+def line(figures: dict[str, float]) -> str:
+    return "bench_envs: " + " ".join(
+        f"{k}={v}" if isinstance(v, int) else f"{k}={v:.3f}" if v < 10 else f"{k}={v:.1f}" for k, v in figures.items()
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=8, help="rollouts in the group")
     ap.add_argument("--harness", default="claude_code")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--layers-only", action="store_true", help="only the layered environments part (no farm run)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-envs-"))
     console = Console(stderr=True)
     try:
+        if args.layers_only:
+            print(line(layered_figures(root, console)))
+            return
         pip_tasks = make_task_set(root / "task-pip", installer="pip", extra_deps=DEPS)
         uv_tasks = make_task_set(root / "task-uv", installer="uv", extra_deps=DEPS)
         ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
@@ -216,9 +317,10 @@ def main() -> None:
             "view_overlay_s": views["overlay"],
             "view_fuse_s": views["fuse-overlayfs"],
             "view_copy_s": views["copy"],
+            **layered_figures(root, console),
         }
         print(f"bench_envs (n={args.n}, {args.harness}, deps: {' '.join(DEPS)}):", file=sys.stderr)
-        print("bench_envs: " + " ".join(f"{k}={v:.3f}" if v < 10 else f"{k}={v:.1f}" for k, v in figures.items()))
+        print(line(figures))
     finally:
         if ray.is_initialized():
             ray.shutdown()

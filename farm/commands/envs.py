@@ -1,12 +1,16 @@
 """``farm envs build|ls|rm|gc``: the environment snapshot cache (``envs.cache_dir``).
 
 - ``build TASKS``: build every distinct environment of a task file once (concurrently,
-  ``--concurrency`` at a time); prints one line per environment (key, tasks, built /
-  cached / FAILED, build time, size). Exit 1 if any failed.
-- ``ls``: key, tasks, size, build time, last use, in use.
-- ``rm KEY... | --failed | --all``: remove snapshots (a snapshot a live sandbox uses stays
-  unless ``--force``).
-- ``gc --max-size 20G``: least-recently-used snapshots go until the cache fits.
+  ``--concurrency`` at a time): each base first (one per repository-version and recipe),
+  then the environments (a whole one, or an instance layer on its base); prints one line
+  per base and per environment (key, kind, tasks, built / cached / FAILED, build time,
+  size). Exit 1 if any failed.
+- ``ls``: key, kind (env / base / instance), state, size, build time, last use, tasks;
+  an instance names its base, a base counts its instances.
+- ``rm KEY... | --failed | --all``: remove snapshots (a snapshot a live sandbox uses, or a
+  base with instances on it, stays unless ``--force``, which takes the instances too).
+- ``gc --max-size 20G``: least-recently-used snapshots go until the cache fits (a base
+  only once no instance is built on it).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
         return 2
     runtime.envs = envs
     by_key: dict[str, list] = {}
+    bases: dict[str, list] = {}
+    kinds: dict[str, str] = {}
     for task in tasks:
         try:
             ident = await envs.identity(task)
@@ -88,26 +94,37 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
             print(f"{task.id}: cannot identify its environment: {exc}")
             continue
         by_key.setdefault(ident.key, []).append(task)
+        kinds[ident.key] = "env" if ident.base is None else "instance"
+        if ident.base is not None:
+            bases.setdefault(ident.base.key, []).append(task)
     sem = asyncio.Semaphore(max(1, concurrency))
     failed = 0
 
-    async def one(key: str, group: list) -> None:
+    async def one(key: str, group: list, kind: str) -> None:
         nonlocal failed
         async with sem:
             cached = envs.store.record(key) is not None
             try:
-                rec = await envs.ensure(group[0])
+                rec = await (envs.ensure_base(group[0]) if kind == "base" else envs.ensure(group[0]))
             except Exception as exc:  # noqa: BLE001 - infrastructure: reported, the others go on
                 failed += 1
-                print(f"{key[:12]}  {len(group):>3} task(s)  ERROR  {type(exc).__name__}: {exc}")
+                print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  ERROR  {type(exc).__name__}: {exc}")
                 return
+        if rec.key != key:  # its base failed: reported on the base's line
+            failed += 1
+            print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  FAILED  its base {rec.key[:12]} failed  "
+                  f"({group[0].id})", flush=True)  # fmt: skip
+            return
         state = "cached" if cached else "built" if rec.ok else "FAILED"
         failed += 0 if rec.ok else 1
         detail = f"{rec.build_s:6.1f} s  {human(rec.size_bytes):>9}" if rec.ok else rec.reason[:200]
-        print(f"{key[:12]}  {len(group):>3} task(s)  {state:<6}  {detail}  ({group[0].id})", flush=True)
+        on = f"  on base {rec.base_key[:12]}" if rec.base_key else ""
+        print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  {state:<6}  {detail}  ({group[0].id}){on}", flush=True)
 
-    await asyncio.gather(*(one(k, g) for k, g in by_key.items()))
-    print(f"envs build: {len(by_key)} environment(s) for {len(tasks)} task(s), {failed} failed, in {envs.store.root}")
+    await asyncio.gather(*(one(k, g, "base") for k, g in bases.items()))
+    await asyncio.gather(*(one(k, g, kinds[k]) for k, g in by_key.items()))
+    print(f"envs build: {len(by_key)} environment(s) on {len(bases)} base(s) for {len(tasks)} task(s), {failed} failed, "
+          f"in {envs.store.root}")  # fmt: skip
     return 1 if failed else 0
 
 
@@ -144,12 +161,15 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(_build(cfg, tasks, args.concurrency))
     if args.envs_command == "ls":
         entries = store.entries()
-        print(f"{'KEY':<12}  {'STATE':<6}  {'SIZE':>9}  {'BUILD':>7}  {'LAST USE':>10}  TASK")
+        print(f"{'KEY':<12}  {'KIND':<8}  {'STATE':<6}  {'SIZE':>9}  {'BUILD':>7}  {'LAST USE':>10}  TASK")
         for e in sorted(entries, key=lambda e: -e.last_used):
             r = e.record
             state = ("in use" if e.in_use else "ok") if r.ok else "FAILED"
-            print(f"{r.key[:12]}  {state:<6}  {human(e.size_bytes):>9}  {r.build_s:6.1f}s  {_ago(e.last_used):>10}  "
-                  f"{', '.join(r.task_ids)}" + ("" if r.ok else f"  {r.reason[:120]}"))  # fmt: skip
+            layer = f"  on base {r.base_key[:12]}" if r.base_key else ""
+            if r.kind == "base":
+                layer = f"  base of {sum(x.record.base_key == r.key for x in entries)} instance(s)"
+            print(f"{r.key[:12]}  {r.kind:<8}  {state:<6}  {human(e.size_bytes):>9}  {r.build_s:6.1f}s  "
+                  f"{_ago(e.last_used):>10}  {', '.join(r.task_ids)}{layer}" + ("" if r.ok else f"  {r.reason[:120]}"))  # fmt: skip
         print(f"envs: {len(entries)} snapshot(s), {human(sum(e.size_bytes for e in entries))} in {store.root}")
         return 0
     if args.envs_command == "rm":
@@ -166,8 +186,15 @@ def run(args: argparse.Namespace) -> int:
                     print(f"farm envs rm: {prefix!r} matches {len(match)} snapshots", file=sys.stderr)
                     return 2
                 keys += match
-        kept = [k for k in keys if not store.remove(k, force=args.force)]
-        print(f"envs rm: removed {len(keys) - len(kept)}" + (f", kept {len(kept)} in use" if kept else ""))
+        kept = []
+        order = {"instance": 0, "env": 1, "base": 2}  # a base goes after the instances on it
+        by_key = {e.record.key: e.record for e in entries}
+        for k in sorted(keys, key=lambda k: order[by_key[k].kind]):
+            why = store.blocker(k)
+            if store.record(k) is not None and not store.remove(k, force=args.force):
+                kept.append(k)
+                print(f"kept {k[:12]}: {why or 'could not be removed'} (--force to remove it anyway)", file=sys.stderr)
+        print(f"envs rm: removed {len(keys) - len(kept)}" + (f", kept {len(kept)}" if kept else ""))
         return 1 if kept else 0
     removed = store.gc(parse_size(args.max_size))
     print(f"envs gc: removed {len(removed)} snapshot(s); {human(sum(e.size_bytes for e in store.entries()))} left")

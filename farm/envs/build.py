@@ -1,9 +1,21 @@
-"""Building one environment: the task's workspace materialized and set up in a sandbox
-whose workdir is a plain directory of the build's staging area, then published whole.
+"""Building one environment in a sandbox, then publishing it whole.
 
-The build runs the same code as a rollout without snapshots (``prepare_workspace``:
-repository, pre-patch, setup commands with the setup network, the post-setup commit),
-at the same path inside the sandbox where every later view of it appears.
+Three kinds, each built at the path inside the sandbox where every later view of it
+appears (venvs and editable installs hold absolute paths):
+
+- **env** (one layer): the task's workspace materialized and set up (``prepare_workspace``:
+  repository, pre-patch, base setup then setup commands, the post-setup commit), in a
+  plain directory of the build's staging area bound read-write.
+- **base**: a checkout of the repository at the setup commit, the task's
+  ``base_setup_commands`` run in it, then only what they created that git does not track
+  kept (``layers.keep_untracked``): no tracked file, no ``.git``, no later history.
+- **instance**: ``prepare_workspace`` with the task's own ``setup_commands`` on a view of
+  its base whose writes land in the staging area (overlay's upper directory, or a copy),
+  sealed into a plain layer (``layers.seal_layer``).
+
+A setup failure or a task error (missing repository or commit, a bad pre-patch) is
+published as a failed record; a sandbox failure (infrastructure) raises and publishes
+nothing, so a later rollout tries again.
 """
 
 from __future__ import annotations
@@ -12,73 +24,154 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
-from farm.envs.identity import EnvIdentity
+from farm.envs.identity import EnvIdentity, setup_commit
+from farm.envs.layers import keep_untracked, seal_layer
 from farm.envs.store import EnvRecord, EnvStore, tree_size
 from farm.errors import TaskError
 from farm.sandboxes.base import Sandbox, SandboxSpec
-from farm.sandboxes.views import SnapshotView
-from farm.tasks.model import Task
+from farm.sandboxes.views import SnapshotView, ViewLayer
+from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.workspace.prepare import prepare_workspace
+from farm.workspace.prepare import (
+    SetupReport, materialize, prepare_workspace, run_setup, untracked_paths, workdir_of,
+)
 
 log = logging.getLogger(__name__)
 
 SandboxMaker = Callable[[SandboxSpec], Awaitable[Sandbox]]
 
 
-def build_spec(task: Task, ident: EnvIdentity, runtime: TaskRuntime, tree: str, labels: dict[str, str]) -> SandboxSpec:
+def build_spec(
+    task: Task, ident: EnvIdentity, runtime: TaskRuntime, view: SnapshotView, labels: dict[str, str],
+    commands: Sequence[str],
+) -> SandboxSpec:
     t = task.timeouts
     python = runtime.python_for(task)
     return SandboxSpec(
         labels={**labels, "task_id": task.id, "purpose": "env-build", "env_key": ident.key},
         image=task.image,
-        timeout_s=t.workspace_s + t.setup_s * max(1, len(task.setup_commands)) + 600,
+        timeout_s=t.workspace_s + t.setup_s * max(1, len(commands)) + 600,
         ro_binds=[python.ro_bind] if python.ro_bind else [],
-        view=SnapshotView(key=ident.key, lower=tree, mount=ident.mount, writable=True),
+        view=view,
     )
+
+
+def _failed(common: dict, reason: str, t0: float, setup: SetupReport | None = None) -> EnvRecord:
+    return EnvRecord(**common, ok=False, reason=reason, setup=setup or SetupReport(), build_s=time.monotonic() - t0,
+                     built_at=time.time())  # fmt: skip
+
+
+async def _publish(store: EnvStore, staging: Path, record: EnvRecord) -> EnvRecord:
+    tree = staging / "tree"
+    shutil.rmtree(staging / "tree.work", ignore_errors=True)  # overlay's work dir (an instance build)
+    if not record.ok:
+        shutil.rmtree(tree, ignore_errors=True)
+    else:
+        record = record.model_copy(update={"size_bytes": await asyncio.to_thread(tree_size, tree)})
+    store.publish(staging, record)
+    log.info(
+        "environment %s (%s) for task %s: %s in %.1f s%s", record.key[:12], record.kind, record.task_ids[0],
+        "built" if record.ok else "FAILED", record.build_s, "" if record.ok else f": {record.reason}",
+    )
+    return record
 
 
 async def build_env(
     task: Task, ident: EnvIdentity, *, runtime: TaskRuntime, store: EnvStore, make_sandbox: SandboxMaker,
-    labels: dict[str, str],
+    labels: dict[str, str], base: EnvRecord | None = None,
 ) -> EnvRecord:
-    """Build and publish ``ident`` (the caller holds its lock). A setup failure or a task
-    error (missing repository, bad pre-patch) is published as a failed record; a sandbox
-    failure (infrastructure) raises and publishes nothing, so a later rollout tries again."""
+    """Build and publish ``ident`` (the caller holds its lock): one whole environment, or
+    with ``base`` (a published, ok base) an instance layer on top of it."""
     staging = store.staging(ident.key)
     tree = staging / "tree"
     tree.mkdir()
     t0 = time.monotonic()
-    common = {"key": ident.key, "mount": ident.mount, "identity": ident.fields, "task_ids": [task.id]}
+    common = {"key": ident.key, "mount": ident.mount, "identity": ident.fields, "task_ids": [task.id],
+              "kind": "instance" if base else "env", "base_key": base.key if base else ""}  # fmt: skip
+    if base is None:
+        view = SnapshotView(key=ident.key, layers=(ViewLayer(path=str(tree)),), mount=ident.mount, writable=True)
+        commands = None
+    else:
+        base_tree = store.tree(base.key)
+        view = SnapshotView(key=ident.key, layers=(ViewLayer(path=str(base_tree)),), mount=ident.mount, upper=str(tree))
+        commands = task.setup_commands
     try:
-        sandbox = await make_sandbox(build_spec(task, ident, runtime, str(tree), labels))
+        steps = commands if commands is not None else [*task.base_setup_commands, *task.setup_commands]
+        sandbox = await make_sandbox(build_spec(task, ident, runtime, view, labels, steps))
         try:
+            mode = getattr(sandbox, "view_mode", "") or "copy"
             try:
-                ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False)
+                ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False, commands=commands,
+                                             excludes=base.paths if base else ())  # fmt: skip
             except TaskError as exc:
-                record = EnvRecord(**common, ok=False, reason=str(exc), build_s=time.monotonic() - t0, built_at=time.time())
+                record = _failed(common, str(exc), t0)
             else:
-                ok = ws.setup.ok
+                setup = ws.setup
+                if base is not None:  # the report shows every step this workspace went through
+                    setup = setup.model_copy(update={"steps": [*base.setup.steps, *setup.steps],
+                                                     "duration_s": base.setup.duration_s + setup.duration_s})  # fmt: skip
                 record = EnvRecord(
-                    **common, ok=ok, reason="" if ok else ws.setup.reason, base_commit=ws.base_commit,
-                    baseline_commit=ws.baseline_commit, setup=ws.setup, build_s=time.monotonic() - t0,
-                    built_at=time.time(),
+                    **common, ok=setup.ok, reason=setup.reason, base_commit=ws.base_commit,
+                    baseline_commit=ws.baseline_commit, setup=setup, build_s=time.monotonic() - t0, built_at=time.time(),
                 )
         finally:
             await sandbox.close()
-        if not record.ok:
-            shutil.rmtree(tree, ignore_errors=True)
-        else:
-            size = await asyncio.to_thread(tree_size, tree)
-            record = record.model_copy(update={"size_bytes": size})
-        store.publish(staging, record)
+        if record.ok and base is not None:
+            deleted = await asyncio.to_thread(seal_layer, tree, mode, store.tree(base.key))
+            record = record.model_copy(update={"deleted": deleted, "build_s": time.monotonic() - t0})
+        return await _publish(store, staging, record)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log.info(
-        "environment %s for task %s: %s in %.1f s%s", ident.key[:12], task.id, "built" if record.ok else "FAILED",
-        record.build_s, "" if record.ok else f": {record.reason}",
-    )
-    return record
+
+
+async def build_base(
+    task: Task, ident: EnvIdentity, *, runtime: TaskRuntime, store: EnvStore, make_sandbox: SandboxMaker,
+    labels: dict[str, str],
+) -> EnvRecord:
+    """Build and publish the base ``ident`` of ``task`` (the caller holds its lock): its
+    base setup commands in a checkout at the setup commit, then only what they created."""
+    staging = store.staging(ident.key)
+    checkout, tree = staging / "checkout", staging / "tree"
+    checkout.mkdir()
+    tree.mkdir()
+    t0 = time.monotonic()
+    common = {"key": ident.key, "mount": ident.mount, "identity": ident.fields, "task_ids": [task.id], "kind": "base"}
+    src = task.workspace
+    at = task.model_copy(update={
+        "workspace": src.model_copy(update={"base_commit": setup_commit(task)}) if isinstance(src, GitSource) else src,
+        "pre_patch": None})  # fmt: skip
+    view = SnapshotView(key=ident.key, layers=(ViewLayer(path=str(checkout)),), mount=ident.mount, writable=True)
+    try:
+        sandbox = await make_sandbox(build_spec(task, ident, runtime, view, labels, task.base_setup_commands))
+        paths: list[str] = []
+        try:
+            try:
+                workdir = workdir_of(sandbox, at)
+                head = await materialize(sandbox, at, runtime, workdir)
+                setup = await run_setup(sandbox, at, runtime, workdir, at.base_setup_commands, what="base setup command")
+                if setup.ok:
+                    paths = await untracked_paths(sandbox, workdir)
+            except TaskError as exc:
+                record = _failed(common, str(exc), t0)
+            else:
+                record = EnvRecord(**common, ok=setup.ok, reason=setup.reason, base_commit=head, setup=setup, paths=paths,
+                                   build_s=time.monotonic() - t0, built_at=time.time())  # fmt: skip
+        finally:
+            await sandbox.close()
+        if record.ok:
+            try:
+                await asyncio.to_thread(keep_untracked, checkout, paths, tree)
+            except (TaskError, OSError) as exc:
+                record = _failed(common, f"keeping what base setup created: {exc}", t0, record.setup)
+        shutil.rmtree(checkout, ignore_errors=True)
+        if record.ok and not paths:
+            log.warning("base environment %s for task %s: its setup created nothing in the workdir (it must install "
+                        "there, e.g. a venv in the workdir)", ident.key[:12], task.id)  # fmt: skip
+        return await _publish(store, staging, record.model_copy(update={"build_s": time.monotonic() - t0}))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -9,6 +9,13 @@ the task's env, each setup command as its own build step (a failing one fails th
 with E2B's reason and log), and last the post-setup commit under ``refs/farm/baseline``
 (the rollout reads it back: a template's build cannot return values).
 
+A layered task (``base_setup_commands``, a git workspace) gets two templates, as local
+sandboxes get two layers: a **base** template (the repository at its setup commit, the
+base setup commands, then every tracked file and the ``.git`` removed: what base setup
+created stays), and per instance a template built **from** it (``from_template``): the
+instance's checkout unpacked over the base, what is untracked right then (the base's
+paths) added to ``.git/info/exclude``, its own setup commands, the post-setup commit.
+
 A build that fails (``BuildException``: a step failed) is recorded once like a local
 one; an API or transport failure (auth, 5xx, network) is infrastructure: it raises and
 is not recorded, so a later rollout tries again.
@@ -23,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm.envs.identity import EnvIdentity
+from farm.envs.identity import EnvIdentity, setup_commit
 from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import TaskError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
@@ -34,6 +41,15 @@ from farm.workspace.prepare import SetupReport, commit_script
 log = logging.getLogger(__name__)
 
 WS_TAR = "farm-workspace.tar"
+
+# A base keeps what its setup created: no tracked file (then-empty directories go too), no .git.
+_STRIP_TRACKED = (
+    "git ls-files -z > /tmp/farm-tracked && xargs -0 -r rm -f -- < /tmp/farm-tracked && "
+    "xargs -0 -r -n1 dirname < /tmp/farm-tracked | sort -u | xargs -r rmdir -p --ignore-fail-on-non-empty "
+    "2>/dev/null; rm -rf .git /tmp/farm-tracked"
+)
+# An instance excludes from git what its base put in the workdir (untracked right after unpacking).
+_EXCLUDE_BASE = "git ls-files -z --others --directory | tr '\\0' '\\n' | sed 's|^|/|' >> .git/info/exclude"
 
 _INIT = (
     "git init -q -b main 2>/dev/null || git init -q; git add -A && "
@@ -59,14 +75,24 @@ def base_of(task: Task, default: str | None) -> tuple[str, str | None]:
     return "base", None
 
 
-async def template_for(task: Task, ident: EnvIdentity, runtime: TaskRuntime, context: Path, default: str | None) -> Any:
-    """The SDK template object for ``task``'s environment (files staged under ``context``)."""
+async def template_for(
+    task: Task, ident: EnvIdentity, runtime: TaskRuntime, context: Path, default: str | None, base: EnvRecord | None = None,
+) -> Any:
+    """The SDK template object for ``task``'s environment (files staged under ``context``):
+    a whole one, a base (``ident.is_base``), or an instance from ``base``'s template."""
     from e2b import AsyncTemplate
 
     context.mkdir(parents=True, exist_ok=True)
     tpl = AsyncTemplate(file_context_path=str(context))
-    kind, name = base_of(task, default)
-    builder = tpl.from_template(name) if kind == "template" else tpl.from_image(name) if kind == "image" else tpl.from_base_image()
+    if ident.is_base:
+        src = task.workspace
+        task = task.model_copy(update={"pre_patch": None, "workspace": src.model_copy(
+            update={"base_commit": setup_commit(task)}) if isinstance(src, GitSource) else src})  # fmt: skip
+    if base is not None and base.template:
+        builder = tpl.from_template(base.template)
+    else:
+        kind, name = base_of(task, default)
+        builder = tpl.from_template(name) if kind == "template" else tpl.from_image(name) if kind == "image" else tpl.from_base_image()
     mount = shlex.quote(ident.mount)
     git = " ".join(f"{k}={shlex.quote(v)}" for k, v in git_env().items() if k.startswith(("GIT_AUTHOR", "GIT_COMMITTER")))
     src = task.workspace
@@ -88,16 +114,26 @@ async def template_for(task: Task, ident: EnvIdentity, runtime: TaskRuntime, con
     builder = builder.set_workdir(ident.mount)
     if task.env:  # (the interpreter is the template's own: tasks.python names host paths)
         builder = builder.set_envs(dict(task.env))
-    for command in task.setup_commands:
+    if ident.is_base:
+        commands = task.base_setup_commands
+    elif base is not None:
+        builder = builder.run_cmd(_EXCLUDE_BASE)
+        commands = task.setup_commands
+    else:
+        commands = [*task.base_setup_commands, *task.setup_commands]
+    for command in commands:
         builder = builder.run_cmd(command)
+    if ident.is_base:
+        return builder.run_cmd(_STRIP_TRACKED)
     return builder.run_cmd(f"export {git}; {commit_script('/tmp/farm-baseline.index')}")
 
 
 async def build_e2b_env(
     task: Task, ident: EnvIdentity, *, runtime: TaskRuntime, store: EnvStore, api_key: str | None,
-    domain: str | None = None, default_template: str | None = None, sdk: Any = None,
+    domain: str | None = None, default_template: str | None = None, sdk: Any = None, base: EnvRecord | None = None,
 ) -> EnvRecord:
-    """Build ``ident``'s template and publish its record (the caller holds the key's lock)."""
+    """Build ``ident``'s template (a base's, or with ``base`` an instance's from its
+    template) and publish its record (the caller holds the key's lock)."""
     from e2b.exceptions import BuildException
 
     if sdk is None:
@@ -107,13 +143,14 @@ async def build_e2b_env(
     logs: list[str] = []
     t0 = time.monotonic()
     common = {"key": ident.key, "mount": ident.mount, "identity": ident.fields, "task_ids": [task.id],
-              "backend": "e2b", "template": name}  # fmt: skip
+              "backend": "e2b", "template": name, "kind": "base" if ident.is_base else "instance" if base else "env",
+              "base_key": base.key if base else ""}  # fmt: skip
     opts: dict[str, Any] = {"api_key": api_key} if api_key else {}
     if domain:
         opts["domain"] = domain
     try:
         try:
-            template = await template_for(task, ident, runtime, staging / "context", default_template)
+            template = await template_for(task, ident, runtime, staging / "context", default_template, base)
             await sdk.build(template, name, on_build_logs=lambda e: logs.append(str(getattr(e, "message", e))), **opts)
         except BuildException as exc:
             step = CommandReport(command=f"e2b template build {name}", exit_code=1, duration_s=time.monotonic() - t0,

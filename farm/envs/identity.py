@@ -6,6 +6,13 @@ content, or image), same pre-patch, same setup commands and setup-time env, same
 interpreter, same image/template, the same path inside the sandbox, and the same snapshot
 format. The key is a hash of exactly that (``EnvIdentity``); the task id is not part of
 it, so tasks that differ only in their instruction or tests share one build.
+
+A task with ``base_setup_commands`` (local sandboxes) has two layers. Its **base** is
+one per repository, ``environment_setup_commit`` (else ``version``, else the base
+commit), base setup commands, env, interpreter, image, backend, mount and format: not
+the instance's base commit, pre-patch or per-instance setup, so every instance of a
+repository-version shares it. Its **instance** identity is the one-layer identity above
+(setup commands: the per-instance ones) plus the base's key.
 """
 
 from __future__ import annotations
@@ -31,6 +38,11 @@ class EnvIdentity(BaseModel):
     key: str
     mount: str  # where the tree lives inside a sandbox (built there, viewed there)
     fields: dict[str, Any]  # what was hashed (kept in the record, shown by `farm envs ls`)
+    base: EnvIdentity | None = None  # a layered environment: the base it stacks on
+
+    @property
+    def is_base(self) -> bool:
+        return self.fields.get("layer") == "base"
 
 
 def mount_path(task: Task, mount_root: str) -> str:
@@ -65,20 +77,62 @@ async def _workspace_fields(task: Task, runtime: TaskRuntime) -> dict[str, Any]:
     return {"type": "empty"}
 
 
-async def identity_of(task: Task, runtime: TaskRuntime, *, mount_root: str, backend: str = "local") -> EnvIdentity:
-    """The environment ``task`` needs; raises ``TaskError`` when its source cannot be found."""
+def setup_commit(task: Task) -> str:
+    """The commit a layered task's base is built at: the row's ``environment_setup_commit``,
+    else the task's base commit."""
+    env_commit = task.metadata.get("environment_setup_commit") if isinstance(task.metadata, dict) else None
+    src = task.workspace
+    return str(env_commit) if env_commit else src.base_commit if isinstance(src, GitSource) else ""
+
+
+async def _base_workspace_fields(task: Task, runtime: TaskRuntime, instance: dict[str, Any]) -> dict[str, Any]:
+    src = task.workspace
+    if not isinstance(src, GitSource):
+        return instance  # a tarball, an image, an empty dir: the base is built on the same
+    version = task.metadata.get("version") if isinstance(task.metadata, dict) else None
+    if task.metadata.get("environment_setup_commit") or version in (None, ""):
+        repo = await runtime.repos.locate(src)
+        what = f"{src.repo or src.url} (environment_setup_commit)"
+        return {"type": "git", "repo": src.repo or src.url,
+                "setup_commit": await runtime.repos.resolve_commit(repo, setup_commit(task), what)}  # fmt: skip
+    return {"type": "git", "repo": src.repo or src.url, "version": str(version)}
+
+
+def _hashed(fields: dict[str, Any], mount: str, base: EnvIdentity | None = None) -> EnvIdentity:
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return EnvIdentity(key=hashlib.sha256(blob).hexdigest()[:32], mount=mount, fields=fields, base=base)
+
+
+async def identity_of(
+    task: Task, runtime: TaskRuntime, *, mount_root: str, backend: str = "local", layered: bool = True
+) -> EnvIdentity:
+    """The environment ``task`` needs; raises ``TaskError`` when its source cannot be found.
+    With ``base_setup_commands`` and ``layered`` (local sandboxes): an instance on a base
+    (``.base``); otherwise one layer whose setup is the base's commands then the task's."""
     python = runtime.python_for(task)
     mount = mount_path(task, mount_root)
-    fields = {
+    workspace = await _workspace_fields(task, runtime)
+    shared = {
         "format": SNAPSHOT_FORMAT,
         "backend": backend,
-        "workspace": await _workspace_fields(task, runtime),
-        "pre_patch": hashlib.sha256(task.pre_patch.encode()).hexdigest() if task.pre_patch else None,
-        "setup_commands": list(task.setup_commands),
         "env": dict(sorted(task.env.items())),
         "python": {"spec": python.spec, "exe": python.exe, "version": python.version},
         "image": task.image,
         "mount": mount,
     }
-    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return EnvIdentity(key=hashlib.sha256(blob).hexdigest()[:32], mount=mount, fields=fields)
+    base = None
+    setup = [*task.base_setup_commands, *task.setup_commands]
+    if task.base_setup_commands and layered:
+        base_fields = {**shared, "layer": "base", "workspace": await _base_workspace_fields(task, runtime, workspace),
+                       "base_setup_commands": list(task.base_setup_commands)}  # fmt: skip
+        base = _hashed(base_fields, mount)
+        setup = list(task.setup_commands)
+    fields = {
+        **shared,
+        "workspace": workspace,
+        "pre_patch": hashlib.sha256(task.pre_patch.encode()).hexdigest() if task.pre_patch else None,
+        "setup_commands": setup,
+    }
+    if base is not None:
+        fields["base"] = base.key
+    return _hashed(fields, mount, base)

@@ -7,6 +7,11 @@ from the cancellation of any one waiter; across processes of a node, the key's f
 after which a process that waited finds the other's snapshot). A failed build is read
 back as ``EnvBuildFailed`` (a ``SetupCommandFailed``: the rollout ends ``setup_failed``
 with the build's reason and log), never rebuilt per rollout.
+
+A layered task (``base_setup_commands``; on E2B, with a git workspace) needs its base first: built
+once per base key the same way, then its instance layer on it. A failed base is read
+back for every instance of it (each ends ``setup_failed`` with the base's reason; no
+instance is built on it); its view stacks [instance, base].
 """
 
 from __future__ import annotations
@@ -14,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from farm.envs.build import SandboxMaker, build_env
+from farm.envs.build import SandboxMaker, build_base, build_env
 from farm.envs.config import EnvsConfig
 from farm.envs.identity import EnvIdentity, identity_of
 from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import SetupCommandFailed, TaskError
 from farm.sandboxes.config import SandboxConfig
-from farm.sandboxes.views import SnapshotView
-from farm.tasks.model import Task
+from farm.sandboxes.views import SnapshotView, ViewLayer
+from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -49,8 +54,10 @@ class EnvProvider:
 
     async def identity(self, task: Task) -> EnvIdentity:
         if task.id not in self._ids:
+            # E2B layers templates of git workspaces only (a base template is a checkout at its setup commit)
+            layered = self.backend == "local" or isinstance(task.workspace, GitSource)
             self._ids[task.id] = await identity_of(
-                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend
+                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend, layered=layered
             )
         return self._ids[task.id]
 
@@ -61,32 +68,57 @@ class EnvProvider:
         return rec
 
     async def ensure(self, task: Task) -> EnvRecord:
-        """The environment's record, building it first if needed (never twice at once)."""
+        """The environment's record, building it first if needed (never twice at once). A
+        layered task whose base failed gets the base's (failed) record."""
         ident = await self.identity(task)
-        rec = self.store.record(ident.key)
+        base = None
+        if ident.base is not None:
+            base = await self._ensure(task, ident.base, None)
+            if not base.ok:
+                return base
+        return await self._ensure(task, ident, base)
+
+    async def ensure_base(self, task: Task) -> EnvRecord | None:
+        """The record of ``task``'s base (built first if needed); None: one layer, no base."""
+        ident = await self.identity(task)
+        return None if ident.base is None else await self._ensure(task, ident.base, None)
+
+    async def _ensure(self, task: Task, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord:
+        rec = self._published(ident, base)
         if rec is not None:
             return rec
         fut = self._builds.get(ident.key)
         if fut is None:
-            fut = asyncio.ensure_future(self._build(task, ident))
+            fut = asyncio.ensure_future(self._build(task, ident, base))
             self._builds[ident.key] = fut
             fut.add_done_callback(lambda _f, k=ident.key: self._builds.pop(k, None))
         return await asyncio.shield(fut)
 
-    async def _build(self, task: Task, ident: EnvIdentity) -> EnvRecord:
+    def _published(self, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord | None:
+        """The usable record of ``ident`` (an instance whose base is not the one given,
+        e.g. removed and rebuilt since, is not)."""
+        rec = self.store.record(ident.key)
+        if rec is not None and rec.ok and base is not None and (rec.base_key != base.key or rec.built_at < base.built_at):
+            return None
+        if rec is not None and rec.ok and rec.base_key and not self.store.tree(rec.base_key).is_dir():
+            return None
+        return rec
+
+    async def _build(self, task: Task, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord:
         async with self.store.lock(ident.key, self.cfg.build_timeout_s):
-            rec = self.store.record(ident.key)  # another process built it while we waited
+            rec = self._published(ident, base)  # another process built it while we waited
             if rec is not None:
                 return rec
             if self.backend == "e2b":
                 from farm.envs.e2b_templates import build_e2b_env
 
-                rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, **self.e2b)
+                rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, base=base, **self.e2b)
+            elif ident.is_base:
+                rec = await build_base(task, ident, runtime=self.runtime, store=self.store,
+                                       make_sandbox=self.make_sandbox, labels=self.labels)  # fmt: skip
             else:
-                rec = await build_env(
-                    task, ident, runtime=self.runtime, store=self.store, make_sandbox=self.make_sandbox,
-                    labels=self.labels,
-                )
+                rec = await build_env(task, ident, runtime=self.runtime, store=self.store,
+                                      make_sandbox=self.make_sandbox, labels=self.labels, base=base)  # fmt: skip
             self.built.append(ident.key)
         if rec.ok and self.cfg.max_size_bytes is not None:
             removed = await asyncio.to_thread(self.store.gc, self.cfg.max_size_bytes)
@@ -96,19 +128,24 @@ class EnvProvider:
 
     async def view_for(self, task: Task) -> SnapshotView:
         """The private view a sandbox for ``task`` starts from; ``EnvBuildFailed`` when its
-        environment cannot be built."""
+        environment (or its base) cannot be built."""
         rec = await self.ensure(task)
         if not rec.ok:
             tail = rec.log_tail()
+            what = "base environment" if rec.kind == "base" else "environment"
             raise EnvBuildFailed(
-                f"task {task.id}: environment {rec.key[:12]} failed to build (once, for task {rec.task_ids[0]}; "
+                f"task {task.id}: {what} {rec.key[:12]} failed to build (once, for task {rec.task_ids[0]}; "
                 f"`farm envs rm --failed` to retry): {rec.reason}" + (f"; log: {tail}" if tail else ""),
                 report=rec.setup,
             )
         self.store.touch(rec.key)
         if rec.template:
             return SnapshotView(key=rec.key, mount=rec.mount, template=rec.template)
-        return SnapshotView(key=rec.key, lower=str(self.store.tree(rec.key)), mount=rec.mount)
+        layers = [ViewLayer(path=str(self.store.tree(rec.key)), deleted=tuple(rec.deleted))]
+        if rec.base_key:
+            self.store.touch(rec.base_key)
+            layers.append(ViewLayer(path=str(self.store.tree(rec.base_key))))
+        return SnapshotView(key=rec.key, layers=tuple(layers), mount=rec.mount)
 
 
 def provider_for(

@@ -3,8 +3,10 @@
 Layout (``envs.cache_dir``, mode 0700: no sandbox ever sees it; a snapshot reaches a
 sandbox only as the lower layer of its private view)::
 
-    <cache>/<key>/meta.json        the EnvRecord: identity, setup report, commits, size, build time
-    <cache>/<key>/tree/            the frozen workspace (only when the build succeeded)
+    <cache>/<key>/meta.json        the EnvRecord: kind, identity, setup report, commits, size, build time
+    <cache>/<key>/tree/            the frozen tree (only when the build succeeded): a whole workspace
+                                   (kind env), a base layer (kind base: the venv) or an instance layer
+                                   (kind instance: the checkout and what its setup added, over its base)
     <cache>/<key>/last_used        its mtime is the last use (LRU for ``gc``)
     <cache>/.build/<key>.<rand>/   a build in progress; never read; renamed into place whole
     <cache>/.locks/<key>.lock      flock: one build per key across every process of this node
@@ -14,6 +16,9 @@ synced first), so a crash mid-build leaves only a ``.build`` remnant (cleaned by
 build or ``gc``), never a half-built snapshot. A failed build is published the same way
 with ``ok: false`` and no tree: every later rollout of that environment reads the
 failure instead of building again (``farm envs rm --failed`` forgets failures).
+
+A base stays while an instance built on it is in the cache: ``remove`` refuses it (``force``
+removes its instances with it) and ``gc`` takes its instances first.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +46,14 @@ class EnvRecord(BaseModel):
     key: str
     ok: bool
     reason: str = ""
+    kind: Literal["env", "base", "instance"] = Field(
+        default="env", description="a whole environment (one layer), a base, or an instance layer over a base"
+    )
+    base_key: str = Field(default="", description="an instance: the base it stacks on")
+    deleted: list[str] = Field(default_factory=list, description="an instance: paths it removes from its base")
+    paths: list[str] = Field(
+        default_factory=list, description="a base: what it holds (workdir-relative; git-excluded in its instances)"
+    )
     mount: str
     identity: dict = Field(default_factory=dict)
     task_ids: list[str] = Field(default_factory=list, description="the task that built it")
@@ -136,11 +151,11 @@ class EnvStore:
 
     # --- management ------------------------------------------------------------------
     def in_use(self, key: str) -> bool:
-        """A live sandbox's view has this snapshot as its lower layer: a kernel overlay
+        """A live sandbox's view has this snapshot among its lower layers: a kernel overlay
         (its options in mountinfo) or a fuse-overlayfs daemon (its command line)."""
-        needle = f"lowerdir={self.tree(key)}"
+        tree = str(self.tree(key))
         try:
-            if needle in Path("/proc/self/mountinfo").read_text():
+            if tree in _lowerdirs(Path("/proc/self/mountinfo").read_text()):
                 return True
         except OSError:
             pass
@@ -150,11 +165,23 @@ class EnvStore:
                     cmd = Path(entry.path, "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"fuse-overlayfs" in cmd and needle.encode() in cmd:
+                if b"fuse-overlayfs" in cmd and tree in _lowerdirs(cmd.replace(b"\0", b" ").decode(errors="replace")):
                     return True
         return False
 
-    def entries(self) -> list[EnvEntry]:
+    def dependents(self, key: str) -> list[str]:
+        """The instances built on base ``key`` (their records name it)."""
+        return [e.record.key for e in self._records() if e.record.base_key == key]
+
+    def blocker(self, key: str) -> str:
+        """Why ``key`` must stay ('' when it may go): a live view, or instances on it."""
+        if self.in_use(key):
+            return "in use by a sandbox"
+        deps = self.dependents(key)
+        return f"the base of {len(deps)} instance environment(s)" if deps else ""
+
+    def _records(self) -> list[EnvEntry]:
+        """Every published record (``in_use`` not looked up)."""
         out = []
         if not self.root.is_dir():
             return out
@@ -168,14 +195,20 @@ class EnvStore:
                 last = (d / "last_used").stat().st_mtime
             except OSError:
                 last = rec.built_at
-            out.append(EnvEntry(record=rec, size_bytes=rec.size_bytes, last_used=last, in_use=self.in_use(d.name)))
+            out.append(EnvEntry(record=rec, size_bytes=rec.size_bytes, last_used=last, in_use=False))
         return out
 
+    def entries(self) -> list[EnvEntry]:
+        return [e.model_copy(update={"in_use": self.in_use(e.record.key)}) for e in self._records()]
+
     def remove(self, key: str, *, force: bool = False) -> bool:
-        """Remove one snapshot; refuses (False) while a sandbox uses it unless ``force``."""
+        """Remove one snapshot; refuses (False) while a sandbox uses it or instances are
+        built on it, unless ``force`` (which removes those instances too)."""
         d = self.root / key
-        if not d.is_dir() or (self.in_use(key) and not force):
+        if not d.is_dir() or (self.blocker(key) and not force):
             return False
+        for dep in self.dependents(key):
+            self.remove(dep, force=True)
         self._discard(d)
         self._ok.pop(key, None)
         return True
@@ -196,15 +229,28 @@ class EnvStore:
                 lock = self.root / ".locks" / f"{old.name.split('.', 1)[0]}.lock"
                 if old.name.startswith("trash-") or not _locked(lock):
                     shutil.rmtree(old, ignore_errors=True)
-        entries = sorted(self.entries(), key=lambda e: (e.record.ok, e.last_used))
+        entries = sorted(self._records(), key=lambda e: (e.record.ok, e.last_used))
         total = sum(e.size_bytes for e in entries)
-        for e in entries:
-            if total <= max_size_bytes:
-                break
-            if self.remove(e.record.key):
-                total -= e.size_bytes
-                removed.append(e.record.key)
+        progress = True
+        while total > max_size_bytes and progress:  # again after a pass: a base whose last instance went
+            progress = False
+            for e in entries:
+                if total <= max_size_bytes:
+                    break
+                if e.record.key not in removed and self.remove(e.record.key):
+                    total -= e.size_bytes
+                    removed.append(e.record.key)
+                    progress = True
         return removed
+
+
+def _lowerdirs(text: str) -> set[str]:
+    """Every directory named in a ``lowerdir=a:b:c`` option of ``text``."""
+    out: set[str] = set()
+    for part in text.split("lowerdir=")[1:]:
+        value = part.split(",", 1)[0].split(" ", 1)[0].split("\n", 1)[0]
+        out.update(value.split(":"))
+    return out
 
 
 def tree_size(path: Path) -> int:

@@ -75,7 +75,8 @@ def grading_spec(task: Task, labels: Mapping[str, str] | None = None, purpose: s
     return SandboxSpec(
         labels={**(labels or {}), "task_id": task.id, "purpose": purpose},
         image=task.image,
-        timeout_s=t.workspace_s + t.setup_s * max(1, len(task.setup_commands)) + 2 * t.test_s + 600,
+        timeout_s=t.workspace_s + t.setup_s * max(1, len(task.base_setup_commands) + len(task.setup_commands))
+        + 2 * t.test_s + 600,
     )
 
 

@@ -87,6 +87,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._etc_dir = str(self.dir / "etc")
         self._sock_dir = ""  # made with the dirs (local_dirs.socket_dir)
         self.view_ready_s = 0.0
+        self.view_mode = ""  # how its view was made (overlay, fuse-overlayfs, copy)
         self.view = spec.view  # the environment snapshot it starts from (None: an empty root)
         self._view_map: tuple[str, str] | None = None  # (host dir, mount path) once made
         if self.view is not None and not self._isolated:
@@ -101,7 +102,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._cgroup: SandboxCgroup | None = None
         self._watchdog = Watchdog(
             path=str(self.dir),
-            extra_paths=[self.view.lower] if self.view is not None and self.view.writable else [],
+            extra_paths=[self.view.lower if self.view.writable else self.view.upper]
+            if self.view is not None and self.view.building else [],
             disk_bytes=cfg.limits.disk_bytes,
             interval_s=cfg.limits.disk_check_s,
             lifetime_s=spec.timeout_s,
@@ -196,10 +198,12 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         Path(self._etc_dir, "group").write_text(group)
         if self.view is not None:  # after labels.json: reap finds (and unmounts) it
             t0 = time.monotonic()
+            self.view_mode = resolve_mode(self._cfg.view)
             if self.view.writable:
                 host = self.view.lower
             else:
-                host = str(mount_view(self.view.lower, self.dir / "view", resolve_mode(self._cfg.view)))
+                upper = Path(self.view.upper) if self.view.upper else None
+                host = str(mount_view(self.view.layers, self.dir / "view", self.view_mode, upper=upper))
             self._view_map = (host, self.view.mount)
             self.view_ready_s = time.monotonic() - t0
 

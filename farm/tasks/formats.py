@@ -174,6 +174,7 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
             pass_to_pass=p2p,
             log_parser=canonical_parser(_str_or_none(row, "log_parser") or "pytest"),
             setup_commands=_str_list(row, "setup_commands"),
+            base_setup_commands=_str_list(row, "base_setup_commands"),
             env=row.get("env") or {},
             metadata=metadata,
         ),

@@ -18,6 +18,15 @@ agent cannot find the fix in the history), checked out on branch ``main``. It is
 once under a lock (in-process and across processes on the host) and then uploaded to
 every sandbox with ``Sandbox.upload_tarball`` — a local extraction for LocalSandbox, an
 upload for E2B — so 16 parallel rollouts of one task fetch nothing.
+
+**Imperfect mirrors.** A mirror made with large blobs left out (a partial clone, or a
+snapshot missing big files) cannot pack a commit's whole history: ``git fetch`` dies on
+the first object it lacks, often one of an old commit. Then the workspace is built from
+the base commit alone (``fetch --depth=1``: the commit and its tree, one commit of history,
+so the future stays hidden as before). Only when the base commit's own tree lacks objects
+does the task fail, with the missing paths and blob ids named. A partial clone's promisor
+remote is asked once for the missing blobs of that tree first (what git itself would
+fetch lazily); its history is never fetched for a workspace.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import tarfile
@@ -35,6 +45,8 @@ from pathlib import Path
 
 from farm.errors import TaskError
 from farm.tasks.model import GitSource
+
+log = logging.getLogger(__name__)
 
 # farm's fixed git identity and dates: the same commits (ids) on every machine, host or sandbox.
 GIT_IDENTITY = {
@@ -47,8 +59,12 @@ GIT_IDENTITY = {
 }
 
 
-async def _run(argv: Sequence[str], *, cwd: str | Path | None = None, timeout: float, stdin: bytes | None = None) -> tuple[int, str]:
-    """Run a host command (git, mostly); returns (exit code, stderr + stdout tail)."""
+async def _run(
+    argv: Sequence[str], *, cwd: str | Path | None = None, timeout: float, stdin: bytes | None = None,
+    tail: int | None = 2000,
+) -> tuple[int, str]:
+    """Run a host command (git, mostly); returns (exit code, stderr + stdout: its last
+    ``tail`` characters, or all of stdout alone with ``tail=None``)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/"),
@@ -74,8 +90,10 @@ async def _run(argv: Sequence[str], *, cwd: str | Path | None = None, timeout: f
             pass
         await proc.wait()
         raise
+    if tail is None:
+        return proc.returncode or 0, out.decode(errors="replace") if proc.returncode == 0 else err.decode(errors="replace")
     text = (err.decode(errors="replace") + out.decode(errors="replace")).strip()
-    return proc.returncode or 0, text[-2000:]
+    return proc.returncode or 0, text[-tail:]
 
 
 class FileLock:
@@ -119,6 +137,7 @@ class RepoCache:
         self.fetch = fetch
         self.git_timeout_s = git_timeout_s
         self._locks: dict[str, asyncio.Lock] = {}
+        self._resolved: set[tuple[Path, str]] = set()
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -171,12 +190,16 @@ class RepoCache:
         return cached
 
     async def resolve_commit(self, repo: Path, commit: str, what: str) -> str:
+        if (repo, commit) in self._resolved:  # a full commit id that was there stays there
+            return commit
         code, out = await _run(
             ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=repo, timeout=60
         )
         sha = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or len(sha) != 40:
             raise TaskError(f"repository {what}: base commit {commit} not found in {repo}")
+        if sha == commit:
+            self._resolved.add((repo, commit))
         return sha
 
     # --- workspace tarballs ----------------------------------------------------------
@@ -215,13 +238,29 @@ class RepoCache:
             try:
                 code, out = await _run(["git", *args], cwd=ws, timeout=t, stdin=stdin)
             except TimeoutError:
-                raise TaskError(f"repository {what}: 'git {args[0]}' timed out after {t:g} s") from None
+                raise _GitTimeout(f"repository {what}: 'git {args[0]}' timed out after {t:g} s") from None
             if code != 0:
                 raise TaskError(f"repository {what}: 'git {' '.join(args[:3])}' failed: {out}")
             return out
 
         await git("init", "--quiet", "--initial-branch=main")
-        await git("-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--no-tags", str(repo.resolve()), sha)
+        fetch = ["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--no-tags"]
+        promisor = await self._promisor_remote(repo)
+        history_error = "the mirror is a partial clone: its history is never packed" if promisor else ""
+        if not promisor:
+            try:
+                await git(*fetch, str(repo.resolve()), sha)
+            except _GitTimeout:
+                raise
+            except TaskError as exc:
+                history_error = _gist(str(exc).removeprefix(f"repository {what}: "))
+        if history_error:
+            await self._complete_tree(repo, sha, promisor, what, history_error)
+            try:
+                await git(*fetch, "--depth=1", str(repo.resolve()), sha)
+            except TaskError as exc:
+                raise TaskError(f"{exc}; before that, the full history: {history_error}") from None
+            log.info("repository %s: workspace at %s from the base commit alone (%s)", what, sha[:12], history_error[:200])
         await git("-c", "advice.detachedHead=false", "checkout", "--quiet", "-B", "main", sha)
         if pre_patch:
             try:
@@ -237,6 +276,68 @@ class RepoCache:
         if pre_patch:
             await git("gc", "--quiet", "--prune=now")
         (ws / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
+
+    async def _promisor_remote(self, repo: Path) -> str | None:
+        """The remote a partial clone fetches its missing objects from (None: not one)."""
+        code, out = await _run(["git", "config", "--get", "extensions.partialClone"], cwd=repo, timeout=60)
+        if code == 0 and out.strip():
+            return out.strip()
+        code, out = await _run(["git", "config", "--bool", "--get-regexp", r"^remote\..*\.promisor$"], cwd=repo, timeout=60)
+        promisors = [ln.split()[0][len("remote.") : -len(".promisor")] for ln in out.splitlines() if ln.endswith(" true")]
+        return promisors[0] if code == 0 and promisors else None
+
+    async def _missing_in_tree(self, repo: Path, sha: str) -> dict[str, list[str]]:
+        """Objects of ``sha``'s tree the repository lacks: {object id: [paths]} (never fetched lazily)."""
+        code, out = await _run(
+            ["git", "rev-list", "--objects", "--missing=print", f"{sha}^{{tree}}"], cwd=repo, timeout=self.git_timeout_s,
+            tail=None,
+        )
+        if code != 0:
+            raise TaskError(f"cannot list the tree of {sha[:12]} in {repo}: {out[-500:]}")
+        missing = {line[1:].strip(): [] for line in out.splitlines() if line.startswith("?")}
+        if missing:
+            _, listing = await _run(["git", "ls-tree", "-r", "-t", "-z", sha], cwd=repo, timeout=self.git_timeout_s, tail=None)
+            for entry in listing.split("\0"):
+                meta, _, path = entry.partition("\t")
+                oid = meta.split(" ")[-1] if meta else ""
+                if oid in missing:
+                    missing[oid].append(path)
+        return missing
+
+    async def _complete_tree(self, repo: Path, sha: str, promisor: str | None, what: str, history_error: str) -> None:
+        """Make sure every object of ``sha``'s tree is in ``repo`` (asking a partial clone's
+        promisor remote for what it lacks, once); else a TaskError naming what is missing."""
+        missing = await self._missing_in_tree(repo, sha)
+        asked = ""
+        if missing and promisor:
+            code, out = await _run(
+                ["git", "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                 "--recurse-submodules=no", "--filter=blob:none", "--stdin", promisor],
+                cwd=repo, timeout=self.git_timeout_s, stdin="".join(f"{oid}\n" for oid in missing).encode(),
+            )  # fmt: skip
+            asked = f"; its promisor remote {promisor!r} was asked for them: " + ("they did not come" if code == 0 else out[-300:])
+            missing = await self._missing_in_tree(repo, sha)
+        if not missing:
+            return
+        shown = [f"{', '.join(paths) or '?'} ({oid[:12]})" for oid, paths in sorted(missing.items(), key=lambda kv: kv[1])]
+        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
+        raise TaskError(
+            f"repository {what}: the tree of base commit {sha[:12]} is incomplete in {repo}: {len(missing)} object(s) "
+            f"missing: {'; '.join(shown[:20])}{more}{asked} (its history cannot be packed either: {history_error}). "
+            "The mirror lacks objects (e.g. made with large blobs left out): fetch them "
+            "into it, or use a complete mirror"
+        )
+
+
+def _gist(text: str) -> str:
+    """The telling line of git's output (the object it could not read), else its last line."""
+    lines = [ln.strip().removeprefix("remote: ").strip() for ln in text.splitlines() if ln.strip()]
+    telling = [ln for ln in lines if any(w in ln for w in ("unable to read", "missing", "bad object", "did not send"))]
+    return (telling or lines or [""])[0 if telling else -1][:300]
+
+
+class _GitTimeout(TaskError):
+    """A host git command ran out of time (not a sign of a broken mirror: never retried)."""
 
 
 def _is_remote(url: str) -> bool:

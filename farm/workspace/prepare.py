@@ -18,6 +18,13 @@
 A sandbox started from an environment snapshot (``farm.envs``: the result of these three
 steps, built once) skips all three: its workspace is the snapshot's, at the path it was
 built at, and the build's record gives the commits and the setup report.
+
+Setup is ``base_setup_commands`` then ``setup_commands``. A layered environment's build
+splits them: the base's commands run once in a checkout of the repository-version
+(``materialize`` + ``run_setup`` + ``untracked_paths``: what they created is the base),
+and each instance is prepared on a view of that base with only its own commands, the
+base's paths listed in ``.git/info/exclude`` first (``excludes``) so no baseline or diff
+ever holds the venv.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import os
 import posixpath
 import shlex
 import time
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,7 +100,7 @@ _INIT_AND_COMMIT = (
 )
 
 
-async def _materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str) -> str:
+async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str) -> str:
     """Put the workspace in place; returns its HEAD commit."""
     src = task.workspace
     budget = task.timeouts.workspace_s
@@ -142,12 +150,15 @@ async def _upload(sandbox: Sandbox, local: str, workdir: str, budget: float) -> 
         raise SandboxTimeout(f"uploading the workspace {local} exceeded {budget:g} s") from None
 
 
-async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str) -> SetupReport:
-    """Run the setup commands in order, stopping at the first failure. A task's base setup
-    commands run first, in the same workdir (one layer; farm.envs may build them apart)."""
+async def run_setup(
+    sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str, commands: Sequence[str] | None = None,
+    *, what: str = "setup command",
+) -> SetupReport:
+    """Run ``commands`` (default: the task's base setup, then its setup) in order,
+    stopping at the first failure."""
     t0 = time.monotonic()
     steps: list[CommandReport] = []
-    commands = [*task.base_setup_commands, *task.setup_commands]
+    commands = [*task.base_setup_commands, *task.setup_commands] if commands is None else list(commands)
     for i, command in enumerate(commands):
         step = await run_step(
             sandbox,
@@ -160,7 +171,7 @@ async def run_setup(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir:
         )
         steps.append(step)
         if not step.ok:
-            reason = f"setup command {i + 1}/{len(commands)} {step.describe()}"
+            reason = f"{what} {i + 1}/{len(commands)} {step.describe()}"
             return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0)
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0)
 
@@ -178,6 +189,31 @@ def commit_script(index: str, ref: str = BASELINE_REF) -> str:
     )
 
 
+async def untracked_paths(sandbox: Sandbox, workdir: str) -> list[str]:
+    """What is in the workdir that git does not track, ignored files included, a wholly
+    untracked directory as one entry (``dir/``): what a base layer keeps."""
+    res = await git_script(sandbox, "git ls-files -z --others --directory", cwd=workdir, timeout=600)
+    if res.exit_code != 0 or res.truncated:
+        why = "its output was cut (too many paths)" if res.truncated else (res.stderr or res.stdout).strip()[-500:]
+        raise TaskError(f"listing what setup created: {why}")
+    return [p for p in res.stdout.split("\0") if p]
+
+
+def _exclude_pattern(path: str) -> str:
+    """An anchored .gitignore pattern matching exactly ``path`` (``dir/`` for a directory)."""
+    escaped = "".join("\\" + c if c in "*?[\\!#" else c for c in path)
+    return "/" + (escaped[:-1] + "\\ " if escaped.endswith(" ") else escaped)
+
+
+async def exclude(sandbox: Sandbox, workdir: str, paths: Sequence[str]) -> None:
+    """Append ``paths`` to the checkout's ``.git/info/exclude``."""
+    if not paths:
+        return
+    lines = "".join(f"{_exclude_pattern(p)}\n" for p in paths)
+    script = f"mkdir -p .git/info && printf '%s' {shlex.quote(lines)} >> .git/info/exclude"
+    await _checked(sandbox, script, cwd=workdir, what="excluding the base environment from git")
+
+
 async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = BASELINE_REF) -> str:
     """Commit the current state of the workdir (untracked files included, ignored ones not)
     without touching HEAD or the index; returns the commit (HEAD when nothing changed)."""
@@ -187,9 +223,12 @@ async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = B
 
 
 async def prepare_workspace(
-    sandbox: Sandbox, task: Task, runtime: TaskRuntime, *, raise_on_setup_failure: bool = True
+    sandbox: Sandbox, task: Task, runtime: TaskRuntime, *, raise_on_setup_failure: bool = True,
+    commands: Sequence[str] | None = None, excludes: Sequence[str] = (),
 ) -> Workspace:
-    """Materialize the task's workspace in ``sandbox`` and run its setup (see module doc).
+    """Materialize the task's workspace in ``sandbox`` and run its setup (see module doc):
+    ``commands`` (default: base setup, then setup), after ``excludes`` (workdir paths a
+    base layer under the view holds) are excluded from git.
 
     Raises ``TaskError`` (workspace cannot be materialized), ``SetupCommandFailed`` (a
     setup command failed or timed out; ``.report`` is the SetupReport) unless
@@ -203,7 +242,7 @@ async def prepare_workspace(
     if res.exit_code != 0:
         raise TaskError(f"cannot create {scratch}: {res.stderr.strip()}")
     view = getattr(sandbox, "view", None)
-    if view is not None and not view.writable and runtime.envs is not None:
+    if view is not None and not view.building and runtime.envs is not None:
         # Started from the environment's snapshot: materialized, set up and snapshotted once, at build.
         record = runtime.envs.record(view.key)
         base, baseline = record.base_commit, record.baseline_commit
@@ -215,9 +254,10 @@ async def prepare_workspace(
             baseline_commit=baseline, setup=record.setup,
             timings={"snapshot_view_s": getattr(sandbox, "view_ready_s", 0.0), "prepare_s": time.monotonic() - t0},
         )
-    base = await _materialize(sandbox, task, runtime, workdir)
+    base = await materialize(sandbox, task, runtime, workdir)
+    await exclude(sandbox, workdir, excludes)
     t1 = time.monotonic()
-    setup = await run_setup(sandbox, task, runtime, workdir)
+    setup = await run_setup(sandbox, task, runtime, workdir, commands)
     t2 = time.monotonic()
     if not setup.ok:
         ws = Workspace(task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base, baseline_commit=base, setup=setup)

@@ -184,3 +184,32 @@ async def test_an_api_failure_is_infrastructure_not_a_recorded_failure(fake_api,
     ok, _ = setup(tmp_path, swe_row)  # the right key later: it builds
     assert (await ok.view_for(task)).template
     assert json.loads(json.dumps(fake_api.requests))[0]["name"].startswith("farm-env-")
+
+
+async def test_layered_templates_an_instance_from_its_base(fake_api, tmp_path, swe_row):
+    """A task with base setup: a base template (the repository at its setup commit, the
+    base setup, the checkout's tracked files and .git removed), then the instance's
+    template from it; a second instance of the repository-version reuses the base."""
+    provider, task = setup(tmp_path, swe_row)
+    task = task.model_copy(update={"base_setup_commands": ["uv venv -q .venv"], "setup_commands": ["echo inst"]})
+    other = task.model_copy(update={"id": "other", "setup_commands": ["echo other"]})
+    views = await asyncio.gather(provider.view_for(task), provider.view_for(other))
+    base_name, *names = [r["name"] for r in fake_api.requests]
+    assert len(names) == 2 and {v.template for v in views} == set(names) and base_name not in names
+    base_start, *starts = fake_api.starts.values()
+    assert base_start["fromImage"] == task.metadata["docker_image"]
+    base_runs = [s["args"][0] for s in base_start["steps"] if s["type"] == "RUN"]
+    assert base_runs[1] == "uv venv -q .venv" and "rm -rf .git" in base_runs[-1] and "git ls-files -z" in base_runs[-1]
+    for start, own in zip(starts, (["echo inst"], ["echo other"])):
+        assert start.get("fromTemplate") == base_name and "fromImage" not in start  # built from the base
+        runs = [s["args"][0] for s in start["steps"] if s["type"] == "RUN"]
+        assert runs[0].startswith("mkdir -p /workspace/repo && tar -xf") and ".git/info/exclude" in runs[1]
+        assert own[0] in runs and "uv venv -q .venv" not in runs and "refs/farm/baseline" in runs[-1]
+    kinds = sorted(e.record.kind for e in provider.store.entries())
+    assert kinds == ["base", "instance", "instance"]
+    # a failing base: every instance fails with its reason, no instance template is requested
+    bad = task.model_copy(update={"id": "bad", "base_setup_commands": ["echo building; exit 7"]})
+    n = len(fake_api.requests)
+    with pytest.raises(EnvBuildFailed, match="base environment .* exit status 7"):
+        await provider.view_for(bad)
+    assert len(fake_api.requests) == n + 1

@@ -110,10 +110,12 @@ async def test_setup_timeout_and_the_python_on_path(demo, runtime, new_sandbox) 
 
 
 async def test_setup_output_is_part_of_the_baseline(demo, runtime, new_sandbox) -> None:
-    task = demo["demo-generic-sum"]
+    """(Without environment snapshots, a task's base setup runs first, in its own checkout.)"""
+    task = demo["demo-generic-sum"].model_copy(update={"base_setup_commands": ["echo 'base first' > base.txt"]})
     async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
         ws = await prepare_workspace(sb, task, runtime)
-        assert ws.baseline_commit != ws.base_commit and ws.setup.ok
+        assert ws.baseline_commit != ws.base_commit and ws.setup.ok and len(ws.setup.steps) == 2
+        assert await sb.read_file(f"{ws.workdir}/base.txt") == b"base first\n"
         assert (await capture_diff(sb, ws)).empty  # numbers.txt came from setup, not from the agent
         await sh(sb, "echo 5050 > total.txt", ws.workdir)
         diff = await capture_diff(sb, ws)
