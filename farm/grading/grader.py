@@ -246,7 +246,8 @@ async def _environment_failure(sandbox: Sandbox, task: Task, ws: Workspace, runt
     names: list[str] = []
     if missing_modules(text):
         listing = await sandbox.exec(["sh", "-c", "ls -1A; ls -1A src lib 2>/dev/null"], cwd=ws.workdir, timeout=60)
-        names = [n.removesuffix(".py") for n in listing.stdout.split()]
+        provided = [*touched_paths(task.gold_patch or ""), *touched_paths(task.test_patch or "")]
+        names = [n.removesuffix(".py") for n in [*listing.stdout.split(), *(p.split("/")[0] for p in provided)]]
     cause = diagnose(exit_code=exit_code, text=text, repo_names=names)
     if cause is None:
         return None

@@ -211,14 +211,18 @@ def _fresh_values(obj):
 
 
 def _damning(obj):
-    """Why ``obj`` answers equal to what it cannot equal, or None."""
+    """Why ``obj`` answers equal to what it cannot equal, or None. Only a plain bool (or
+    int) answer counts: an elementwise or symbolic result is the caller's to judge."""
     probe = object()
     checks = [("==", probe), ("!=", probe)] + [("==", v) for v in _fresh_values(obj)]
     for op, other in checks:
         try:
-            if op == "==" and obj == other:
+            answer = obj == other if op == "==" else obj != other
+            if type(answer) not in (bool, int):
+                continue
+            if op == "==" and answer:
                 return "== %s" % ("a fresh object()" if other is probe else "a random %s" % type(other).__name__)
-            if op == "!=" and not (obj != other):
+            if op == "!=" and not answer:
                 return "not != a fresh object()"
         except Exception:  # noqa: BLE001 - an honest type may refuse the comparison
             continue
