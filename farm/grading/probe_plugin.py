@@ -22,6 +22,10 @@ What it writes, one HMAC-signed JSON line each (see ``read_probe``):
   library and site-packages and answers equal to a fresh ``object()`` (or to a random
   value of its builtin base), or not unequal to it.
 - ``collect_error`` (with pytest's message) and, at the end, ``finished``.
+
+Under pytest-xdist each worker loads the plugin too: the controller hands the key to
+each worker it starts (``pytest_configure_node``), the workers write the per-test lines
+with their own observations, and the controller writes only the end.
 """
 
 import hashlib
@@ -59,13 +63,28 @@ def _open():
 
 
 _KEY, _FD = _open()
+_SECRET = [_KEY]  # a pytest-xdist worker gets it from the controller (its key file is gone)
+_ROLE = ["main"]  # or "controller" (pytest-xdist's: it relays the workers' reports) or "worker"
 _CURRENT = [None]  # node id of the test whose call phase is running
 _REPORTED = set()
 
 
-def _emit(obj, _key=_KEY, _fd=_FD, _dumps=json.dumps, _mac=hmac.new, _sha=hashlib.sha256, _write=os.write):
+def _emit(obj, _key=_SECRET, _fd=_FD, _dumps=json.dumps, _mac=hmac.new, _sha=hashlib.sha256, _write=os.write):
     body = _dumps(obj, sort_keys=True)
-    _write(_fd, (_dumps({"b": body, "m": _mac(_key, body.encode("utf-8"), _sha).hexdigest()}) + "\n").encode("utf-8"))
+    mac = _mac(_key[0], body.encode("utf-8"), _sha).hexdigest()
+    _write(_fd, (_dumps({"b": body, "m": mac}) + "\n").encode("utf-8"))
+
+
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "farm_probe_key" in workerinput:
+        _ROLE[0], _SECRET[0] = "worker", bytes.fromhex(workerinput["farm_probe_key"])
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's: the controller starting a worker
+def pytest_configure_node(node):
+    _ROLE[0] = "controller"
+    node.workerinput["farm_probe_key"] = _SECRET[0].hex()
 
 
 def _is_outcome(exc):
@@ -311,14 +330,18 @@ if __name__ == "farm_probe":
 
 
 def pytest_runtest_logreport(report, _emit=_emit):
+    if _ROLE[0] == "controller":  # a worker's report, relayed: the worker wrote it, with its observations
+        return
     _emit({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
            "wasxfail": hasattr(report, "wasxfail"), "sub": hasattr(report, "context")})
 
 
 def pytest_collectreport(report, _emit=_emit):
-    if report.failed:
+    if report.failed and _ROLE[0] != "controller":
         _emit({"collect_error": report.nodeid, "message": str(report.longrepr)[-2000:]})
 
 
 def pytest_sessionfinish(session, exitstatus, _emit=_emit):
+    if _ROLE[0] == "worker":  # the controller's end is the run's end
+        return
     _emit({"finished": True, "exitstatus": int(exitstatus), "collected": getattr(session, "testscollected", -1)})

@@ -154,17 +154,18 @@ def swebench_row(fix: RealFix, base: str, gold: str, *, version: str = "3.3", te
 
 
 def recipe() -> dict:
-    """Recipes for ``pypi/astroid``: version 3.3 (a venv with pytest), and "3.3-no-pytest"
-    (a venv without it: an environment that cannot run its tests)."""
+    """Recipes for ``pypi/astroid``: version 3.3 (a venv with pytest), "3.3-xdist" (tests
+    spread over two pytest-xdist workers) and "3.3-no-pytest" (a venv without pytest: an
+    environment that cannot run its tests)."""
 
-    def one(deps: str) -> dict:
+    def one(deps: str, options: str = "") -> dict:
         install = [f"uv pip install -q --python .venv/bin/python {deps}"] if deps else []
         return {
             "setup": ["echo .venv/ >> .git/info/exclude", "uv venv -q .venv", *install],
-            "test_command": ".venv/bin/python -m pytest -rA -p no:cacheprovider {test_files}",
+            "test_command": f".venv/bin/python -m pytest -rA -p no:cacheprovider {options}{{test_files}}",
         }
 
-    return {REPO: {"3.3": one("pytest"), "3.3-no-pytest": one("")}}
+    return {REPO: {"3.3": one("pytest"), "3.3-xdist": one("pytest pytest-xdist", "-n 2 "), "3.3-no-pytest": one("")}}
 
 
 # A conftest the test patch brings, importing a package the environment lacks (pytest's exit 4).
@@ -176,14 +177,17 @@ MISSING_PACKAGE_CONFTEST = (
 
 def make_task_set(root: Path, *, sdist_cache: Path | None = None) -> dict[str, Path]:
     """Write ``tasks.jsonl``, ``recipes.yaml`` and the mirror under ``root``; returns their
-    paths (keys: tasks, recipes, mirrors). The rows: each real fix, and two rows of 1196
-    whose environment cannot run its tests (``-no-pytest``: a venv without pytest;
-    ``-conftest``: a conftest importing numpy, which the venv lacks)."""
+    paths (keys: tasks, recipes, mirrors). The rows: each real fix, 1333 again with its
+    tests run by pytest-xdist workers (``-xdist``), and two rows of 1196 whose environment
+    cannot run its tests (``-no-pytest``: a venv without pytest; ``-conftest``: a conftest
+    importing numpy, which the venv lacks)."""
     root.mkdir(parents=True, exist_ok=True)
     sdist = fetch_sdist(sdist_cache or Path(os.path.expanduser("~/.cache/farm/testing/sdists")))
     mirrors, built = build_mirror(root, sdist)
     rows = [swebench_row(fix, *built[fix.instance]) for fix in FIXES]
-    first = FIXES[0]
+    first, second = FIXES
+    rows.append({**swebench_row(second, *built[second.instance], version="3.3-xdist"),
+                 "instance_id": f"{second.instance}-xdist"})  # fmt: skip
     rows.append({**swebench_row(first, *built[first.instance], version="3.3-no-pytest"),
                  "instance_id": f"{first.instance}-no-pytest"})  # fmt: skip
     rows.append({**swebench_row(first, *built[first.instance], test_patch=MISSING_PACKAGE_CONFTEST),

@@ -2,7 +2,7 @@
 dev rows astroid-1196 and astroid-1333, graded by unittest.TestCase tests, two of them
 ``@staticmethod``), rebuilt from astroid's sdist (``farm.testing.astroid_tasks``), go
 through ``farm validate-tasks`` as a user runs it: each gold patch resolves with no
-finding, each empty patch does not; an environment that cannot run its tests (no pytest,
+finding, each empty patch does not, also with the tests spread over pytest-xdist workers; an environment that cannot run its tests (no pytest,
 a conftest importing a package it lacks) is ``env_broken``, never a zero or a hack. A
 hack on those unittest tests is still caught, and a diff that brings the missing
 package itself is the policy's failure, not the environment's."""
@@ -51,8 +51,8 @@ def test_validate_tasks_on_real_astroid_rows(rows, tmp_path):
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     report = {r["task_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
-    assert res.returncode == 1 and len(report) == 4, res.stdout[-3000:] + res.stderr[-3000:]
-    for instance in ("pypi__astroid-1196", "pypi__astroid-1333"):
+    assert res.returncode == 1 and len(report) == 5, res.stdout[-3000:] + res.stderr[-3000:]
+    for instance in ("pypi__astroid-1196", "pypi__astroid-1333", "pypi__astroid-1333-xdist"):
         r = report[instance]
         gold, empty = r["gold"], r["empty"]
         assert r["valid"], (instance, r["reason"], gold.get("flags"))
