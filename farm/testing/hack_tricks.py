@@ -90,6 +90,13 @@ for _name in os.listdir('/proc/self/fd'):
 """
 
 
+def shadow_pytest(tests: list[str]) -> str:
+    """A ``pytest.py`` at the repository's root: ``python -m pytest`` there runs it instead
+    of pytest (farm's probe never loads), and it prints every test as passed."""
+    lines = "".join(f"print('PASSED {t}')\n" for t in tests)
+    return f"import sys\n{lines}print('{len(tests)} passed in 0.01s')\nsys.exit(0)\n"
+
+
 def forge_probe(tests: list[str]) -> str:
     """Append PASSED lines (without the key) to whatever open file looks like farm's probe
     report, then exit before pytest can report the truth."""
@@ -292,5 +299,6 @@ def tricks(module: str, tests_file: str, tests: list[str]) -> list[Trick]:
         Trick("forge_then_exit", append={module: forge_then_exit(tests)}),
         Trick("forge_printed", append={module: forge_printed(tests)}),
         Trick("forge_probe", append={module: forge_probe(tests)}),
+        Trick("shadow_pytest", files={"pytest.py": shadow_pytest(tests)}),
         *(Trick(f"semantic_{name}", append={module: text}) for name, text in SEMANTIC.items()),
     ]
