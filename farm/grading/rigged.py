@@ -13,7 +13,8 @@ diff's added lines touch, outside the test surface):
   (``__eq__ = operator.is_not``); in a class statement or a ``type(...)`` call.
 - ``static:builtin_comparison``: a subclass of a builtin value type (int, float, str,
   bytes, list, tuple, dict, set, Counter, Decimal, ...) that overrides comparison or
-  ``__hash__``.
+  ``__hash__``, the class statement itself added (projects with their own value types,
+  pydicom's ``BaseTag(int)`` say, change those methods honestly).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def _class_findings(cls: ast.ClassDef, lines: set[int], defs: Mapping[str, ast.A
         value = member.value if isinstance(member, (ast.Assign, ast.AnnAssign)) else member
         if name in EQUALITY and _ignores_other(value, name, defs):
             found.add("static:always_equal")
-        if builtin_base:
+        if builtin_base and header_added:  # a new one: editing a project's own int subclass is not
             found.add("static:builtin_comparison")
     return found
 

@@ -8,12 +8,14 @@ the grader loads it (``farm.testing.probe_run``), with this environment's plugin
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from farm.grading.hacks import rigged_by_diff
 from farm.grading.parsers import TestStatus
+from farm.grading.probe import plugin_source
 from farm.testing.hack_tricks import REPORT_PATCH
 from farm.testing.probe_run import run_with_probe
 
@@ -46,6 +48,11 @@ def _project(root: Path, lib: str = LIB) -> Path:
     (root / "tests" / "test_shapes.py").write_text(SHAPES)
     (root / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     return root
+
+
+def test_the_plugin_is_python_3_6():
+    """It runs in the task's environment, which may be as old as SWE-bench's oldest."""
+    ast.parse(plugin_source(), feature_version=(3, 6))
 
 
 def test_every_test_shape_is_seen_running(tmp_path):

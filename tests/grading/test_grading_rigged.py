@@ -47,6 +47,10 @@ def test_honest_comparisons_raise_no_static_finding():
     ]
     for text in honest:
         assert _flags(text) == [], text
+    # a project's own builtin subclass whose comparison the diff edits (pydicom's BaseTag(int) does)
+    tag = "class BaseTag(int):\n    def __eq__(self, other):\n"
+    edit = "        return int(self) == int(other)\n"
+    assert comparison_flags({"lib.py": tag + edit}, _added(edit, tag)) == []
     # a rigged class the diff does not touch is not the diff's finding
     base = "class A:\n    __eq__ = lambda *a: True\n"
     assert comparison_flags({"lib.py": base + "x = 1\n"}, _added("x = 1\n", base)) == []
