@@ -194,9 +194,10 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
     f2p = {t: status_of(statuses, t, MISSING) for t in task.fail_to_pass}
     p2p = {t: status_of(statuses, t, MISSING) for t in task.pass_to_pass}
+    watched = [*f2p.values(), *p2p.values()]
+    reached = any(s != MISSING for s in watched) if watched else bool(statuses)
     broken = await _environment_failure(sandbox, task, ws, runtime, policy, attempt, res.exit_code, fields["test_log"],
-                                        seen, reached=any(s != MISSING for s in (*f2p.values(), *p2p.values()))
-                                        if (f2p or p2p) else bool(statuses))  # fmt: skip
+                                        seen, reached=reached)  # fmt: skip
     if broken:
         return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": broken, "tests": statuses}
     if seen is not None:
