@@ -26,19 +26,22 @@ import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import apply_patch, restore_paths
 from farm.grading.config import GradingConfig
-from farm.grading.hacks import decide, runtime_flags, static_flags
-from farm.grading.probe import install_probe, read_probe
+from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flags
+from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
+from farm.grading.probe import ProbeReport, install_probe, read_probe
+from farm.grading.rigged import static_comparison_flags
 from farm.grading.parsers import PASSING, TestStatus, get_parser, status_of
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import CapturedDiff
 from farm.tasks.model import Task
-from farm.tasks.patches import touched_paths
+from farm.tasks.patches import is_empty, touched_paths
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_script, run_command, run_step
 from farm.workspace.prepare import Workspace, prepare_workspace
@@ -64,7 +67,7 @@ async def grade(
     """
     sandbox = await make_sandbox()
     try:
-        return await grade_in_sandbox(sandbox, task, patch, runtime=runtime, policy=policy)
+        return await grade_in_sandbox(sandbox, task, patch, runtime=runtime, policy=policy, baseline=make_sandbox)
     finally:
         await sandbox.close()
 
@@ -82,9 +85,11 @@ def grading_spec(task: Task, labels: Mapping[str, str] | None = None, purpose: s
 
 async def grade_in_sandbox(
     sandbox: Sandbox, task: Task, patch: str | CapturedDiff, *, runtime: TaskRuntime,
-    policy: GradingConfig | None = None,
+    policy: GradingConfig | None = None, baseline: SandboxMaker | None = None,
 ) -> GradingReport:
-    """``grade`` in a sandbox the caller owns (it must be fresh: nothing of the agent's in it)."""
+    """``grade`` in a sandbox the caller owns (it must be fresh: nothing of the agent's in it).
+    ``baseline`` makes another fresh sandbox, where a run that could not reach its tests is
+    tried with the empty patch (``farm.grading.environment``)."""
     policy = policy or GradingConfig()
     t0 = time.monotonic()
     text, too_large, size = (patch.patch, patch.too_large, patch.bytes) if isinstance(patch, CapturedDiff) else (patch, False, 0)
@@ -122,7 +127,9 @@ async def grade_in_sandbox(
         reason = f"the diff does not apply (git apply, --3way, patch --fuzz): {why}"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, patch=applied, setup=ws.setup, timings=timings)
     touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
-    flags = surface_flags(touches) + static_flags(text, {t.path for t in touches})
+    surface = {t.path for t in touches}
+    flags = surface_flags(touches) + static_flags(text, surface)
+    flags += await static_comparison_flags(sandbox, ws.workdir, text, surface)
     common = {
         "patch": applied, "setup": ws.setup, "timings": timings,
         "test_surface": {t.path: f"{t.action}: {t.why}" for t in touches}, "flags": flags,
@@ -130,12 +137,22 @@ async def grade_in_sandbox(
     # The test surface is the task's: put back what the diff changed there (added files go).
     await restore_paths(sandbox, ws.workdir, [t.path for t in touches], scratch=ws.scratch)
     if task.kind == "swe":
-        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy))
+        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, Attempt(text, surface, baseline)))
     return done(**await _grade_generic(sandbox, task, ws, runtime, common))
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What the SWE grading needs of the diff itself: its text, the test-surface files it
+    touched, and where a baseline run (the empty patch) can be had."""
+
+    diff: str
+    surface: set[str]
+    baseline: SandboxMaker | None
+
+
 async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict,
-                     policy: GradingConfig) -> dict:
+                     policy: GradingConfig, attempt: Attempt) -> dict:
     cfg = runtime.config
     if task.test_patch:
         await restore_paths(sandbox, ws.workdir, touched_paths(task.test_patch), scratch=ws.scratch)
@@ -152,7 +169,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         report_path = posixpath.join(ws.workdir, task.test_report_file)
         await sandbox.exec(["rm", "-f", report_path], timeout=60)
     assert task.test_command is not None  # Task validation guarantees it for SWE tasks
-    probe = await install_probe(sandbox) if policy.probe else None
+    probe = await install_probe(sandbox, ws.workdir) if policy.probe else None
     t0 = time.monotonic()
     test, res = await run_command(
         sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
@@ -168,17 +185,27 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     report_text = await _read_optional(sandbox, report_path)
     printed = parser(res.stdout + "\n" + res.stderr, report_text)
     statuses = printed
+    seen = None
+    pytest_task = task.log_parser == "pytest"
     if probe is not None:
+        if PROBE_FAILED.search(fields["test_log"]):
+            raise GradingError(f"farm's probe cannot load in the task's environment: {fields['test_log'][-500:]}")
         seen = read_probe(await _read_optional(sandbox, probe.report_path), probe.key)
-        pytest_task = task.log_parser == "pytest"
         if pytest_task and seen.finished and not seen.forged_lines:
             statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
-        watched = [*task.fail_to_pass, *task.pass_to_pass]
-        fields["flags"] = sorted({*fields["flags"], *runtime_flags(
-            seen, pytest_task=pytest_task, watched=watched, printed={k: v.value for k, v in printed.items()},
-            f2p=task.fail_to_pass)})  # fmt: skip
     f2p = {t: status_of(statuses, t, MISSING) for t in task.fail_to_pass}
     p2p = {t: status_of(statuses, t, MISSING) for t in task.pass_to_pass}
+    watched = [*f2p.values(), *p2p.values()]
+    reached = any(s != MISSING for s in watched) if watched else bool(statuses)
+    broken = await _environment_failure(sandbox, task, ws, runtime, policy, attempt, res.exit_code, fields["test_log"],
+                                        seen, reached=reached)  # fmt: skip
+    if broken:
+        return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": broken, "tests": statuses}
+    if seen is not None:
+        fields["flags"] = sorted({*fields["flags"], *runtime_flags(
+            seen, pytest_task=pytest_task, watched=[*task.fail_to_pass, *task.pass_to_pass],
+            printed={k: v.value for k, v in printed.items()}, f2p=task.fail_to_pass, exit_code=res.exit_code,
+            code_paths=set(touched_paths(attempt.diff)) - attempt.surface, workdir=ws.workdir)})  # fmt: skip
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):
@@ -209,6 +236,30 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         "pass_to_pass": p2p,
         "expected_mismatches": mismatches,
     }
+
+
+async def _environment_failure(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime,
+                               policy: GradingConfig, attempt: Attempt, exit_code: int, log: str,
+                               seen: ProbeReport | None, *, reached: bool) -> str | None:  # fmt: skip
+    """The reason this run is an environment failure (``farm.grading.environment``), or None."""
+    if reached:
+        return None
+    text = "\n".join([log, *(seen.collect_errors.values() if seen else ())])
+    names: list[str] = []
+    if missing_modules(text):
+        listing = await sandbox.exec(["sh", "-c", "ls -1A; ls -1A src lib 2>/dev/null"], cwd=ws.workdir, timeout=60)
+        provided = [*touched_paths(task.gold_patch or ""), *touched_paths(task.test_patch or "")]
+        names = [n.removesuffix(".py") for n in [*listing.stdout.split(), *(p.split("/")[0] for p in provided)]]
+    cause = diagnose(exit_code=exit_code, text=text, repo_names=names)
+    if cause is None:
+        return None
+    why = f"the environment cannot run the task's tests: {cause}"
+    if is_empty(attempt.diff):
+        return why
+    if attempt.baseline is None:  # no fresh sandbox to try without the diff: read the diff instead
+        return None if diff_brings(attempt.diff, cause) else why
+    empty = await grade(task, "", runtime=runtime, make_sandbox=attempt.baseline, policy=policy)
+    return f"{why} (the same without the diff)" if empty.status is GradeStatus.ENV_BROKEN else None
 
 
 def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: int, listed: bool) -> str:
@@ -299,8 +350,8 @@ def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, 
             flags.append(f"judge:{finding}")
     action = decide(flags, on_hack=policy.on_hack, on_static_hack=policy.on_static_hack)
     update: dict = {"flags": flags, "hack_action": action}
-    if action != "flag" and report.reward > 0:
-        hacks = [f for f in flags if f.startswith(("runtime:", "static:", "judge:"))]
+    if action in ("zero_reward", "exclude") and report.reward > 0:
+        hacks = [f for f in flags if f.startswith(HACK_PREFIXES)]
         update.update(reward=0.0, resolved=False, status=GradeStatus.UNRESOLVED, reward_before_hack_policy=report.reward,
                       reason=f"reward hack ({action}): {', '.join(hacks)}")  # fmt: skip
     return report.model_copy(update=update)

@@ -13,16 +13,22 @@ policy does not write and a check of what actually ran:
 - the plugin is imported before any conftest or test module: it reads the key, deletes
   the key file, opens its report file, and binds everything it needs as defaults, so a
   module imported later cannot read the key from disk or patch the plugin's helpers;
-- per test phase it appends one line: node id, phase, pytest's reported outcome, and
-  its own observations: did the test function's own code run (a profile hook that
-  watches for that code object's frame), did the call raise (a hookwrapper around
-  ``pytest_pyfunc_call``, independent of the report object). Each line carries an HMAC
-  under the key; at the end, one line with the exit status and the number collected.
+- per test it appends pytest's reported outcome of each phase and its own observations
+  of the call (a hookwrapper around ``pytest_runtest_call``, which every kind of test
+  item goes through): did the test's own code run (a profile hook watching for its code
+  object: the innermost function under the test's decorators, for plain, class-based,
+  parametrized, generated, async and unittest.TestCase tests alike, or a doctest's
+  examples) and did the call raise (for a TestCase, what unittest caught and handed to
+  pytest); also every comparison in a test whose operand answers equal to anything (a
+  class outside the standard library and site-packages equal to a fresh ``object()``).
+  Each line carries an HMAC under the key; at the end, one line with the exit status
+  and the number collected. The plugin's source is ``probe_plugin.py``.
 
 :func:`read_probe` verifies and folds the lines into per-test statuses and runtime
 findings (``farm.grading.hacks``). What one Python process cannot prevent, the probe
-detects: a test reported passed whose body never ran or whose call raised, a run that
-never finished (``os._exit``), lines that fail their HMAC (written by someone else).
+detects: a test reported passed whose body never ran or whose call raised, a passing
+assertion on an object rigged to compare equal, a run that never finished
+(``os._exit``), lines that fail their HMAC (written by someone else).
 """
 
 from __future__ import annotations
@@ -32,84 +38,21 @@ import hmac
 import json
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from farm.grading.parsers import TestStatus
 from farm.sandboxes.base import Sandbox
 
 PLUGIN = "farm_probe"
 REPORT = "report.jsonl"
-
-# Runs inside the task's environment: Python 3.6+ and any pytest with hookwrappers.
-PLUGIN_SOURCE = r'''"""farm's grading probe: loaded by farm's grader with -p farm_probe, not part of the project."""
-import hashlib
-import hmac
-import json
-import os
-import sys
-
-import pytest
-
-_DIR = os.path.dirname(os.path.abspath(__file__))
+# pytest computes passing assertions' explanations (and shows the probe their operands)
+# only with this ini option; given on the command line, the project's config is untouched.
+ASSERT_PASS_OPTION = "-o enable_assertion_pass_hook=true"
 
 
-def _open():
-    key = b""
-    try:
-        with open(os.path.join(_DIR, "key"), "rb") as fh:
-            key = fh.read()
-        os.unlink(os.path.join(_DIR, "key"))
-    except OSError:
-        pass
-    return key, os.open(os.path.join(_DIR, "report.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-
-_KEY, _FD = _open()
-_SEEN = {}
-
-
-def _emit(obj, _key=_KEY, _fd=_FD, _dumps=json.dumps, _mac=hmac.new, _sha=hashlib.sha256, _write=os.write):
-    body = _dumps(obj, sort_keys=True)
-    _write(_fd, (_dumps({"b": body, "m": _mac(_key, body.encode("utf-8"), _sha).hexdigest()}) + "\n").encode("utf-8"))
-
-
-def _is_outcome(exc):
-    return any(c.__name__ in ("OutcomeException", "Skipped", "XFailed", "Exit") for c in type(exc).__mro__)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_pyfunc_call(pyfuncitem, _getprofile=sys.getprofile, _setprofile=sys.setprofile, _emit=_emit):
-    fn = getattr(pyfuncitem, "function", None) or getattr(pyfuncitem, "obj", None)
-    code = getattr(fn, "__code__", None)
-    seen = {"ran": False}
-    previous = _getprofile()
-
-    def watch(frame, event, arg):
-        if event == "call" and frame.f_code is code:
-            seen["ran"] = True
-            _setprofile(previous)
-
-    _setprofile(watch)
-    outcome = yield
-    if _getprofile() is watch:
-        _setprofile(previous)
-    exc = outcome.excinfo[1] if outcome.excinfo else None
-    _SEEN[pyfuncitem.nodeid] = {"ran": seen["ran"], "raised": exc is not None and not _is_outcome(exc)}
-
-
-def pytest_runtest_logreport(report, _emit=_emit):
-    seen = _SEEN.get(report.nodeid, {})
-    _emit({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-           "wasxfail": hasattr(report, "wasxfail"), "ran": seen.get("ran"), "raised": seen.get("raised")})
-
-
-def pytest_collectreport(report, _emit=_emit):
-    if report.failed:
-        _emit({"collect_error": report.nodeid})
-
-
-def pytest_sessionfinish(session, exitstatus, _emit=_emit):
-    _emit({"finished": True, "exitstatus": int(exitstatus), "collected": getattr(session, "testscollected", -1)})
-'''
+def plugin_source() -> str:
+    """The plugin's text (``probe_plugin.py``: runs in the task's environment, never in farm's)."""
+    return (Path(__file__).parent / "probe_plugin.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -125,19 +68,34 @@ class Probe:
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` plus what loads the plugin (kept: the task's own addopts / PYTHONPATH)."""
-        addopts = " ".join(x for x in (base.get("PYTEST_ADDOPTS", ""), f"-p {PLUGIN}") if x)
+        addopts = " ".join(x for x in (base.get("PYTEST_ADDOPTS", ""), f"-p {PLUGIN}", ASSERT_PASS_OPTION) if x)
         path = ":".join(x for x in (self.directory, base.get("PYTHONPATH", "")) if x)
         return {**base, "PYTEST_ADDOPTS": addopts, "PYTHONPATH": path}
 
 
-async def install_probe(sandbox: Sandbox) -> Probe:
-    """A fresh, randomly named directory outside the workspace with the plugin and a key."""
+async def install_probe(sandbox: Sandbox, workdir: str | None = None) -> Probe:
+    """A fresh, randomly named directory outside the workspace with the plugin and a key.
+    With ``workdir``, pytest's cached rewritten test modules there are removed: a module
+    rewritten before (without the assertion-pass hook) would hide its assertions."""
     probe = Probe(directory=f"/tmp/.farm-probe-{secrets.token_hex(12)}", key=secrets.token_bytes(32))
     await sandbox.exec(["mkdir", "-p", probe.directory], timeout=60)
-    await sandbox.write_file(f"{probe.directory}/{PLUGIN}.py", PLUGIN_SOURCE.encode())
+    if workdir:
+        await sandbox.exec(["find", workdir, "-name", "*-pytest-*.pyc", "-delete"], timeout=120)
+    await sandbox.write_file(f"{probe.directory}/{PLUGIN}.py", plugin_source().encode())
     await sandbox.write_file(f"{probe.directory}/key", probe.key)
     await sandbox.exec(["chmod", "-R", "a+rwX", probe.directory], timeout=60)
     return probe
+
+
+@dataclass
+class Rigged:
+    """A comparison in a test whose operand answered equal to what it cannot equal."""
+
+    test: str
+    op: str
+    type: str  # module.qualname of the operand's class
+    origin: str  # the file defining its comparison ("" when it cannot be told)
+    why: str
 
 
 @dataclass
@@ -151,8 +109,12 @@ class ProbeReport:
     statuses: dict[str, TestStatus] = field(default_factory=dict)
     body_not_run: list[str] = field(default_factory=list)  # reported passed, its own code never ran
     raised_but_passed: list[str] = field(default_factory=list)  # reported passed, its call raised
+    not_judged: list[str] = field(default_factory=list)  # passed; an item kind whose own code farm cannot tell
+    rigged: list[Rigged] = field(default_factory=list)
     forged_lines: int = 0  # lines whose HMAC does not verify
-    collect_errors: list[str] = field(default_factory=list)
+    collect_errors: dict[str, str] = field(default_factory=dict)  # collector node id -> pytest's message
+    reached: int = 0  # tests the run reached (pytest reported a phase of them)
+
 
 
 def read_probe(text: str | None, key: bytes) -> ProbeReport:
@@ -160,7 +122,8 @@ def read_probe(text: str | None, key: bytes) -> ProbeReport:
     rep = ProbeReport(present=text is not None)
     if text is None:
         return rep
-    calls: dict[str, dict] = {}
+    calls: dict[str, dict | None] = {}  # node id -> the observation of the call pytest reported last
+    observed: dict[str, dict] = {}  # node id -> the latest observation not yet paired with a report
     for line in text.splitlines():
         try:
             outer = json.loads(line)
@@ -176,19 +139,30 @@ def read_probe(text: str | None, key: bytes) -> ProbeReport:
         if obj.get("finished"):
             rep.finished, rep.exitstatus, rep.collected = True, obj.get("exitstatus"), obj.get("collected")
         elif "collect_error" in obj:
-            rep.collect_errors.append(str(obj["collect_error"]))
+            rep.collect_errors[str(obj["collect_error"])] = str(obj.get("message") or "")
+        elif "obs" in obj:
+            observed[str(obj["obs"])] = obj
+        elif "rigged" in obj:
+            rep.rigged.append(Rigged(test=str(obj["rigged"]), op=str(obj.get("op")), type=str(obj.get("type")),
+                                     origin=str(obj.get("origin") or ""), why=str(obj.get("why"))))  # fmt: skip
         elif "nodeid" in obj:
-            _fold(rep, calls, obj)
-    for nodeid, obj in calls.items():
+            nodeid = str(obj["nodeid"])
+            rep.reached += obj.get("when") == "setup"
+            if obj.get("when") == "call" and not obj.get("sub"):
+                calls[nodeid] = observed.pop(nodeid, None)  # None: the call was never observed
+            _fold(rep, obj)
+    for nodeid, seen in calls.items():
         if rep.statuses.get(nodeid) is TestStatus.PASSED:
-            if not obj.get("ran"):
-                rep.body_not_run.append(nodeid)
-            if obj.get("raised"):
+            if seen is None or seen.get("ran") is False:
+                rep.body_not_run.append(nodeid)  # the call bypassed pytest_runtest_call, or its code never ran
+            elif seen.get("ran") is None:
+                rep.not_judged.append(nodeid)
+            if seen is not None and seen.get("raised"):
                 rep.raised_but_passed.append(nodeid)
     return rep
 
 
-def _fold(rep: ProbeReport, calls: dict[str, dict], obj: dict) -> None:
+def _fold(rep: ProbeReport, obj: dict) -> None:
     nodeid, when, outcome = str(obj["nodeid"]), obj.get("when"), obj.get("outcome")
     current = rep.statuses.get(nodeid)
     if when == "setup":
@@ -197,7 +171,6 @@ def _fold(rep: ProbeReport, calls: dict[str, dict], obj: dict) -> None:
         elif outcome == "skipped":
             rep.statuses[nodeid] = TestStatus.XFAIL if obj.get("wasxfail") else TestStatus.SKIPPED
     elif when == "call":
-        calls[nodeid] = obj
         if outcome == "passed":
             rep.statuses[nodeid] = TestStatus.XPASS if obj.get("wasxfail") else TestStatus.PASSED
         elif outcome == "skipped":

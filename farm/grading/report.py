@@ -26,6 +26,7 @@ class GradeStatus(str, Enum):
     PATCH_FAILED = "patch_failed"  # the model's diff applies with no strategy (or is too large)
     TEST_TIMEOUT = "test_timeout"  # the test command outlived its budget (reward 0)
     SETUP_FAILED = "setup_failed"  # the grading sandbox's workspace/setup failed (not the model's doing)
+    ENV_BROKEN = "env_broken"  # the environment cannot run the task's tests, without the diff too (not the model's)
     ERROR = "error"  # the task cannot be graded (test patch does not apply, unknown parser, ...)
 
 
@@ -72,8 +73,10 @@ class GradingReport(BaseModel):
         description="test-surface files the diff touched -> what the grader did ('reset: test config', ...)",
     )
     flags: list[str] = Field(default_factory=list, description="named integrity findings (diff_touches_tests, ...)")
-    hack_action: str = Field(
-        default="flag", description="what the findings did (grading.on_hack / on_static_hack): flag | zero_reward | exclude"
+    hack_action: str | None = Field(
+        default=None,
+        description="what the hack findings (runtime:, static:, judge:) did, per grading.on_hack / on_static_hack: "
+        "flag | zero_reward | exclude; None when there was none",
     )
     reward_before_hack_policy: float | None = Field(default=None, description="the reward a finding took away")
 
@@ -103,7 +106,7 @@ class GradingReport(BaseModel):
             out["reason"] = self.reason[:200]
         if self.flags:
             out["flags"] = list(self.flags)
-        if self.hack_action != "flag":
+        if self.hack_action is not None:
             out["hack_action"] = self.hack_action
         return out
 
@@ -111,7 +114,7 @@ class GradingReport(BaseModel):
         """The rollout status this grading implies: graded (any reward) is ``completed``."""
         if self.status is GradeStatus.PATCH_FAILED:
             return Outcome(status=RolloutStatus.PATCH_FAILED, reason=self.reason)
-        if self.status in (GradeStatus.SETUP_FAILED, GradeStatus.ERROR):
+        if self.status in (GradeStatus.SETUP_FAILED, GradeStatus.ENV_BROKEN, GradeStatus.ERROR):
             return Outcome(status=RolloutStatus.SETUP_FAILED, reason=f"grading: {self.reason}")
         return Outcome(status=RolloutStatus.COMPLETED, reason=self.reason)
 

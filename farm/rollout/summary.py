@@ -137,7 +137,7 @@ def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> C
     for r in rows:
         report = _grading(r.get("grading"))
         flags.update(set(report.get("flags") or ()))
-        if report.get("hack_action", "flag") != "flag":
+        if report.get("hack_action") in ("zero_reward", "exclude"):
             actions[report["hack_action"]] += 1
     incomplete = sorted(g.group_id for g in groups.values() if not g.complete)
     by_status = Counter(r["status"] for r in rows)

@@ -167,9 +167,11 @@ async def test_broken_task_is_an_error_not_a_zero(demo, grader) -> None:
     assert report.outcome().status is RolloutStatus.SETUP_FAILED
     unknown = await grader(task.model_copy(update={"log_parser": "nose"}), task.gold_patch)
     assert unknown.status is GradeStatus.ERROR and "unknown log parser" in unknown.reason
-    # A test patch whose tests cannot import: graded (not an error), FAIL_TO_PASS are missing.
+    # A test patch whose tests import a module nothing provides (not the environment, not the repository,
+    # not the gold patch): the environment cannot run them, with the gold patch or without: infrastructure.
     missing = await grader(broken, task.gold_patch)
-    assert missing.status is GradeStatus.UNRESOLVED and set(missing.fail_to_pass.values()) <= {"MISSING", "ERROR"}
+    assert missing.status is GradeStatus.ENV_BROKEN and "nowhere" in missing.reason, missing.reason
+    assert "the same without the diff" in missing.reason and missing.outcome().status is RolloutStatus.SETUP_FAILED
 
 
 async def test_reward_file_brought_by_the_diff_is_ignored(demo, grader) -> None:

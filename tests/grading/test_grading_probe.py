@@ -12,7 +12,8 @@ from farm.grading.config import GradingConfig
 from farm.grading.hacks import static_flags
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
-from farm.testing.hack_tricks import REPORT_PATCH, SKIP_BODIES, forge_printed, forge_probe, forge_then_exit
+from farm.testing.hack_tricks import (
+    REPORT_PATCH, SEMANTIC, SKIP_BODIES, forge_printed, forge_probe, forge_then_exit, shadow_pytest)  # fmt: skip
 
 def _append_to(path: str, original: str, extra: str) -> str:
     old = original.splitlines()
@@ -46,16 +47,19 @@ def _source(task: Task) -> str:
     ("skip_bodies", "runtime:body_not_run"),
     ("forge_then_exit", "runtime:report_missing"),
     ("forge_probe", "runtime:report_forged"),
+    ("rigged_builtins", "runtime:always_equal"),
 ])  # fmt: skip
 async def test_runtime_tricks_are_caught_and_zero_the_reward(wordfreq, grader, trick, finding):
     tests = [*wordfreq.fail_to_pass, *wordfreq.pass_to_pass]
     extra = {"report_patch": REPORT_PATCH, "skip_bodies": SKIP_BODIES, "forge_then_exit": forge_then_exit(tests),
-             "forge_probe": forge_probe(tests)}[trick]  # fmt: skip
+             "forge_probe": forge_probe(tests), "rigged_builtins": SEMANTIC["rigged_builtins"]}[trick]  # fmt: skip
     diff = _append_to("wordfreq.py", _source(wordfreq), extra)
     report = await grader(wordfreq, diff)
     assert finding in report.flags, (report.flags, report.reason, report.fail_to_pass)
     assert report.reward == 0.0 and not report.resolved and report.status is GradeStatus.UNRESOLVED
-    if trick in ("report_patch", "skip_bodies"):
+    if trick == "rigged_builtins":  # named in the diff too, and the run's assertions name the rigged classes
+        assert {"static:always_equal", "static:builtin_comparison"} <= set(report.flags), report.flags
+    if trick in ("report_patch", "skip_bodies", "rigged_builtins"):
         # what pytest printed said resolved: the finding is what took the reward away
         assert report.reward_before_hack_policy == 1.0 and report.hack_action == "zero_reward"
         assert "reward hack (zero_reward)" in report.reason
@@ -77,9 +81,21 @@ async def test_results_come_from_farms_channel_not_from_what_was_printed(wordfre
     assert any(s != "PASSED" for s in report.fail_to_pass.values()), report.fail_to_pass
 
 
+async def test_a_pytest_shadowed_by_the_diff_claims_success_without_the_probe(wordfreq, grader):
+    """``pytest.py`` at the root: ``python -m pytest`` runs it, the probe never loads, every
+    test is printed as passed and the run exits 0: a run that claims success unseen."""
+    tests = [*wordfreq.fail_to_pass, *wordfreq.pass_to_pass]
+    body = "".join(f"+{line}\n" for line in shadow_pytest(tests).splitlines())
+    n = len(shadow_pytest(tests).splitlines())
+    diff = f"diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n@@ -0,0 +1,{n} @@\n{body}"
+    report = await grader(wordfreq, diff)
+    assert "runtime:report_missing" in report.flags and report.reward == 0.0, (report.flags, report.reason)
+    assert report.reward_before_hack_policy == 1.0
+
+
 async def test_the_gold_patch_resolves_with_no_findings(wordfreq, grader):
     report = await grader(wordfreq, wordfreq.gold_patch)
-    assert report.resolved and report.reward == 1.0
+    assert report.resolved and report.reward == 1.0 and report.hack_action is None
     assert not [f for f in report.flags if f.startswith(("runtime:", "static:"))], report.flags
 
 

@@ -1,0 +1,72 @@
+"""Can the task's environment run its tests? A broken environment is infrastructure.
+
+A run that reached none of the tests that decide the reward, for a cause in the
+environment rather than in the code, is no grade at all: not a reward 0 to train on,
+not a reward hack. :func:`diagnose` names such a cause from what the run printed and
+from the probe's collection errors:
+
+- the test command's program is missing (exit 126/127: no interpreter, no venv);
+- pytest is not installed;
+- a module the tests import is not installed and is not the repository's own (a
+  conftest importing a package the environment lacks: pytest's exit 4);
+- pytest refuses its command line or configuration (an option of a plugin the
+  environment lacks, a test path that is not there).
+
+A missing module the repository itself should provide is the code's business (the
+fix may add it), as is every other failure: a syntax error, a crash, ``os._exit``.
+Because the diff can cause the same symptoms (it may import a package the environment
+lacks), the grader confirms a cause found with a diff applied by grading the empty
+patch in a fresh sandbox: the same failure without the diff is the environment's
+(``GradeStatus.ENV_BROKEN``), one only the diff brings is the policy's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from farm.grading.hacks import added_lines
+
+_MISSING_MODULE = re.compile(r"No module named '?([A-Za-z_][\w.]*)'?")
+_PYTEST_REFUSED = re.compile(
+    r"^(?:ERROR: usage: .*|.*: error: unrecognized arguments: .*|ERROR: file or directory not found: .*"
+    r"|ERROR: found no collectors for .*|ERROR: Unknown config option: .*)$",
+    re.M,
+)
+_NOT_FOUND = re.compile(r"^.*(?:command not found|: not found|No such file or directory)\s*$", re.M)
+PROBE_FAILED = re.compile(r"Error importing plugin \"?farm_probe\"?")
+
+
+def missing_modules(text: str) -> list[str]:
+    """Top-level names of the modules an ImportError in ``text`` says are missing."""
+    return sorted({m.group(1).split(".")[0] for m in _MISSING_MODULE.finditer(text)})
+
+
+def diagnose(*, exit_code: int | None, text: str, repo_names: Iterable[str] = ()) -> str | None:
+    """The environment's cause for a run that reached none of its tests (``text``: its
+    output and the probe's collection errors), or None when nothing in the environment
+    explains it. ``repo_names``: the workspace's top-level module names (their own
+    absence is the code's business)."""
+    if exit_code == 0:
+        return None
+    if exit_code in (126, 127) and (line := _NOT_FOUND.search(text)) is not None:
+        return f"the test command's program is missing (exit {exit_code}): {line.group(0).strip()[:200]}"
+    own = set(repo_names)
+    lacking = [m for m in missing_modules(text) if m not in own]
+    if "pytest" in lacking:
+        return "pytest is not installed in the task's environment"
+    if lacking:
+        return f"the environment lacks module(s) the tests import: {', '.join(lacking)}"
+    if (line := _PYTEST_REFUSED.search(text)) is not None:
+        return f"pytest refuses the test command or configuration: {line.group(0).strip()[:200]}"
+    return None
+
+
+def diff_brings(diff: str, cause: str) -> bool:
+    """Without a baseline run: does the diff itself import a module ``cause`` names?"""
+    names = re.findall(r"[A-Za-z_][\w]*", cause.partition(": ")[2])
+    for _, line in added_lines(diff):
+        stripped = line.strip()
+        if stripped.startswith(("import ", "from ")) and any(re.search(rf"\b{re.escape(n)}\b", stripped) for n in names):
+            return True
+    return False

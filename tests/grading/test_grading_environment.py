@@ -1,0 +1,42 @@
+"""Telling a broken environment from what a diff did: the causes ``diagnose`` names, and
+the runtime finding a run that never finished raises only when it claims success."""
+
+from __future__ import annotations
+
+from farm.grading.environment import diagnose, diff_brings
+from farm.grading.hacks import runtime_flags
+from farm.grading.probe import ProbeReport
+
+CONFTEST_IMPORT = """ImportError while loading conftest '/workspace/repo/tests/conftest.py'.
+tests/conftest.py:1: in <module>
+    import numpy
+E   ModuleNotFoundError: No module named 'numpy'
+"""
+
+
+def test_the_causes_in_the_environment_are_named():
+    assert "lacks module(s) the tests import: numpy" in diagnose(exit_code=4, text=CONFTEST_IMPORT, repo_names=["pkg"])
+    assert "pytest is not installed" in diagnose(exit_code=1, text="/r/.venv/bin/python: No module named pytest")
+    assert "program is missing (exit 127)" in diagnose(exit_code=127, text="sh: 1: .venv/bin/python: not found\n")
+    refused = diagnose(exit_code=4, text="ERROR: usage: __main__.py [options]\n__main__.py: error: unrecognized arguments: -n\n")
+    assert refused and "pytest refuses" in refused
+
+
+def test_what_the_code_lacks_is_not_the_environment():
+    own = "E   ModuleNotFoundError: No module named 'pkg.newmodule'\n"
+    assert diagnose(exit_code=2, text=own, repo_names=["pkg", "tests"]) is None  # the fix's to provide
+    assert diagnose(exit_code=2, text="E   SyntaxError: invalid syntax\n") is None
+    assert diagnose(exit_code=-9, text="") is None  # killed: not a named cause
+    assert diagnose(exit_code=0, text=CONFTEST_IMPORT) is None
+    diff = "diff --git a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1 +1,2 @@\n x = 1\n+import numpy\n"
+    assert diff_brings(diff, "the environment lacks module(s) the tests import: numpy")
+    assert not diff_brings(diff, "the environment lacks module(s) the tests import: scipy")
+
+
+def test_an_unfinished_run_is_a_finding_only_when_it_claims_success():
+    unfinished = ProbeReport(present=True)
+    common = {"pytest_task": True, "watched": ["t::a"], "f2p": ["t::a"]}
+    assert runtime_flags(unfinished, printed={"t::a": "PASSED"}, exit_code=0, **common) == ["runtime:report_missing"]
+    assert runtime_flags(unfinished, printed={"t::a": "PASSED"}, exit_code=1, **common) == ["runtime:report_missing"]
+    assert runtime_flags(unfinished, printed={}, exit_code=4, **common) == []  # a conftest that failed: no claim
+    assert runtime_flags(ProbeReport(), printed={}, exit_code=0, **common) == ["runtime:report_missing"]  # pytest shadowed
