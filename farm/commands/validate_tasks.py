@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from farm.config import load_config
     from farm.errors import ConfigError, TaskLoadError
-    from farm.tasks.loaders import load_tasks
+    from farm.rollout.tasks import load_task_file
 
     console = Console(stderr=True)
     overrides = [*args.overrides, f"tasks.path={args.tasks}"]
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"tasks.format={args.format}")
     try:
         cfg = load_config(args.config, overrides)
-        loaded = load_tasks(cfg.tasks)
+        loaded = load_task_file(cfg.tasks)  # a row farm cannot grade (its log_parser) is reported here
     except (ConfigError, TaskLoadError) as exc:
         console.print(f"[red]validate-tasks: {exc}[/red]")
         return 2

@@ -32,7 +32,7 @@ from farm.grading.apply import apply_patch, restore_paths
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import decide, runtime_flags, static_flags
 from farm.grading.probe import install_probe, read_probe
-from farm.grading.parsers import PASSING, TestStatus, get_parser, status_of
+from farm.grading.parsers import PASSING, TestIds, TestStatus, log_format
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -143,7 +143,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             why = tp.attempts[-1].stderr_tail.strip()[-300:] if tp.attempts else ""
             return {**common, "status": GradeStatus.ERROR, "reason": f"the task's test patch does not apply: {why}"}
     try:
-        parser = get_parser(task.log_parser)
+        fmt = log_format(task.log_parser)
     except KeyError as exc:
         return {**common, "status": GradeStatus.ERROR, "reason": str(exc.args[0])}
     report_path = None
@@ -165,19 +165,21 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
     fields["test_log"] = res.stdout + ("\n" + res.stderr if res.stderr else "")
     report_text = await _read_optional(sandbox, report_path)
-    printed = parser(res.stdout + "\n" + res.stderr, report_text)
+    printed = fmt.parse(res.stdout + "\n" + res.stderr, report_text)
     statuses = printed
     if probe is not None:
         seen = read_probe(await _read_optional(sandbox, probe.report_path), probe.key)
-        pytest_task = task.log_parser == "pytest"
+        pytest_task = fmt.pytest
         if pytest_task and seen.finished and not seen.forged_lines:
             statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
-        watched = [*task.fail_to_pass, *task.pass_to_pass]
+        listed = TestIds(statuses, fmt.ids)  # the exact ids behind the listed ones (SWE-bench's may be cut)
+        watched = listed.members([*task.fail_to_pass, *task.pass_to_pass])
         fields["flags"] = sorted({*fields["flags"], *runtime_flags(
             seen, pytest_task=pytest_task, watched=watched, printed={k: v.value for k, v in printed.items()},
-            f2p=task.fail_to_pass)})  # fmt: skip
-    f2p = {t: status_of(statuses, t, MISSING) for t in task.fail_to_pass}
-    p2p = {t: status_of(statuses, t, MISSING) for t in task.pass_to_pass}
+            f2p=listed.members(task.fail_to_pass))})  # fmt: skip
+    ids = TestIds(statuses, fmt.ids)
+    f2p = {t: ids.status_of(t, MISSING) for t in task.fail_to_pass}
+    p2p = {t: ids.status_of(t, MISSING) for t in task.pass_to_pass}
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):

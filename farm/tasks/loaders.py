@@ -10,7 +10,7 @@ built-in demo set, generated into the cache on first use).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,13 @@ def _open_text(path: Path):  # noqa: ANN202 - a text file object
 
 def load_tasks(
     source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None,
-    recipes: str | Path | None = None,
+    recipes: str | Path | None = None, check: Callable[[Task], None] | None = None,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
     format and strict). Bad rows become ``TaskLoadError``s in the result (or raise, with
-    ``strict``); duplicate ids are errors on the later row. The result iterates its tasks."""
+    ``strict``); duplicate ids are errors on the later row. The result iterates its tasks.
+    ``check`` (the layers above: e.g. can the grader read the task's ``log_parser``) raises
+    ``RowError`` for a task it rejects, reported on the row like any other."""
     if isinstance(source, TasksConfig):
         format = source.format if format is None else format
         strict = source.strict if strict is None else strict
@@ -132,10 +134,12 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
+                task = apply_recipe(task, book) if book else task
+                if check is not None:
+                    check(task)
             except RowError as exc:
                 err = TaskLoadError(str(p), lineno, exc.field, f"{exc.message} ({fmt} row)")
             else:
-                task = apply_recipe(task, book) if book else task
                 if task.id in seen:
                     err = TaskLoadError(str(p), lineno, "id", f"duplicate task id {task.id!r}")
                 else:
