@@ -32,7 +32,7 @@ from farm.grading.apply import apply_patch, restore_paths
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import decide, runtime_flags, static_flags
 from farm.grading.probe import install_probe, read_probe
-from farm.grading.parsers import PASSING, TestIds, TestStatus, log_format
+from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -171,7 +171,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         seen = read_probe(await _read_optional(sandbox, probe.report_path), probe.key)
         pytest_task = fmt.pytest
         if pytest_task and seen.finished and not seen.forged_lines:
-            statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
+            statuses = fill_gaps(seen.statuses, printed)  # farm's channel decides; printed only fills gaps
         listed = TestIds(statuses, fmt.ids)  # the exact ids behind the listed ones (SWE-bench's may be cut)
         watched = listed.members([*task.fail_to_pass, *task.pass_to_pass])
         fields["flags"] = sorted({*fields["flags"], *runtime_flags(

@@ -22,7 +22,7 @@ import difflib
 
 from farm.grading.parsers.base import FORMATS, PARSERS, PASSING, IdRule, LogFormat, LogParser, TestStatus, register
 from farm.grading.parsers.django import parse_django
-from farm.grading.parsers.ids import TestIds, listed_id
+from farm.grading.parsers.ids import TestIds, fill_gaps, listed_id
 from farm.grading.parsers.pytest import parse_pytest, parse_r2e
 from farm.grading.parsers.swebench import OTHER_LANGUAGES, PYTHON
 from farm.grading.parsers.sympy import parse_sympy
@@ -68,7 +68,7 @@ def get_parser(name: str) -> LogParser:
 
 __all__ = [
     "FORMATS", "PARSERS", "PASSING", "IdRule", "LogFormat", "LogParser", "TestIds", "TestStatus", "check_log_parser",
-    "get_parser",
+    "fill_gaps", "get_parser",
     "listed_id", "log_format", "parse_django", "parse_junit", "parse_pytest", "parse_r2e", "parse_sympy",
     "parse_unittest", "register", "unknown_parser_message",
 ]  # fmt: skip

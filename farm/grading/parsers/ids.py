@@ -42,7 +42,9 @@ _PRINTED_LAST = {
     TestStatus.ERROR: 4,
     TestStatus.FAILED: 5,
 }
-_READ_BY_PYTEST_PARSERS = frozenset(TestStatus) - {TestStatus.XPASS}  # SWE-bench's TestStatus
+# -rA lines SWE-bench's pytest parsers take an id from: not skips ("SKIPPED [1] t.py:3: why"),
+# not XPASS (not one of SWE-bench's statuses).
+_READ_BY_PYTEST_PARSERS = frozenset(TestStatus) - {TestStatus.SKIPPED, TestStatus.XPASS}
 _OPTION = re.compile(r"(.*?)\[(.*)\]")
 _COLOUR = re.compile(r"\[(\d+)m")
 _CONTROL = str.maketrans("", "", "".join(chr(c) for c in range(1, 32)))
@@ -96,6 +98,22 @@ def strip_message(text: str) -> str:
     return text
 
 
+def fill_gaps(exact: Mapping[str, TestStatus], printed: Mapping[str, TestStatus]) -> dict[str, TestStatus]:
+    """The probe's ``exact`` statuses, and the ``printed`` ones (a parse of the output) for
+    tests the probe did not see (a collection error). A printed id that is one the probe saw
+    as the output shows it (cut at a newline, or with a `` - <message>`` a bracket kept on) is
+    that test, not another."""
+    first_lines = {k.split("\n", 1)[0].strip() for k in exact if "\n" in k}
+    out = dict(exact)
+    for test_id, status in printed.items():
+        if test_id in exact or test_id in first_lines:
+            continue
+        if any(test_id[:m.start()] in exact for m in re.finditer(" - ", test_id)):
+            continue
+        out.setdefault(test_id, status)
+    return out
+
+
 class TestIds:
     """farm's statuses (exact ids) and the ids SWE-bench's parser for ``rule`` lists for them."""
 
@@ -117,11 +135,13 @@ class TestIds:
 
     def resolve(self, test_id: str) -> tuple[TestStatus | None, list[str]]:
         """(the status of a listed id, the exact ids it stands for); (None, []) if missing."""
+        if test_id in self.listed:
+            return self.listed[test_id], self._members[test_id]
         if test_id in self.statuses:
             return self.statuses[test_id], [test_id]
-        for key in dict.fromkeys((test_id, strip_message(test_id))):
-            if key in self.listed:
-                return self.listed[key], self._members[key]
+        bare = strip_message(test_id)
+        if bare in self.listed:
+            return self.listed[bare], self._members[bare]
         if test_id.count("[") > test_id.count("]"):
             prefixed = [k for k in self.listed if k.startswith(test_id)]
             if prefixed and len({self.listed[k] in PASSING for k in prefixed}) == 1:
