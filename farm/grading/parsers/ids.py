@@ -84,20 +84,6 @@ def listed_id(test_id: str, status: TestStatus, rule: IdRule) -> str | None:
     return word
 
 
-def strip_message(text: str) -> str:
-    """``t.py::test[a - b] - AssertionError: x`` -> ``t.py::test[a - b]`` (the first
-    `` - `` outside brackets ends the id)."""
-    depth = 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        elif depth == 0 and text.startswith(" - ", i):
-            return text[:i]
-    return text
-
-
 def fill_gaps(exact: Mapping[str, TestStatus], printed: Mapping[str, TestStatus]) -> dict[str, TestStatus]:
     """The probe's ``exact`` statuses, and the ``printed`` ones (a parse of the output) for
     tests the probe did not see (a collection error). A printed id that is one the probe saw
@@ -139,9 +125,10 @@ class TestIds:
             return self.listed[test_id], self._members[test_id]
         if test_id in self.statuses:
             return self.statuses[test_id], [test_id]
-        bare = strip_message(test_id)
-        if bare in self.listed:
-            return self.listed[bare], self._members[bare]
+        for m in reversed(list(re.finditer(" - ", test_id))):  # a " - <message>" tail, longest id first
+            if test_id[: m.start()] in self.listed:
+                key = test_id[: m.start()]
+                return self.listed[key], self._members[key]
         if test_id.count("[") > test_id.count("]"):
             prefixed = [k for k in self.listed if k.startswith(test_id)]
             if prefixed and len({self.listed[k] in PASSING for k in prefixed}) == 1:

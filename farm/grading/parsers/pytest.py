@@ -12,11 +12,24 @@ from __future__ import annotations
 import re
 
 from farm.grading.parsers.base import ANSI, IdRule, TestStatus, put, register
-from farm.grading.parsers.ids import strip_message
 
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (.+)$")
 # "tests/t.py::test_x[a b] SKIPPED (reason)   [ 41%]" (the reason and the progress are optional)
 _VERBOSE = re.compile(r"^(\S+::.+?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?\s*(?:\[\s*\d+%\])?$")
+
+
+def _strip_message(text: str) -> str:
+    """``t.py::test[a - b] - AssertionError: x`` -> ``t.py::test[a - b]`` (the first
+    `` - `` outside brackets ends the id)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        elif depth == 0 and text.startswith(" - ", i):
+            return text[:i]
+    return text
 
 
 @register("pytest", ids=IdRule.CUT, pytest=True)
@@ -29,7 +42,7 @@ def parse_pytest(output: str, report: str | None = None) -> dict[str, TestStatus
             rest = m.group(2)
             if rest.startswith("["):  # "SKIPPED [1] file.py:12: reason": no node id
                 continue
-            put(out, strip_message(rest), TestStatus(m.group(1)))
+            put(out, _strip_message(rest), TestStatus(m.group(1)))
             continue
         m = _VERBOSE.match(line)
         if m:
