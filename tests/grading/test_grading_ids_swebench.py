@@ -7,8 +7,10 @@ tests that pass, fail, error in setup, skip, xfail and xpass; real pytest runs t
 real newlines). For every SWE-bench parser name of the pytest family, every id SWE-bench's
 parser (the ``swebench`` package: the oracle) lists from that output must resolve, through
 farm's statuses (the probe's node ids and farm's stdout parse), to the status SWE-bench
-gives it. And ids an older parser cut (``parse_log_pytest``) must resolve under the v2
-names exactly as SWE-bench's grading resolves them (``_resolve_case``).
+gives it (for an id v2 lists with a `` - <message>`` tail, which farm does not keep: to the
+same verdict). And ids an older parser cut (``parse_log_pytest``) must resolve under the v2
+names to the verdict SWE-bench's grading gives them (``_resolve_case``), except that farm
+resolves an exact node id to its test where SWE-bench finds nothing (see ids.py).
 """
 
 from __future__ import annotations
@@ -113,7 +115,11 @@ def test_swebench_listed_ids_resolve_to_swebench_statuses(tmp_path_factory: pyte
         listed = swebench_parsers.PARSER_REGISTRY[name](out, None)
         ids = TestIds(statuses, log_format(name).ids)
         for test_id, status in listed.items():
-            assert ids.status_of(test_id, MISSING) == status, (name, test_id, listed, statuses)
+            got = ids.status_of(test_id, MISSING)
+            if test_id in ids.listed or test_id in statuses:
+                assert got == status, (name, test_id, listed, statuses)
+            else:  # listed with a " - <message>" tail (v2), which farm does not keep: the verdict agrees
+                assert verdict(got) == verdict(status), (name, test_id, listed, statuses)
     # Ids an older parser cut, graded under a v2 name: SWE-bench's _resolve_case decides.
     v2 = swebench_parsers.PARSER_REGISTRY["parse_log_pytest_v2"](out, None)
     full = TestIds(statuses, log_format("parse_log_pytest_v2").ids)

@@ -19,10 +19,15 @@ lines (``<STATUS> <node id>[ - <message>]``), so a listed id is not always a nod
   ``3``; ``parse_log_seaborn``: the cut, PASSED and FAILED lines only.
 
 :class:`TestIds` indexes farm's exact statuses under the row's rule and resolves a listed
-id: the exact id first (a node id is the truth), then the id SWE-bench's parser would have
-made, then without a `` - <message>`` tail (v2 lists xfails and errors with theirs), then
-SWE-bench's own fallback for ids cut mid-parameter by an older parser (more ``[`` than
-``]``): every id it prefixes, if they agree on passing or not.
+id: as the id SWE-bench's parser would have made, else as an exact id (a node id is the
+truth: farm resolves it even where v2 lists that test with a message), else without a
+`` - <message>`` tail (v2 lists xfails and errors with theirs; farm keeps no messages), else
+by SWE-bench's own fallback for ids an older parser cut mid-parameter (more ``[`` than
+``]``): every id it prefixes, if they agree on passing or not. Checked against SWE-bench's
+own parsers on real runs: ``tests/grading/test_grading_ids_swebench.py``.
+
+:func:`fill_gaps` merges the probe's statuses with a parse of the output (the grader's
+merge): the printed ids only add tests the probe did not see.
 """
 
 from __future__ import annotations
