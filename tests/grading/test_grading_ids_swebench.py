@@ -84,8 +84,8 @@ def suite_source(functions: list[list[tuple[str, str]]]) -> str:
 def run_suite(root: Path, functions: list[list[tuple[str, str]]], unescaped: bool) -> tuple[str, dict]:
     """A real `pytest -rA` run with farm's probe: (its output, farm's statuses)."""
     (root / "test_awkward.py").write_text(suite_source(functions), encoding="utf-8")
-    ini = "[pytest]\n" + ("disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n" if unescaped else "")
-    (root / "pytest.ini").write_text(ini)
+    unescape = "disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n"
+    (root / "pytest.ini").write_text("[pytest]\n" + (unescape if unescaped else ""))
     probe = Probe(directory=str(root / "probe"), key=secrets.token_bytes(32))
     os.makedirs(probe.directory, exist_ok=True)
     (Path(probe.directory) / f"{PLUGIN}.py").write_text(PLUGIN_SOURCE)

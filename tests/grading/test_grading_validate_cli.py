@@ -54,7 +54,7 @@ def test_the_report_holds_reasons_whole(tmp_path: Path) -> None:
     from farm.grading.validate import TaskValidation
     from farm.tasks.loaders import TaskLoadResult
 
-    reason = "gold patch does not resolve (unresolved: 3/3 FAIL_TO_PASS not passing (e.g. " + "t.py::test_x[a" * 40 + ")"
+    reason = "gold patch does not resolve (unresolved: 3/3 FAIL_TO_PASS not passing (e.g. " + "t::x[a" * 80 + ")"
     results = [TaskValidation(task_id="t1", kind="swe", valid=False, reason=reason)]
     loaded = TaskLoadResult(path="x.jsonl", errors=[TaskLoadError("x.jsonl", 3, "log_parser", "unknown " + "y" * 400)])
     report = json.loads(json.dumps(build_report(loaded, results, 1.0)))

@@ -43,8 +43,10 @@ def log_format(name: str) -> LogFormat:
 
 def unknown_parser_message(name: str) -> str:
     if name in OTHER_LANGUAGES:
-        return (f"log parser {name!r} is SWE-bench's for {OTHER_LANGUAGES[name]} test runners (SWE-bench "
-                f"Multilingual/Multimodal); farm reads Python runners only: pytest, unittest, Django, SymPy")  # fmt: skip
+        return (
+            f"log parser {name!r} is SWE-bench's for {OTHER_LANGUAGES[name]} test runners (SWE-bench "
+            "Multilingual/Multimodal); farm reads Python runners only: pytest, unittest, Django, SymPy"
+        )
     known = sorted(FORMATS) + sorted(PYTHON)
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
