@@ -106,6 +106,7 @@ def run_suite(root: Path, functions: list[list[tuple[str, str]]], unescaped: boo
     return out, fill_gaps(seen.statuses, parse_pytest(out))  # as the grader merges them
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(suite=_SUITE)
 def test_swebench_listed_ids_resolve_to_swebench_statuses(tmp_path_factory: pytest.TempPathFactory, suite) -> None:
