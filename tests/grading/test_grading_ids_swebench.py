@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from swebench.harness import grading as swebench_grading  # the oracle: a dev dependency
+from swebench.harness import log_parsers as swebench_parsers
 
 from farm.grading.parsers import TestIds, fill_gaps, log_format, parse_pytest
 from farm.grading.probe import PLUGIN, PLUGIN_SOURCE, REPORT, Probe, read_probe
 from farm.grading.report import MISSING
 
-swebench_parsers = pytest.importorskip("swebench.harness.log_parsers")
-swebench_grading = pytest.importorskip("swebench.harness.grading")
 
 NAMES = ["parse_log_pytest", "parse_log_sqlfluff", "parse_log_pytest_options", "parse_log_pydicom",
          "parse_log_pytest_v2", "parse_log_astropy", "parse_log_matplotlib", "parse_log_seaborn"]  # fmt: skip

@@ -19,11 +19,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from swebench.harness import log_parsers as swebench_parsers  # SWE-bench's own parsers: a dev dependency
 
 from farm.grading.parsers import TestIds, TestStatus, log_format, parse_django, parse_sympy
 
 S = TestStatus
-swebench_parsers = pytest.importorskip("swebench.harness.log_parsers")
 
 DJANGO_CASES = '''import sys
 import unittest
