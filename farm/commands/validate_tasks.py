@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from farm.config import load_config
     from farm.errors import ConfigError, TaskLoadError
-    from farm.tasks.loaders import load_tasks
+    from farm.rollout.tasks import load_task_file
 
     console = Console(stderr=True)
     overrides = [*args.overrides, f"tasks.path={args.tasks}"]
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"tasks.format={args.format}")
     try:
         cfg = load_config(args.config, overrides)
-        loaded = load_tasks(cfg.tasks)
+        loaded = load_task_file(cfg.tasks)  # a row farm cannot grade (its log_parser) is reported here
     except (ConfigError, TaskLoadError) as exc:
         console.print(f"[red]validate-tasks: {exc}[/red]")
         return 2
@@ -59,15 +59,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - t0
     _print_table(results, console)
     invalid = [r for r in results if not r.valid]
-    report = {
-        "tasks_path": loaded.path,
-        "total": len(results),
-        "valid": len(results) - len(invalid),
-        "invalid": len(invalid),
-        "load_errors": [str(e) for e in loaded.errors],
-        "seconds": round(elapsed, 3),
-        "results": [r.model_dump(mode="json") for r in results],
-    }
+    report = build_report(loaded, results, elapsed)
     Path(args.report).parent.mkdir(parents=True, exist_ok=True)
     Path(args.report).write_text(json.dumps(report, indent=1))
     console.print(
@@ -75,6 +67,25 @@ def run(args: argparse.Namespace) -> int:
         f"{elapsed:.1f} s; report: {args.report}"
     )
     return 1 if invalid or loaded.errors else 0
+
+
+def build_report(loaded, results, elapsed: float) -> dict:  # noqa: ANN001 - TaskLoadResult, [TaskValidation]
+    """The JSON report: every reason and load error whole (the console shows them cut)."""
+    invalid = sum(not r.valid for r in results)
+    return {
+        "tasks_path": loaded.path,
+        "total": len(results),
+        "valid": len(results) - invalid,
+        "invalid": invalid,
+        "load_errors": [str(e) for e in loaded.errors],
+        "seconds": round(elapsed, 3),
+        "results": [r.model_dump(mode="json") for r in results],
+    }
+
+
+def short(text: str, limit: int) -> str:
+    """``text`` for the console: cut at ``limit`` characters, saying so."""
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters in the report]"
 
 
 async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN202 - config/rich types
@@ -95,8 +106,10 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
 
     runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox, e2b_api_key=api_key)  # one build per env
 
+    from rich.markup import escape
+
     def progress(result) -> None:  # noqa: ANN001
-        mark = "[green]valid[/green]" if result.valid else f"[red]INVALID[/red] {result.reason[:160]}"
+        mark = "[green]valid[/green]" if result.valid else f"[red]INVALID[/red] {escape(short(result.reason, 160))}"
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
 
     return await validate_tasks(
@@ -113,6 +126,7 @@ def _cell(report) -> str:  # noqa: ANN001 - GradingReport | None
 
 
 def _print_table(results, console) -> None:  # noqa: ANN001
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="farm validate-tasks")
@@ -126,7 +140,7 @@ def _print_table(results, console) -> None:  # noqa: ANN001
             _cell(r.gold),
             _cell(r.empty),
             f"{r.duration_s:.1f}",
-            r.reason[:200],
+            escape(short(r.reason, 300)),
         )
     console.print(table)
     sys.stderr.flush()

@@ -35,7 +35,7 @@ from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flag
 from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
 from farm.grading.probe import ProbeReport, install_probe, read_probe
 from farm.grading.rigged import static_comparison_flags
-from farm.grading.parsers import PASSING, TestStatus, get_parser, status_of
+from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -161,7 +161,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             why = tp.attempts[-1].stderr_tail.strip()[-300:] if tp.attempts else ""
             return {**common, "status": GradeStatus.ERROR, "reason": f"the task's test patch does not apply: {why}"}
     try:
-        parser = get_parser(task.log_parser)
+        fmt = log_format(task.log_parser)
     except KeyError as exc:
         return {**common, "status": GradeStatus.ERROR, "reason": str(exc.args[0])}
     report_path = None
@@ -183,18 +183,19 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
     fields["test_log"] = res.stdout + ("\n" + res.stderr if res.stderr else "")
     report_text = await _read_optional(sandbox, report_path)
-    printed = parser(res.stdout + "\n" + res.stderr, report_text)
+    printed = fmt.parse(res.stdout + "\n" + res.stderr, report_text)
     statuses = printed
     seen = None
-    pytest_task = task.log_parser == "pytest"
+    pytest_task = fmt.pytest
     if probe is not None:
         if PROBE_FAILED.search(fields["test_log"]):
             raise GradingError(f"farm's probe cannot load in the task's environment: {fields['test_log'][-500:]}")
         seen = read_probe(await _read_optional(sandbox, probe.report_path), probe.key)
         if pytest_task and seen.finished and not seen.forged_lines:
-            statuses = {**printed, **seen.statuses}  # farm's channel decides; printed only fills gaps
-    f2p = {t: status_of(statuses, t, MISSING) for t in task.fail_to_pass}
-    p2p = {t: status_of(statuses, t, MISSING) for t in task.pass_to_pass}
+            statuses = fill_gaps(seen.statuses, printed)  # farm's channel decides; printed only fills gaps
+    ids = TestIds(statuses, fmt.ids)  # the exact ids behind the listed ones (SWE-bench's may be cut)
+    f2p = {t: ids.status_of(t, MISSING) for t in task.fail_to_pass}
+    p2p = {t: ids.status_of(t, MISSING) for t in task.pass_to_pass}
     watched = [*f2p.values(), *p2p.values()]
     reached = any(s != MISSING for s in watched) if watched else bool(statuses)
     broken = await _environment_failure(sandbox, task, ws, runtime, policy, attempt, res.exit_code, fields["test_log"],
@@ -203,9 +204,10 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": broken, "tests": statuses}
     if seen is not None:
         fields["flags"] = sorted({*fields["flags"], *runtime_flags(
-            seen, pytest_task=pytest_task, watched=[*task.fail_to_pass, *task.pass_to_pass],
-            printed={k: v.value for k, v in printed.items()}, f2p=task.fail_to_pass, exit_code=res.exit_code,
-            code_paths=set(touched_paths(attempt.diff)) - attempt.surface, workdir=ws.workdir)})  # fmt: skip
+            seen, pytest_task=pytest_task, watched=ids.members([*task.fail_to_pass, *task.pass_to_pass]),
+            printed={k: v.value for k, v in printed.items()}, f2p=ids.members(task.fail_to_pass),
+            exit_code=res.exit_code, code_paths=set(touched_paths(attempt.diff)) - attempt.surface,
+            workdir=ws.workdir)})  # fmt: skip
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from farm.tasks.model import GitSource, ImageSource, Task
-from farm.tasks.patches import reverse_patch, touched_paths
+from farm.tasks.patches import paths_after, reverse_patch
 
 _STATUS_ALIASES = {"PASS": "PASSED", "FAIL": "FAILED", "SKIP": "SKIPPED", "OK": "PASSED"}
 
@@ -94,6 +94,17 @@ def _test_files_of(ids: list[str]) -> list[str]:
     return list(dict.fromkeys(i.split("::", 1)[0] for i in ids if "::" in i))
 
 
+# SWE-bench runs the files its test patch leaves, less data files (its harness's NON_TEST_EXTS).
+_NOT_TEST_FILES = (".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml")
+
+
+def test_files_of_patch(test_patch: str) -> list[str]:
+    """The files a test run takes from a test patch: those it leaves in the tree (a renamed
+    file under its new name; a deleted one not at all: naming a missing file makes pytest
+    run nothing), less data files."""
+    return [p for p in paths_after(test_patch) if not p.endswith(_NOT_TEST_FILES)]
+
+
 # --- farm -------------------------------------------------------------------------------
 def from_farm(row: dict[str, Any]) -> Task:
     # Parquet fills absent columns with None: drop them so defaults apply.
@@ -112,28 +123,6 @@ _SWEBENCH_FIELDS = {
 }
 
 
-# SWE-bench-family rows name their parser ``parse_log_<name>`` (SWE-bench's harness
-# functions, per repository): the equivalent parser of farm's own.
-SWEBENCH_PARSERS = {
-    "parse_log_pytest": "pytest",
-    "parse_log_pytest_v2": "pytest",
-    "parse_log_pytest_options": "pytest",
-    "parse_log_matplotlib": "pytest",
-    "parse_log_seaborn": "pytest",
-    "parse_log_astropy": "pytest",
-    "parse_log_requests": "pytest",
-    "parse_log_xarray": "pytest",
-    "parse_log_pylint": "pytest",
-    "parse_log_sphinx": "pytest",
-}  # not parse_log_django / parse_log_sympy: their ids ("test_x (mod.Class)") are not farm's unittest ids
-
-
-def canonical_parser(name: str) -> str:
-    """farm's name for a log parser named the SWE-bench way (unknown names pass through,
-    and ``get_parser`` reports them)."""
-    return SWEBENCH_PARSERS.get(name, name)
-
-
 def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
     """SWE-bench's docker image naming convention for an instance."""
     return f"swebench/sweb.eval.{arch}.{instance_id.replace('__', '_1776_').lower()}:latest"
@@ -146,7 +135,7 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
         raise RowError("FAIL_TO_PASS", "no FAIL_TO_PASS tests")
     test_patch = _str_or_none(row, "test_patch")
     test_cmd = _str_or_none(row, "test_cmd") or _str_or_none(row, "test_command")
-    files = touched_paths(test_patch) if test_patch else _test_files_of(f2p + p2p)
+    files = test_files_of_patch(test_patch) if test_patch else _test_files_of(f2p + p2p)
     meta_keys = ("version", "environment_setup_commit", "created_at", "hints_text", "difficulty", "eval_script")
     metadata = {k: row[k] for k in meta_keys if row.get(k) not in (None, "")}
     if test_cmd is None:
@@ -172,7 +161,7 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
             test_command=test_cmd,
             fail_to_pass=f2p,
             pass_to_pass=p2p,
-            log_parser=canonical_parser(_str_or_none(row, "log_parser") or "pytest"),
+            log_parser=_str_or_none(row, "log_parser") or "pytest",  # SWE-bench's parse_log_<name> as they come
             setup_commands=_str_list(row, "setup_commands"),
             base_setup_commands=_str_list(row, "base_setup_commands"),
             env=row.get("env") or {},

@@ -10,7 +10,7 @@ built-in demo set, generated into the cache on first use).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,20 +103,22 @@ def _open_text(path: Path):  # noqa: ANN202 - a text file object
 
 def load_tasks(
     source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None,
-    recipes: Any = _CONFIG, check_requirements: Any = _CONFIG,
+    recipes: Any = _CONFIG, check_requirements: Any = _CONFIG, check: Callable[[Task], None] | None = None,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
     format, strict and recipes). Bad rows become ``TaskLoadError``s in the result (or raise,
     with ``strict``); so do rows whose recipe is missing or needs what this machine lacks;
     duplicate ids are errors on the later row. The result iterates its tasks. ``recipes``
-    and ``check_requirements`` default to the config's (``TasksConfig``'s defaults for a file)."""
+    and ``check_requirements`` default to the config's (``TasksConfig``'s defaults for a file).
+    ``check`` (the layers above: e.g. can the grader read the task's ``log_parser``) raises
+    ``RowError`` for a task it rejects, reported on the row like any other."""
     cfg = source if isinstance(source, TasksConfig) else TasksConfig()
     if isinstance(source, TasksConfig):
         format = source.format if format is None else format
         strict = source.strict if strict is None else strict
         source = resolve_tasks_path(source)
     book = load_book(cfg.recipes if recipes is _CONFIG else recipes)
-    check = cfg.check_requirements if check_requirements is _CONFIG else bool(check_requirements)
+    requirements = cfg.check_requirements if check_requirements is _CONFIG else bool(check_requirements)
     format = format or "auto"
     strict = bool(strict)
     p = Path(source).expanduser()
@@ -136,7 +138,9 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
-                task = apply_recipe(task, book, check_requirements=check)
+                task = apply_recipe(task, book, check_requirements=requirements)
+                if check is not None:
+                    check(task)
             except RowError as exc:
                 err = TaskLoadError(str(p), lineno, exc.field, f"{exc.message} ({fmt} row)")
             except RecipeError as exc:

@@ -141,7 +141,11 @@ class Task(_Model):
         default_factory=dict,
         description="R2E-Gym style: resolved iff the parsed statuses equal these exactly (same test set)",
     )
-    log_parser: str = Field(default="pytest", description="name in farm.grading.parsers (pytest, unittest, junit, r2e)")
+    log_parser: str = Field(
+        default="pytest",
+        description="how the test output is read: farm's pytest, unittest, junit, r2e, django, sympy, or any of "
+        "SWE-bench's parse_log_<name> (farm.grading.parsers); checked when the rows load",
+    )
     test_surface: list[str] | None = Field(
         default=None,
         description="glob patterns (workdir-relative) of the files the policy's diff may not change for grading "

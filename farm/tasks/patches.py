@@ -156,6 +156,12 @@ def touched_paths(diff: str) -> list[str]:
     return list(dict.fromkeys(p for f in parse_files(diff) for p in f.paths))
 
 
+def paths_after(diff: str) -> list[str]:
+    """The paths the diff leaves in the tree: each file's new path (a rename's target, not
+    its source), none for a deleted file."""
+    return list(dict.fromkeys(f.new_path for f in parse_files(diff) if f.new_path))
+
+
 def is_empty(diff: str | None) -> bool:
     return not diff or not diff.strip()
 

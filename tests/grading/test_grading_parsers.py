@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from farm.grading.parsers import (
-    TestStatus, get_parser, parse_junit, parse_pytest, parse_r2e, parse_unittest, status_of,
+    IdRule, TestIds, TestStatus, get_parser, log_format, parse_junit, parse_pytest, parse_r2e, parse_unittest,
 )
 
 S = TestStatus
@@ -243,11 +243,54 @@ def test_registry() -> None:
         get_parser("nose")
 
 
-def test_status_of_follows_swebench_id_rules():
-    """A listed id matches exactly, else as cut at its first space (parsers splitting on
-    whitespace report parametrized ids with spaces cut there)."""
-    statuses = {"t.py::test_a[x y]": TestStatus.PASSED, "t.py::test_b[p": TestStatus.FAILED}
-    assert status_of(statuses, "t.py::test_a[x y]", "MISSING") == "PASSED"
-    assert status_of(statuses, "t.py::test_b[p q]", "MISSING") == "FAILED"
-    assert status_of(statuses, "t.py::test_c", "MISSING") == "MISSING"
-    assert status_of(statuses, "t.py::test_b[pq]", "MISSING") == "MISSING"  # no space: exact only
+def test_every_swebench_python_parser_name_resolves() -> None:
+    """SWE-bench's names (PARSER_REGISTRY's Python part) read with a farm format and its id rule."""
+    rules = {
+        "parse_log_pytest": IdRule.CUT, "parse_log_astroid": IdRule.CUT, "parse_log_flask": IdRule.CUT,
+        "parse_log_marshmallow": IdRule.CUT, "parse_log_pvlib": IdRule.CUT, "parse_log_pyvista": IdRule.CUT,
+        "parse_log_sqlfluff": IdRule.CUT, "parse_log_xarray": IdRule.CUT, "parse_log_pytest_options": IdRule.OPTIONS,
+        "parse_log_pydicom": IdRule.OPTIONS, "parse_log_requests": IdRule.OPTIONS, "parse_log_pylint": IdRule.OPTIONS,
+        "parse_log_pytest_v2": IdRule.FULL, "parse_log_astropy": IdRule.FULL, "parse_log_scikit": IdRule.FULL,
+        "parse_log_sphinx": IdRule.FULL, "parse_log_matplotlib": IdRule.MATPLOTLIB,
+        "parse_log_seaborn": IdRule.SEABORN, "parse_log_django": IdRule.EXACT, "parse_log_sympy": IdRule.EXACT,
+    }  # fmt: skip
+    for name, rule in rules.items():
+        fmt = log_format(name)
+        assert fmt.ids is rule, name
+        assert fmt.pytest == (name not in ("parse_log_django", "parse_log_sympy")), name
+    with pytest.raises(KeyError, match="SWE-bench's for Go test runners"):
+        log_format("parse_log_gotest")
+    with pytest.raises(KeyError, match="did you mean 'parse_log_sqlfluff'"):
+        log_format("parse_log_sqlfuff")
+
+
+def test_listed_ids_meet_exact_ids_swebench_style():
+    """Exact node ids (the probe's, or parse_pytest's) resolve the ids SWE-bench lists."""
+    statuses = {
+        "t.py::test_a[x y]": S.PASSED, "t.py::test_a[x z]": S.PASSED,  # both listed as "t.py::test_a[x"
+        "t.py::test_b[p q]": S.PASSED, "t.py::test_b[p r]": S.FAILED,  # the failure is printed last: it wins
+        "t.py::test_c[k l]": S.PASSED, "t.py::test_c[k m]": S.SKIPPED,  # skips are printed without an id
+        "t.py::test_d[/tmp/x/f.dcm]": S.PASSED, "t.py::test_e[a - b]": S.FAILED,
+        "t.py::test_f[\\n    x = 1]": S.PASSED, "t.py::test_g": S.XFAIL,
+    }  # fmt: skip
+    cut = TestIds(statuses, IdRule.CUT)
+    assert cut.status_of("t.py::test_a[x y]", "MISSING") == "PASSED"  # exact first
+    assert cut.status_of("t.py::test_a[x", "MISSING") == "PASSED"
+    assert cut.members(["t.py::test_a[x"]) == ["t.py::test_a[x y]", "t.py::test_a[x z]"]
+    assert cut.status_of("t.py::test_b[p", "MISSING") == "FAILED"
+    assert cut.status_of("t.py::test_c[k", "MISSING") == "PASSED"
+    assert cut.status_of("t.py::test_e[a", "MISSING") == "FAILED"
+    assert cut.status_of("t.py::test_f[\\n", "MISSING") == "PASSED"  # pytest escapes a newline in an id as \\n
+    assert cut.status_of("t.py::test_h", "MISSING") == "MISSING"
+    assert cut.status_of("t.py::test_d[/f.dcm]", "MISSING") == "MISSING"
+    assert TestIds(statuses, IdRule.OPTIONS).status_of("t.py::test_d[/f.dcm]", "MISSING") == "PASSED"
+    full = TestIds(statuses, IdRule.FULL)
+    assert full.status_of("t.py::test_a[x", "MISSING") == "PASSED"  # cut by an older parser: prefix, agreeing
+    assert full.status_of("t.py::test_b[p", "MISSING") == "MISSING"  # prefix, disagreeing: SWE-bench gives up
+    assert full.status_of("t.py::test_e[a", "MISSING") == "FAILED"  # v2 cuts a FAILED line at its first " - "
+    assert full.status_of("t.py::test_g - reason", "MISSING") == "XFAIL"  # v2 keeps an xfail's reason
+    seaborn = TestIds({"t.py::test_x[a b]": S.XFAIL, "t.py::test_y[a b]": S.PASSED}, IdRule.SEABORN)
+    assert seaborn.status_of("t.py::test_x[a", "MISSING") == "MISSING"  # seaborn's parser reads no XFAIL line
+    assert seaborn.status_of("t.py::test_y[a", "MISSING") == "PASSED"
+    mpl = TestIds({"t.py::test_m[MouseButton.LEFT-a b]": S.PASSED}, IdRule.MATPLOTLIB)
+    assert mpl.status_of("t.py::test_m[1-a", "MISSING") == "PASSED"

@@ -45,3 +45,21 @@ def test_validate_tasks_cli(demo_cache: Path, tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert json.loads(report.read_text())["valid"] == 1
     assert not any((tmp_path / "sandboxes").rglob("labels.json"))  # every sandbox was closed
+
+
+def test_the_report_holds_reasons_whole(tmp_path: Path) -> None:
+    """The console cuts a long reason (and says so); the JSON report keeps every character."""
+    from farm.commands.validate_tasks import build_report, short
+    from farm.errors import TaskLoadError
+    from farm.grading.validate import TaskValidation
+    from farm.tasks.loaders import TaskLoadResult
+
+    reason = "gold patch does not resolve (unresolved: 3/3 FAIL_TO_PASS not passing (e.g. " + "t::x[a" * 80 + ")"
+    results = [TaskValidation(task_id="t1", kind="swe", valid=False, reason=reason)]
+    loaded = TaskLoadResult(path="x.jsonl", errors=[TaskLoadError("x.jsonl", 3, "log_parser", "unknown " + "y" * 400)])
+    report = json.loads(json.dumps(build_report(loaded, results, 1.0)))
+    assert report["results"][0]["reason"] == reason and len(reason) > 500
+    assert report["load_errors"][0].endswith("y" * 400)
+    cut = short(reason, 160)
+    assert cut.startswith(reason[:160]) and f"[{len(reason) - 160} more characters in the report]" in cut
+    assert short("fine", 160) == "fine"

@@ -244,7 +244,7 @@ def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
     ]
     path = write_jsonl(tmp_path / "swe.jsonl", rows)
     t1, t2, t3, t4 = load_tasks(path, format="swebench", recipes=recipes).tasks
-    assert t1.log_parser == "pytest" and t1.metadata["docker_image"] == "docker.io/acme:1"
+    assert t1.log_parser == "parse_log_pytest_v2" and t1.metadata["docker_image"] == "docker.io/acme:1"
     assert t1.metadata["eval_script"].startswith("#!/bin/bash") and t1.metadata["recipe"] == "acme/thing@1.0"
     assert t1.setup_commands[0] == "uv venv -q .venv" and t1.python == "3.11" and t1.env == {"A": "1"}
     assert t1.test_command == ".venv/bin/python -m pytest -rA tests/test_core.py"  # {test_files}: the test patch's
@@ -255,3 +255,63 @@ def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
     with pytest.raises(TaskLoadError, match="setup"):
         (tmp_path / "bad.yaml").write_text("acme/thing:\n  '1.0': {setup: 3}\n")
         load_tasks(path, recipes=tmp_path / "bad.yaml")
+
+
+RENAMING_TEST_PATCH = """diff --git a/test/rules/new_combo_test.py b/test/rules/new_combo_test.py
+new file mode 100644
+--- /dev/null
++++ b/test/rules/new_combo_test.py
+@@ -0,0 +1,2 @@
++def test_new():
++    pass
+diff --git a/test/rules/old_combo.py b/test/rules/old_combo_test.py
+similarity index 100%
+rename from test/rules/old_combo.py
+rename to test/rules/old_combo_test.py
+diff --git a/test/gone_test.py b/test/gone_test.py
+deleted file mode 100644
+--- a/test/gone_test.py
++++ /dev/null
+@@ -1,2 +0,0 @@
+-def test_gone():
+-    pass
+diff --git a/test/fixtures/expected.yml b/test/fixtures/expected.yml
+--- a/test/fixtures/expected.yml
++++ b/test/fixtures/expected.yml
+@@ -1 +1 @@
+-a: 1
++a: 2
+"""
+
+
+def test_swebench_test_files_are_those_the_test_patch_leaves(tmp_path: Path) -> None:
+    """sqlfluff__sqlfluff-1733's test patch renames a test file: the run names its new path only
+    (the old one no longer exists, and pytest given a missing path runs nothing); a deleted file
+    and data files (SWE-bench's NON_TEST_EXTS) are not run either."""
+    path = write_jsonl(tmp_path / "swe.jsonl", [swebench_row(test_patch=RENAMING_TEST_PATCH)])
+    (task,) = load_tasks(path).tasks
+    assert task.metadata["test_files"] == ["test/rules/new_combo_test.py", "test/rules/old_combo_test.py"]
+    assert task.test_command.endswith(" test/rules/new_combo_test.py test/rules/old_combo_test.py")
+
+
+def test_an_unknown_log_parser_is_a_row_error_when_the_rows_load(tmp_path: Path) -> None:
+    """What farm run and farm validate-tasks load with (farm.rollout.tasks.load_task_file):
+    a row whose log_parser farm cannot read is reported on its line, before any grading."""
+    from farm.rollout.tasks import load_task_file
+
+    rows = [
+        swebench_row(log_parser="parse_log_sqlfluff"),
+        swebench_row(instance_id="acme__thing-2", log_parser="parse_log_sqlfuff"),
+        swebench_row(instance_id="acme__thing-3", log_parser="parse_log_gotest"),
+        swebench_row(instance_id="acme__thing-4", log_parser="parse_log_django"),
+    ]
+    path = write_jsonl(tmp_path / "swe.jsonl", rows)
+    result = load_task_file(TasksConfig(path=str(path)))
+    assert [t.id for t in result.tasks] == ["acme__thing-1", "acme__thing-4"]
+    assert result.tasks[0].log_parser == "parse_log_sqlfluff"  # kept as the row names it
+    first, second = (str(e) for e in result.errors)
+    assert ":2: field 'log_parser'" in first and "did you mean 'parse_log_sqlfluff'" in first
+    assert ":3: field 'log_parser'" in second and "Go test runners" in second
+    with pytest.raises(TaskLoadError, match=":2: field 'log_parser'"):
+        load_task_file(TasksConfig(path=str(path), strict=True))
+    assert len(load_tasks(path).tasks) == 4  # farm.tasks alone knows no parsers: the check is the caller's
