@@ -28,7 +28,7 @@ from swebench.harness import grading as swebench_grading  # the oracle: a dev de
 from swebench.harness import log_parsers as swebench_parsers
 
 from farm.grading.parsers import TestIds, fill_gaps, log_format, parse_pytest
-from farm.grading.probe import PLUGIN, PLUGIN_SOURCE, REPORT, Probe, read_probe
+from farm.grading.probe import PLUGIN, REPORT, Probe, plugin_source, read_probe
 from farm.grading.report import MISSING
 
 
@@ -88,7 +88,7 @@ def run_suite(root: Path, functions: list[list[tuple[str, str]]], unescaped: boo
     (root / "pytest.ini").write_text("[pytest]\n" + (unescape if unescaped else ""))
     probe = Probe(directory=str(root / "probe"), key=secrets.token_bytes(32))
     os.makedirs(probe.directory, exist_ok=True)
-    (Path(probe.directory) / f"{PLUGIN}.py").write_text(PLUGIN_SOURCE)
+    (Path(probe.directory) / f"{PLUGIN}.py").write_text(plugin_source())
     (Path(probe.directory) / "key").write_bytes(probe.key)
     # Only pytest and the probe (the venv's other plugins cost seconds per run here).
     base = {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
