@@ -121,7 +121,7 @@ def _unpacked(cache: Path, requirement: str, *, sdist: bool) -> Path:
 
 @pytest.fixture(scope="module")
 def sdist_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # None with -p no:cacheprovider
     return Path(cache.mkdir("farm-runner-sdists")) if cache is not None else tmp_path_factory.mktemp("sdists")
 
 
