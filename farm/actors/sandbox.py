@@ -112,6 +112,7 @@ class SandboxActor:
                     artifacts=self.cfg.artifacts,
                     mode="black_box" if self.cfg.black_box else "token_exact",
                     node=self.node,
+                    on_truncated=self.cfg.rollout.on_truncated,
                 )
         return self.gateway_url
 
