@@ -93,7 +93,7 @@ class BlackBoxService:
         elif session.stats.main_turns >= session.max_turns:
             session.stats.turn_limit_refusals += 1
             pending.flags.add(TurnFlag.TURN_LIMIT)
-            if self.config.budget_ends_session:
+            if budget.ends_session(self.config, side=False):
                 pending.flags.add(TurnFlag.BUDGET_STOP)
                 pending.immediate = budget.end_of_turn(None, budget.stop(session, Budget.MAX_TURNS, session.max_turns))
             else:
@@ -116,7 +116,7 @@ class BlackBoxService:
             if exc.failure is Failure.CONTEXT_LENGTH:
                 session.stats.context_limited += 1
                 pending.flags.add(TurnFlag.CONTEXT_LIMIT)
-                if pending.side or not self.config.budget_ends_session:  # an empty length reply, the session goes on
+                if not budget.ends_session(self.config, side=pending.side):  # an empty length reply, the session goes on
                     out = _empty(TurnFlag.CONTEXT_LIMIT)
                     self._record(pending, out, None, attempts=exc.attempts)
                     return out
@@ -137,7 +137,7 @@ class BlackBoxService:
         calls = tuple(c if c.id else ToolCall(id=new_id(prefix), name=c.name, arguments=c.arguments)
                       for c in reply.tool_calls)  # fmt: skip
         # the endpoint's max_tokens cut the policy's turn
-        cut = reply.finish is FinishReason.LENGTH and not pending.side and self.config.budget_ends_session
+        cut = reply.finish is FinishReason.LENGTH and budget.ends_session(self.config, side=pending.side)
         if cut:
             pending.flags.add(TurnFlag.BUDGET_STOP)
         out = TurnOutput(

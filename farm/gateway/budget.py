@@ -31,10 +31,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from farm.gateway.canonical import TurnOutput
+from farm.gateway.config import GatewayConfig
 from farm.gateway.sessions import Session
 from farm.trajectory.records import Budget, BudgetStop, FinishReason, TurnFlag
 
 STOP_TEXT = "Stopping here: {what} is spent."
+
+
+def ends_session(config: GatewayConfig, *, side: bool) -> bool:
+    """Does a spent budget end the session of this request? For the policy's main requests
+    (a side request, e.g. a title, over the context gets the protocol's length stop and the
+    session goes on), unless ``gateway.budget_ends_session`` is off (then every request
+    gets the length stop, as a hosted API answers)."""
+    return not side and config.budget_ends_session
 
 
 def stopped(session: Session) -> BudgetStop | None:

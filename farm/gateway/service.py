@@ -206,8 +206,7 @@ class TurnService:
         """Answer at a limit without the engine: recorded with no output (a refusal, in no
         Sample); a main request ends the session for ``which``."""
         empty = GenerateResult(output_ids=[], output_logprobs=[], finish_type="length")
-        if pending.side or not self.config.budget_ends_session:
-            # e.g. a title request over the context: an empty length reply, the session goes on
+        if not budget.ends_session(self.config, side=pending.side):  # an empty length reply, the session goes on
             return self._record(pending, empty, "", None, (), [], frozenset({flag}), trainable=False)
         stop = budget.stop(pending.session, which, limit)
         told = budget.end_of_turn(None, stop)
@@ -301,7 +300,7 @@ class TurnService:
             flags.add(TurnFlag.CONTEXT_LIMIT)
             pending.session.stats.context_limited += 1
         # a budget ran out inside the policy's turn
-        cut = result.finish_type == "length" and not pending.side and self.config.budget_ends_session
+        cut = result.finish_type == "length" and budget.ends_session(self.config, side=pending.side)
         if cut:
             flags.add(TurnFlag.BUDGET_STOP)
         pending.timings["parse_ms"] = (time.perf_counter() - t0) * 1e3
