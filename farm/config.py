@@ -7,7 +7,7 @@ Each component owns and validates its own section (imported from its package's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -60,6 +60,12 @@ class RolloutConfig(BaseModel):
     )
     retry_backoff_s: float = Field(
         default=2.0, ge=0, description="delay before the first infrastructure retry (doubles each retry)"
+    )
+    on_truncated: Literal["grade", "zero", "exclude"] = Field(
+        default="grade",
+        description="a rollout whose policy ran out of its turn, context or output budget (status truncated): "
+        "'grade' = its diff graded as it stands, Samples with that reward; 'zero' = not graded, Samples with "
+        "reward 0; 'exclude' = graded, its row kept, no Samples (DAPO-style overlong filtering)",
     )
 
 

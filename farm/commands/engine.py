@@ -16,7 +16,7 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="engine_command", required=True)
     p = sub.add_parser("serve", help="run a scripted worker (SGLang /generate protocol)")
-    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted", "shell"], default="oracle")
+    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble"], default="oracle")
     p.add_argument("--tokenizer", default="builtin:farm-test", help="HF tokenizer dir/name or builtin:farm-test")
     p.add_argument("--tokenizer-cache-dir", default=None, help="where builtin tokenizers are built")
     p.add_argument("--tasks", default=None, help="JSONL of farm Tasks (oracle)")

@@ -114,7 +114,8 @@ def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
     for r in rows[: args.top]:
         console.print(f"  {r['rollout_id']} chain={r['chain_index']} ({r['chain_kind']}): "
                       f"{r['differing_tokens']}/{r['seen_tokens']} tokens differ: model_output={r['model_output']} "
-                      f"tool_result={r['tool_result']} template={r['template']}")  # fmt: skip
+                      f"tool_result={r['tool_result']} template={r['template']} "
+                      f"special_tokens_in_content={r.get('special_tokens_in_content', 0)}")  # fmt: skip
     worst = rows[0]
     if worst["differing_tokens"] and worst.get("runs"):
         tok = _load_tokenizer(out, args.tokenizer)

@@ -133,8 +133,9 @@ class EngineConfig(_Section):
     mode: Literal["external", "router", "launch", "scripted"] = Field(
         default="scripted", description="how the router actor provides /generate"
     )
-    policy: Literal["oracle", "noop", "replay", "scripted", "shell"] = Field(
-        default="oracle", description="scripted worker policy (mode=scripted)"
+    policy: Literal["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble"] = Field(
+        default="oracle", description="scripted worker policy (mode=scripted); loop / ramble never stop (only a "
+        "budget ends them: farm.engine.scripted.endless)"
     )
     tokenizer: str = Field(
         default="builtin:farm-test",

@@ -255,6 +255,8 @@ def summary_table(summary: RunSummary):
         rows.append(("token fidelity (vs a fresh render)",
                      f"{f['differing_tokens']}/{f['context_tokens']} tokens differ ({f['differing_pct']}%) in "
                      f"{f['samples_with_differences']}/{f['samples_measured']} Samples"))  # fmt: skip
+        if f.get("special_tokens_in_content"):
+            rows.append(("  special tokens inside content", str(f["special_tokens_in_content"])))
     for k, v in rows:
         table.add_row(k, v)
     return table

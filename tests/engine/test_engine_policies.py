@@ -132,6 +132,27 @@ def test_noop_does_nothing(hf_tokenizer):
     assert not parsed.tool_calls and parsed.content
 
 
+@pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
+def test_loop_never_stops_and_ramble_never_ends_its_turn(harness, hf_tokenizer):
+    """Only a budget ends them (farm.engine.scripted.endless): loop calls the CLI's shell
+    tool on every turn, however many came before; ramble writes no EOS."""
+    name, arg = SHELL[harness]
+    loop, parser, tools = make_policy("loop"), get_format("hermes"), chat_tools(harness)
+    messages = [{"role": "user", "content": INSTRUCTION}]
+    for turn in range(6):
+        parsed = parser.parse(ask(loop, hf_tokenizer, render(hf_tokenizer, messages, tools)), tools=tools)
+        (call,) = parsed.tool_calls
+        assert call.name == name and isinstance(call.arguments[arg], str) and not parsed.errors
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+                         {"id": f"c{turn}", "type": "function", "function": {"name": name, "arguments": call.arguments}}]},
+                     {"role": "tool", "tool_call_id": f"c{turn}", "content": "a.py"}]  # fmt: skip
+    title = render(hf_tokenizer, [{"role": "user", "content": "Title for: fix calc"}], None)
+    assert not parser.parse(ask(loop, hf_tokenizer, title)).tool_calls  # a side request gets plain text
+    req = PolicyRequest(rid="r", input_ids=render(hf_tokenizer, messages, tools), sampling=SamplingParams(),
+                        decode=lambda i: hf_tokenizer.decode(list(i)))  # fmt: skip
+    assert make_policy("ramble").respond(req).eos is False
+
+
 def test_prompt_parsing_finds_shell_tools(hf_tokenizer):
     for harness, (name, arg) in SHELL.items():
         prompt = hf_tokenizer.decode(render(hf_tokenizer, [{"role": "user", "content": "hi"}], chat_tools(harness)))

@@ -141,6 +141,30 @@ async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandb
     assert call_ids <= set(answers)
 
 
+@pytest.mark.parametrize("name", CLIS)
+async def test_real_cli_ends_cleanly_when_the_turn_budget_runs_out(name, stack, gateway, workspace_sandbox) -> None:
+    """One turn allowed: the oracle's first turn (two parallel looks) runs, the CLI sends
+    their results, the gateway ends the session (farm.gateway.budget): each CLI takes
+    that end of turn as a final answer and exits 0, not 1 as on a length stop."""
+    sb, ws = workspace_sandbox
+    session = f"{name}-budget-{uuid.uuid4().hex[:8]}"
+    handle = gateway.open_session(session, max_turns=1)
+    harness = make_harness(HarnessConfig(name=name))
+    run = HarnessRun(
+        instruction=stack[2].instruction, gateway_url=gateway.base_url, api_key=handle.secret,
+        model="farm-policy", workdir=ws.workdir, budget_s=240, env=task_env(stack),
+    )  # fmt: skip
+    result = await harness.run(sb, run)
+    tree = await gateway.close_session(session)
+    assert result.status is RolloutStatus.COMPLETED and result.exit_code == 0, (result.reason,
+                                                                               result.stderr_tail[-2000:])
+    assert "Stopping here: the turn budget (max_turns = 1) is spent." in (result.final_message or "")
+    stop = tree.budget_stop
+    assert stop is not None and (stop.budget.value, stop.limit, stop.turns) == ("max_turns", 1, 1)
+    assert gateway.stats(session).after_budget_stop == 0  # the CLI asked nothing more
+    assert not sandbox_pids(sb.id)
+
+
 async def test_real_cli_over_budget_is_killed(stack, gateway, workspace_sandbox) -> None:
     """OpenCode needs seconds just to start: a 1 s budget is exceeded, the tree is killed."""
     sb, ws = workspace_sandbox
