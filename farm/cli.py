@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("farm.commands.view", "serve the HTML report on 127.0.0.1, refreshed as the run goes on"),
     "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
     "export": ("farm.commands.export", "copy a run's committed tables as Parquet (current schema version)"),
+    "config": ("farm.commands.config", "the effective config (show), its JSON Schema, its reference"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),
     "engine": ("farm.commands.engine", "run the scripted SGLang-protocol worker"),
 }

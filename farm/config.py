@@ -130,21 +130,21 @@ class FarmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str = Field(default="local", description="labels sandboxes and Samples")
-    tasks: TasksConfig = Field(default_factory=TasksConfig)
-    envs: EnvsConfig = Field(default_factory=EnvsConfig)
-    grading: GradingConfig = Field(default_factory=GradingConfig)
-    harness: HarnessConfig = Field(default_factory=HarnessConfig)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    stream: StreamConfig = Field(default_factory=StreamConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task set: the task file, its row format and recipes, where repositories come from (farm.tasks)")
+    envs: EnvsConfig = Field(default_factory=EnvsConfig, description="environment snapshots: each task's environment built once and cloned per sandbox (farm.envs)")
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="how a rollout's diff is graded in a fresh sandbox: tests, reward, reward-hack checks (farm.grading)")
+    harness: HarnessConfig = Field(default_factory=HarnessConfig, description="the coding-agent CLI each rollout runs (Claude Code, Codex, OpenCode) and how it is launched")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: the sandbox backend (local or E2B) and its settings")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="the policy's SGLang engine: how /generate is provided (scripted, router, launch, external), tokenizer")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the model gateway each sandbox actor runs: the CLIs' wire protocols to token-exact /generate calls")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts are expanded (n_samples per task), run concurrently, bounded and retried")
+    stream: StreamConfig = Field(default_factory=StreamConfig, description="how the task set becomes a stream of groups: epochs, shuffle, curriculum, staleness (farm.Farm)")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="where and how Samples and the rollouts table are written (the output directory)")
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig, description="per-rollout artifact files under <output.dir>/artifacts/ (logs, turns, diff, grading, task)")
     loggers: list[LoggerConfig] = Field(
         default_factory=list, description="run loggers (W&B, MLflow): none by default; each gets the metrics and summary"
     )
-    ray: RayConfig = Field(default_factory=RayConfig)
+    ray: RayConfig = Field(default_factory=RayConfig, description="the Ray cluster the farm's actors run on and how many sandbox actors it starts")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict, description="named model endpoints (farm.gateway.endpoints); 'farm' is built in"
     )
@@ -153,7 +153,7 @@ class FarmConfig(BaseModel):
         description="the endpoint the CLIs are served by: 'farm' (the engine, token-exact, Samples) or a name "
         "in `endpoints` (a hosted one runs black-box: transcripts, no Samples, no engine started)",
     )
-    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig, description="which nodes of a Ray cluster run sandbox actors and which one runs the engine")
 
     @model_validator(mode="after")
     def _known_endpoint(self) -> "FarmConfig":
