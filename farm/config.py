@@ -27,6 +27,12 @@ from farm.tasks.config import TasksConfig
 from farm.trajectory.config import OutputConfig
 
 
+# `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time
+# rollouts never land in `farm run`'s runs/local (its resume, summary and groups are one task
+# set's) and carry their own run id (sandboxes are labelled, and reaped, by run id).
+SINGLE_DEFAULTS: dict[str, Any] = {"output.dir": "runs/rollouts", "run_id": "rollouts"}
+
+
 class RolloutConfig(BaseModel):
     """How rollouts are expanded, run and bounded."""
 
@@ -206,8 +212,25 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(raw) if raw else ""
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> FarmConfig:
-    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides."""
+def _has_dotted(data: Mapping[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
+    defaults: Mapping[str, Any] | None = None,
+) -> FarmConfig:
+    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides.
+
+    ``defaults`` (dotted key -> value): a command's own defaults, in between the file and
+    the models' defaults: used only where neither the file nor an override sets the key
+    (``farm rollout`` / ``farm serve`` write to ``runs/rollouts``, not ``farm run``'s
+    ``runs/local``)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -219,6 +242,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = loaded or {}
     for item in overrides:
         _set_dotted(data, *parse_override(item))
+    for key, value in (defaults or {}).items():
+        if not _has_dotted(data, key):
+            _set_dotted(data, key, value)
     try:
         return FarmConfig.model_validate(data)
     except ValidationError as exc:

@@ -1,7 +1,8 @@
 """``farm config show|schema|reference``: the run config, as farm resolves and documents it.
 
-- ``show [--config F] [--set k=v ...]``: the effective config as YAML (the file, then the
-  overrides, then every default), credentials masked; the environment variables it
+- ``show [--config F] [--set k=v ...] [--for run|rollout|serve]``: the effective config as
+  YAML (the file, then the overrides, then the command's defaults and every model
+  default), credentials masked; the environment variables it
   reads secrets from are named with whether they are set, never their values.
 - ``schema [-o FILE]``: the JSON Schema of a config file (for editors: completion, hover
   docs, validation; see docs/reference/config.md).
@@ -22,6 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="the effective config (YAML), credentials masked")
     show.add_argument("--config", default=None, help="YAML config (default: farm's defaults)")
     show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    show.add_argument("--for", dest="for_command", choices=("run", "rollout", "serve"), default="run",
+                      help="the command whose defaults apply (rollout / serve: output.dir runs/rollouts, "
+                      "run_id rollouts, unless the config sets them)")
     schema = sub.add_parser("schema", help="the JSON Schema of a config file (for editors)")
     schema.add_argument("-o", "--output", default=None, help="write it here (default: stdout)")
     ref = sub.add_parser("reference", help="the configuration reference (Markdown), from the models")
@@ -43,12 +47,12 @@ def _emit(text: str, dest: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from farm import config_reference as ref
-    from farm.config import load_config
+    from farm.config import SINGLE_DEFAULTS, load_config
     from farm.errors import ConfigError
 
     if args.config_command == "show":
         try:
-            cfg = load_config(args.config, args.overrides)
+            cfg = load_config(args.config, args.overrides, defaults=SINGLE_DEFAULTS if args.for_command != "run" else None)
         except ConfigError as exc:
             print(f"farm config show: {exc}", file=sys.stderr)
             return 2

@@ -148,6 +148,15 @@ class RolloutHandle:
     def done(self) -> bool:
         return self._result is not None
 
+    @property
+    def stored(self) -> bool:
+        """Finalized, and its row (and Samples) durable in the output directory."""
+        return bool(self._finalized and self._finalized["stored"])
+
+    def result_summary(self) -> Any:
+        """The finished rollout's ``RolloutSummary`` (what the run summary counts), or None."""
+        return self._result.summary() if self._result is not None else None
+
     def state(self) -> dict[str, Any]:
         end = self._ended_at if self._ended_at is not None else time.monotonic()
         return {
