@@ -93,6 +93,11 @@ class Rollouts:
         self._started_at, self._t0 = time.time(), time.monotonic()
         return self
 
+    @property
+    def running(self) -> bool:
+        """Started and not closed: rollouts can be started."""
+        return self._started
+
     async def close(self) -> None:
         """Abort running rollouts, finalize finished ones, stop everything started."""
         running = [h for h in self.handles.values() if not h.done]
