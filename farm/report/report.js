@@ -118,7 +118,7 @@
     for (const [k, label] of [["image", "image"], ["tests", "tests"], ["test_command", "test command"]]) {
       if (t[k]) kv[label] = t[k];
     }
-    return [el("h3", {text: "task"}), kvTable(kv), el("div", {class: "muted", text: "instruction (from " + t.origin + ")"}),
+    return [el("h3", {text: "task"}), kvTable(kv), el("div", {class: "muted", text: "instruction, from " + t.origin}),
       el("pre", {class: "instruction", text: t.instruction})];
   }
   function fidelityView(f) {
