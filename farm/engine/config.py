@@ -93,8 +93,10 @@ class ScriptedConfig(_Section):
     )
     stream_interval: int = Field(default=1, ge=1, description="tokens per streamed chunk (SGLang --stream-interval)")
     context_length: int = Field(default=131072, ge=1, description="reported max model length")
-    latency: LatencyConfig = Field(default_factory=LatencyConfig)
-    faults: FaultConfig = Field(default_factory=FaultConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig, description="simulated generation speed")
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig, description="injected failures (HTTP 500, hangs, drops, malformed replies)"
+    )
     startup_timeout_s: float = Field(default=60.0, gt=0, description="wait for a worker's /health")
 
 
@@ -166,9 +168,15 @@ class EngineConfig(_Section):
         description="how generation is paused on every worker around a weight update (SGLang's "
         "/pause_generation mode; 'retract' recomputes running requests under the new weights, 'none' skips it)",
     )
-    scripted: ScriptedConfig = Field(default_factory=ScriptedConfig)
-    router: RouterConfig = Field(default_factory=RouterConfig)
-    launch: LaunchConfig = Field(default_factory=LaunchConfig)
+    scripted: ScriptedConfig = Field(
+        default_factory=ScriptedConfig, description="the scripted SGLang-protocol workers (mode: scripted)"
+    )
+    router: RouterConfig = Field(
+        default_factory=RouterConfig, description="the sglang-router farm starts (modes scripted, router, launch)"
+    )
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig, description="the SGLang servers farm starts on GPU nodes (mode: launch)"
+    )
 
     @model_validator(mode="after")
     def _moe_shape_known(self) -> EngineConfig:

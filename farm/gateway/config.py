@@ -47,8 +47,12 @@ class GatewayConfig(_Section):
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="passed to apply_chat_template (e.g. enable_thinking: false)"
     )
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    engine_client: EngineClientConfig = Field(default_factory=EngineClientConfig)
+    sampling: SamplingConfig = Field(
+        default_factory=SamplingConfig, description="sampling parameters of every /generate call"
+    )
+    engine_client: EngineClientConfig = Field(
+        default_factory=EngineClientConfig, description="the gateway's /generate client: timeouts, retries, pool"
+    )
     max_context_tokens: int = Field(
         default=131072, ge=1, description="default per-session context budget (prompt + output tokens)"
     )

@@ -246,10 +246,10 @@ class RolloutPipeline:
             tree=state.tree,
         )
         if self.artifacts is not None and self.artifacts.enabled:
-            result.artifacts = self._artifacts(result, state)
+            result.artifacts = self._artifacts(result, state, spec)
         return result
 
-    def _artifacts(self, result: RolloutResult, st: _State) -> RolloutArtifacts:
+    def _artifacts(self, result: RolloutResult, st: _State, spec: RolloutSpec) -> RolloutArtifacts:
         """The rollout's files, redacted and capped (the reducer writes them if it records it)."""
         run, grade = st.run, st.grade
         error = ""
@@ -265,6 +265,7 @@ class RolloutPipeline:
             "test.log": grade.test_log if grade is not None else "",
             "setup.json": st.setup.model_dump_json(indent=1) if st.setup is not None else "",
             "error.txt": error,
+            "task.json": spec.task.model_dump_json(indent=1),
         }
         index = {"task_id": result.task_id, "attempt": result.attempt, "status": result.status.value,
                  "reason": result.reason, "harness": result.harness, "timings": result.timings}  # fmt: skip
