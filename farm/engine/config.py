@@ -91,6 +91,12 @@ class ScriptedConfig(_Section):
     record_path: str | None = Field(
         default=None, description="append every finished response here (replay format); per worker '.<i>'"
     )
+    model_path: str | None = Field(
+        default=None, description="a farm tiny-LM checkpoint directory (farm.testing.lm, a CPU test double for a GPU "
+        "model): the workers sample the policy's choices from it and score every token they emit; "
+        "update_weights_from_disk loads new ones. None: made-up logprobs"
+    )
+    torch_threads: int = Field(default=1, ge=1, description="torch threads per worker for model_path")
     stream_interval: int = Field(default=1, ge=1, description="tokens per streamed chunk (SGLang --stream-interval)")
     context_length: int = Field(default=131072, ge=1, description="reported max model length")
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
@@ -133,8 +139,9 @@ class EngineConfig(_Section):
     mode: Literal["external", "router", "launch", "scripted"] = Field(
         default="scripted", description="how the router actor provides /generate"
     )
-    policy: Literal["oracle", "noop", "replay", "scripted", "shell"] = Field(
-        default="oracle", description="scripted worker policy (mode=scripted)"
+    policy: Literal["oracle", "noop", "replay", "scripted", "shell", "choose"] = Field(
+        default="oracle", description="scripted worker policy (mode=scripted); 'choose': the model picks one of "
+        "each task's metadata.candidate_patches (see farm.engine.scripted.choose)"
     )
     tokenizer: str = Field(
         default="builtin:farm-test",
