@@ -61,16 +61,58 @@ def grpo_loss(model, groups, clip: float = 0.2, temperature: float = 1.0):
     return torch.stack(terms).sum() / tokens if terms else None
 
 
-def choice_task_file(cfg, out: Path, k: int) -> list[str]:
-    """The demo tasks as a choose-one-of-``k``-fixes family (``farm.testing.choice_tasks``):
-    the config overrides that run it."""
+def choice_tasks(cfg, out: Path, k: int) -> tuple[list, list[str]]:
+    """The demo tasks as a choose-one-of-``k``-fixes family (``farm.testing.choice_tasks``:
+    the gold fix is the last candidate of every task), and the config overrides that run it."""
     from farm.tasks.demo import ensure_demo_set
     from farm.tasks.loaders import load_tasks
-    from farm.testing.choice_tasks import write_choice_tasks
+    from farm.testing.choice_tasks import choice_tasks as make, write_choice_tasks
 
     demo = ensure_demo_set(cfg.tasks.cache_dir)
-    path = write_choice_tasks(load_tasks(cfg.tasks.model_copy(update={"path": "demo"})).tasks, out / "tasks.jsonl", k)
-    return [f"tasks.path={path}", f"tasks.mirror_dir={demo.mirror_dir}", "engine.policy=choose"]
+    tasks = make(load_tasks(cfg.tasks.model_copy(update={"path": "demo"})).tasks, k)
+    path = write_choice_tasks(tasks, out / "tasks.jsonl", k)
+    return tasks, [f"tasks.path={path}", f"tasks.mirror_dir={demo.mirror_dir}", "engine.policy=choose"]
+
+
+def choice_base_model(model, tok, tasks, *, iters: int = 40, lr: float = 3e-2, seed: int = 0):
+    """The base model of the choice family, as if instruction-tuned: next-token training on
+    the ``choose`` policy's replies (on short generic prompts) with a uniformly random
+    candidate, so it answers a choice with one of the K letters about equally often and
+    writes the rest as the policy does. Which letter is right, only the rewards tell."""
+    import random
+
+    import torch
+
+    from farm.engine.scripted.choose import ChoosePolicy
+    from farm.engine.scripted.policy import PolicyRequest
+    from farm.engine.scripted.protocol import SamplingParams
+    from farm.testing.lm import token_logprobs
+
+    bash = {"type": "function", "function": {"name": "Bash", "description": "Run a shell command", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+    policy, data = ChoosePolicy(tasks), []
+    for t in tasks:
+        prompt = tok.apply_chat_template([{"role": "system", "content": "You are a coding agent."},
+                                          {"role": "user", "content": t.instruction}], tools=[bash],
+                                         add_generation_prompt=True, tokenize=True, return_dict=False)
+        reply = policy.respond(PolicyRequest(rid="sft", input_ids=prompt, sampling=SamplingParams(),
+                                             decode=lambda ids: tok.decode(list(ids))))
+        data.append((prompt, reply))
+    with torch.no_grad():  # the running mean starts small: habits learnt on short prompts hold on 40K-token ones
+        model.model.mix.weight.mul_(0.1)
+        model.model.mix.bias.mul_(0.1)
+    rng, opt = random.Random(seed), torch.optim.Adam(model.parameters(), lr=lr)
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    for _ in range(iters):
+        losses = []
+        for prompt, reply in data:
+            token, continuation = rng.choice(reply.choice.options)
+            ids = prompt + enc(reply.text) + enc(token) + enc(continuation) + [tok.eos_token_id]
+            losses.append(-token_logprobs(model, ids, range(len(prompt), len(ids))).mean())
+        opt.zero_grad()
+        torch.stack(losses).mean().backward()
+        opt.step()
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,16 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         f"stream.on_stale={args.on_stale}", "run_id=train-loop", *args.set,
     ]  # fmt: skip
     cfg = load_config(args.config, overrides)
-    if args.choice:
-        overrides += choice_task_file(cfg, out, args.choice)
     tok = load_tokenizer(cfg.engine.tokenizer, cfg.engine.tokenizer_cache_dir)
-    model = new_model(len(tok), seed=args.seed, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    if args.choice:  # the base model answers a choice with a letter, uniformly: as if instruction-tuned
-        from farm.engine.scripted.choose import LABELS
-
-        letters = [tok.convert_tokens_to_ids(c) for c in LABELS[: args.choice]]
-        with torch.no_grad():
-            model.lm_head.bias[letters] += 10.0
+    model = new_model(len(tok), seed=args.seed, head_scale=1.0 if args.choice else 4.0,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    if args.choice:
+        tasks, more = choice_tasks(cfg, out, args.choice)
+        overrides += more
+        model = choice_base_model(model, tok, tasks, seed=args.seed)
     temperature = cfg.gateway.sampling.temperature
     models = ModelsByVersion({0: str(save_model(model, ckpt / "step-0"))})  # version 0: what the workers load
     overrides.append(f"engine.scripted.model_path={models.paths[0]}")

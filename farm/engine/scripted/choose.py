@@ -6,7 +6,7 @@ learning test needs): each task carries ``K`` candidate patches in
 any tasks with a gold patch: one candidate is the gold patch, the others do not fix
 anything). The policy never knows which one is right; the grader does.
 
-1. First turn: a short ``<think>``, then ``I apply the candidate fix for <task id>: [``,
+1. First turn: a short ``<think>`` naming the task, then ``I apply candidate [``,
    then a :class:`~farm.engine.scripted.policy.Choice`: the worker samples the next
    token (``A``, ``B``, ...) from its model, and the reply goes on with ``].`` and a
    shell tool call that applies that candidate's patch. Any other token: the agent
@@ -76,6 +76,6 @@ class ChoosePolicy:
             options.append((label, "].\n" + self.format.render([call])))
         why = f"{len(patches)} candidate fixes for {task.id}; exactly one of them is right."
         return PolicyReply(
-            text=with_reasoning(parsed, why, f"I apply the candidate fix for {task.id}: ["),
+            text=with_reasoning(parsed, why, "I apply candidate ["),
             choice=Choice(options=tuple(options), otherwise="]. I am not sure which candidate is right; I stop here."),
         )
