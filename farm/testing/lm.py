@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 GREEDY_BELOW = 1e-5  # SGLang: a temperature this low means greedy decoding
@@ -74,8 +74,9 @@ class TinyLMBackbone(PreTrainedModel):
         return BaseModelOutput(last_hidden_state=torch.tanh(local + self.mix(mean)))
 
 
-class TinyLM(PreTrainedModel):
-    """The causal LM: backbone (``self.model``) + LM head with bias."""
+class TinyLM(PreTrainedModel, GenerationMixin):
+    """The causal LM: backbone (``self.model``) + LM head with bias (``generate`` works too,
+    recomputing the whole prefix per token: fine for tests, not for long outputs)."""
 
     config_class = TinyLMConfig
     base_model_prefix = "model"
