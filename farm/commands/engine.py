@@ -68,16 +68,22 @@ def run(args: argparse.Namespace) -> int:
         record_path=args.record,
         moe=_moe(args.moe),
     )
-    scorer = None
-    if args.model:
-        from farm.testing.lm import LMScorer
+    import sys
 
-        scorer = LMScorer.from_path(args.model, threads=args.torch_threads)
-    worker = build_worker(
-        policy=args.policy, tokenizer=args.tokenizer, settings=settings,
-        tokenizer_cache_dir=args.tokenizer_cache_dir, tasks_path=args.tasks, replay_path=args.replay,
-        replies_path=args.replies, tool_format=args.tool_format, scorer=scorer,
-    )
+    scorer = None
+    try:
+        if args.model:
+            from farm.testing.lm import LMScorer
+
+            scorer = LMScorer.from_path(args.model, threads=args.torch_threads)
+        worker = build_worker(
+            policy=args.policy, tokenizer=args.tokenizer, settings=settings,
+            tokenizer_cache_dir=args.tokenizer_cache_dir, tasks_path=args.tasks, replay_path=args.replay,
+            replies_path=args.replies, tool_format=args.tool_format, scorer=scorer,
+        )
+    except ValueError as exc:  # an unusable model or policy input: say which, do not serve
+        print(f"farm engine serve: {exc}", file=sys.stderr)
+        return 2
     asyncio.run(serve_until_signal(worker, args.host, args.port, args.ready_file))
     return 0
 

@@ -145,3 +145,19 @@ async def test_a_request_paused_across_a_weight_update_is_rescored(make_worker, 
     assert out["meta_info"]["finish_reason"]["type"] == "stop" and out["meta_info"]["weight_version"] == "1"
     np.testing.assert_allclose(reply_logprobs(out), model_logprobs(v1, ids, out["output_ids"]), atol=1e-6)
     assert worker.stats.rescored == 1
+
+
+def test_an_unusable_model_is_a_clear_error(tok_path, tmp_path):
+    import subprocess
+    import sys
+
+    from farm.engine.scripted.run import build_worker
+    from farm.engine.scripted.server import WorkerSettings
+
+    proc = subprocess.run([sys.executable, "-m", "farm", "engine", "serve", "--policy", "noop", "--tokenizer", tok_path,
+                           "--port", "0", "--model", str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "is not a farm tiny-LM checkpoint" in proc.stderr, proc.stderr[-2000:]
+    small = LMScorer(new_model(100), "small")  # fewer embeddings than the tokenizer has tokens
+    with pytest.raises(ValueError, match="has 100 embeddings"):
+        build_worker(policy="noop", tokenizer=tok_path, settings=WorkerSettings(), scorer=small)

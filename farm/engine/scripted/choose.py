@@ -22,7 +22,7 @@ from __future__ import annotations
 import string
 from typing import Iterable
 
-from farm.engine.scripted.oracle import PATCH_FILE, heredoc, find_shell_tool
+from farm.engine.scripted.oracle import find_shell_tool, heredoc
 from farm.engine.scripted.policy import Choice, PolicyReply, PolicyRequest
 from farm.engine.scripted.prompt import parse_chatml, with_reasoning
 from farm.engine.scripted.tasks import TaskIndex
@@ -30,6 +30,7 @@ from farm.model.toolcalls import get_format
 from farm.tasks.model import Task
 
 CANDIDATES_KEY = "candidate_patches"
+PATCH_FILE = "/tmp/farm_candidate.patch"
 LABELS = string.ascii_uppercase
 
 
