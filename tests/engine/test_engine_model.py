@@ -147,17 +147,34 @@ async def test_a_request_paused_across_a_weight_update_is_rescored(make_worker, 
     assert worker.stats.rescored == 1
 
 
-def test_an_unusable_model_is_a_clear_error(tok_path, tmp_path):
-    import subprocess
-    import sys
-
+def test_an_unusable_model_is_a_clear_error(tok_path, tmp_path, capsys):
+    from farm.cli import main
     from farm.engine.scripted.run import build_worker
     from farm.engine.scripted.server import WorkerSettings
 
-    proc = subprocess.run([sys.executable, "-m", "farm", "engine", "serve", "--policy", "noop", "--tokenizer", tok_path,
-                           "--port", "0", "--model", str(tmp_path / "missing")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == 2 and "is not a farm tiny-LM checkpoint" in proc.stderr, proc.stderr[-2000:]
+    code = main(["engine", "serve", "--policy", "noop", "--tokenizer", tok_path, "--port", "0",
+                 "--model", str(tmp_path / "missing")])  # fmt: skip
+    assert code == 2 and "is not a farm tiny-LM checkpoint" in capsys.readouterr().err
     small = LMScorer(new_model(100), "small")  # fewer embeddings than the tokenizer has tokens
     with pytest.raises(ValueError, match="has 100 embeddings"):
         build_worker(policy="noop", tokenizer=tok_path, settings=WorkerSettings(), scorer=small)
+
+
+async def test_without_a_pause_a_reply_keeps_the_version_it_was_computed_with(make_worker, http, hf_tokenizer,
+                                                                             checkpoints):
+    """weight_update_pause: none: the weights change under a request in flight; its reply
+    was computed with the old ones and says so (version and logprobs agree)."""
+    v0, v1 = checkpoints
+    worker, url = await make_worker(ScriptedPolicy(default=REPLY), scorer=LMScorer.from_path(v0),
+                                    latency=LatencyConfig(ttft_s=2.0))
+    ids = prompt_ids(hf_tokenizer)
+    pending = asyncio.ensure_future(generate(http, url, {"input_ids": ids}))
+    while not worker.inflight:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)  # scored on v0, waiting for its first token
+    async with http.post(url + "/update_weights_from_disk", json={"model_path": v1, "weight_version": "1"}) as r:
+        assert r.status == 200
+    _, out = await asyncio.wait_for(pending, 60)
+    assert out["meta_info"]["weight_version"] == "default" and worker.weight_version == "1"
+    np.testing.assert_allclose(reply_logprobs(out), model_logprobs(v0, ids, out["output_ids"]), atol=1e-6)
+    assert worker.stats.rescored == 0 and worker.stats.versions_served == {"default": 1}
