@@ -130,3 +130,12 @@ async def wait(state: Inflight, seconds: float, request: web.Request) -> bool:
             await asyncio.wait_for(state.abort.wait(), timeout=min(left, 0.05))
         if state.abort.is_set():
             return True
+
+
+async def json_or_empty(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object body, or ``{}`` (SGLang's control routes accept an empty body)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -33,10 +33,11 @@ from farm.engine.scripted.faults import Fault, RequestPlan, plan_request
 from farm.engine.scripted.generation import Completion, apply_stop_rules, fake_logprobs, prompt_digest
 from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest
 from farm.engine.scripted.protocol import GenerateRequest, RequestError, SamplingParams, error_body, parse_generate
-from farm.engine.scripted.job import Disconnected, Dropped, Job, drop, dumps, gone, sse, wait
+from farm.engine.scripted.job import Disconnected, Dropped, Job, drop, dumps, gone, json_or_empty, sse, wait
 from farm.engine.scripted.replay import Recorder
 from farm.engine.scripted.scoring import Scorer, check_ids, planned_ids
 from farm.engine.scripted.state import Inflight, PrefixCache, WorkerStats
+from farm.engine.scripted.weights import WeightRoutes
 
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 VERSION = "0.5.0-farm-scripted"
@@ -61,7 +62,7 @@ class WorkerSettings(BaseModel):
     moe: MoEShape | None = Field(default=None, description="simulate this MoE (routed experts on request)")
 
 
-class ScriptedWorker:
+class ScriptedWorker(WeightRoutes):
     """State and handlers of one worker; ``app()`` builds the aiohttp application."""
 
     def __init__(self, tokenizer: Any, policy: Policy, settings: WorkerSettings | None = None,
@@ -185,7 +186,7 @@ class ScriptedWorker:
         }]})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        body = await _json_or_empty(request)
+        body = await json_or_empty(request)
         rid = str(body.get("rid") or "")
         abort_all = bool(body.get("abort_all", False))
         for key, state in list(self.inflight.items()):
@@ -199,70 +200,6 @@ class ScriptedWorker:
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details. "
                                  "(When there are running or waiting requests, the operation will not be performed.)\n")
 
-    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
-        body = await _json_or_empty(request)
-        path = body.get("model_path")
-        if not isinstance(path, str) or not path:
-            return web.json_response({"success": False, "message": "model_path is required",
-                                      "num_paused_requests": 0}, status=400)
-        if self.scorer is not None:  # load for real; a bad checkpoint leaves the served weights alone
-            try:
-                scorer = await asyncio.to_thread(self.scorer.load, path)
-            except (OSError, ValueError) as exc:
-                return web.json_response({"success": False, "message": f"Failed to load weights from {path}: {exc}",
-                                          "num_paused_requests": 0}, status=400)
-            self.scorer = scorer
-        if body.get("abort_all_requests"):
-            for state in self.inflight.values():
-                state.message = "Abort for weight update"
-                state.abort.set()
-        self.model_path = path
-        message = "Succeeded to update model weights."
-        if body.get("weight_version") is not None:
-            self.weight_version = str(body["weight_version"])
-            message += f" Weight version updated to {self.weight_version}."
-        self.cache.clear()
-        return web.json_response({"success": True, "message": message, "num_paused_requests": 0})
-
-    async def update_weight_version(self, request: web.Request) -> web.Response:
-        """SGLang's ``POST /update_weight_version {new_version, abort_all_requests}``: the
-        trainer synced the weights itself (NCCL, tensors); only the stamp changes."""
-        body = await _json_or_empty(request)
-        version = body.get("new_version")
-        if not isinstance(version, str) or not version:
-            return web.json_response({"success": False, "message": "new_version is required"}, status=400)
-        if body.get("abort_all_requests"):
-            self._abort_all("Abort for weight version update")
-        self.weight_version = version
-        return web.json_response({"success": True, "message": f"Weight version updated to {version}."})
-
-    async def pause_generation(self, request: web.Request) -> web.Response:
-        """SGLang's ``POST /pause_generation {mode}``: ``abort`` ends in-flight requests
-        (finish_reason abort); ``retract`` / ``in_place`` keep them, frozen at their next
-        decode step, until ``/continue_generation``. New requests wait too."""
-        body = await _json_or_empty(request)
-        mode = body.get("mode", "abort")
-        if mode not in ("abort", "retract", "in_place"):
-            return web.json_response(error_body(f"Invalid mode: {mode!r}. Expected one of "
-                                                "['abort', 'retract', 'in_place'].", 400), status=400)
-        self._running.clear()
-        self.stats.pauses += 1
-        if mode == "abort":
-            self._abort_all("Abort for pause_generation")
-        return web.Response(status=200)
-
-    async def continue_generation(self, request: web.Request) -> web.Response:
-        self._running.set()
-        return web.Response(status=200)
-
-    def _abort_all(self, message: str) -> None:
-        for state in self.inflight.values():
-            state.message = message
-            state.abort.set()
-
-    async def get_weight_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"weight_version": self.weight_version})
-
     async def farm_stats(self, request: web.Request) -> web.Response:
         stats = {"worker_id": self.settings.worker_id, "policy": getattr(self.policy, "name", "?"),
                  "inflight": len(self.inflight), "weight_version": self.weight_version, **self.stats.as_dict()}
@@ -274,7 +211,7 @@ class ScriptedWorker:
         push = getattr(self.policy, "push", None)
         if push is None:
             return web.json_response(error_body("policy is not 'scripted'", 409), status=409)
-        body = await _json_or_empty(request)
+        body = await json_or_empty(request)
         replies = body.get("replies") or []
         if not isinstance(replies, list):
             return web.json_response(error_body("'replies' must be a list", 400), status=400)
@@ -397,21 +334,6 @@ class ScriptedWorker:
                 raise Dropped
             yield k
 
-    async def _rescore(self, job: Job) -> None:
-        """Before a reply goes out: a request that generation was paused around while the
-        weights changed resumes on the new weights (SGLang's retract recomputes it): its
-        tokens stay, every logprob is computed again and the reply carries the new
-        version. (A token sampled before the pause was drawn from the old weights, as in
-        SGLang.) Without a pause (``weight_update_pause: none``) it keeps its version."""
-        scorer, version = self.scorer, self.weight_version
-        if (scorer is None or job.weight_version is None or job.weight_version == version
-                or self.stats.pauses == job.pauses):
-            return
-        job.logprobs = await asyncio.to_thread(scorer.logprobs, job.input_ids, job.completion.output_ids,
-                                               job.req.sampling_params.temperature)
-        job.weight_version = version
-        self.stats.rescored += 1
-
     async def _respond(self, request: web.Request, job: Job, plan: RequestPlan,
                        state: Inflight) -> web.StreamResponse:
         step = max(16, self.settings.stream_interval)
@@ -459,14 +381,6 @@ class ScriptedWorker:
             self.stats.disconnected += 1
             job.finish = None
         return resp
-
-
-async def _json_or_empty(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 @contextlib.asynccontextmanager
