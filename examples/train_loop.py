@@ -62,34 +62,35 @@ def grpo_loss(model, groups, clip: float = 0.2, temperature: float = 1.0):
 
 
 def choice_tasks(cfg, out: Path, k: int) -> tuple[list, list[str]]:
-    """The demo tasks as a choose-one-of-``k``-fixes family (``farm.testing.choice_tasks``:
+    """The demo SWE tasks as a choose-one-of-``k``-fixes family (``farm.testing.choice_tasks``:
     the gold fix is the last candidate of every task), and the config overrides that run it."""
     from farm.tasks.demo import ensure_demo_set
     from farm.tasks.loaders import load_tasks
     from farm.testing.choice_tasks import choice_tasks as make, write_choice_tasks
 
     demo = ensure_demo_set(cfg.tasks.cache_dir)
-    tasks = make(load_tasks(cfg.tasks.model_copy(update={"path": "demo"})).tasks, k)
+    swe = [t for t in load_tasks(cfg.tasks.model_copy(update={"path": "demo"})).tasks if t.kind == "swe"]
+    tasks = make(swe, k)  # SWE tasks: resolved or not (generic ones give decoys partial credit)
     path = write_choice_tasks(tasks, out / "tasks.jsonl", k)
     return tasks, [f"tasks.path={path}", f"tasks.mirror_dir={demo.mirror_dir}", "engine.policy=choose"]
 
 
-def choice_base_model(model, tok, tasks, *, iters: int = 40, lr: float = 3e-2, seed: int = 0):
+def choice_base_model(model, tok, tasks, *, iters: int = 60, lr: float = 3e-2):
     """The base model of the choice family, as if instruction-tuned: next-token training on
-    the ``choose`` policy's replies (on short generic prompts) with a uniformly random
-    candidate, so it answers a choice with one of the K letters about equally often and
-    writes the rest as the policy does. Which letter is right, only the rewards tell."""
-    import random
-
+    the ``choose`` policy's replies (on short generic prompts), the K candidates in turn,
+    with a uniform target over the K letters where the model chooses. So it answers a
+    choice with one of the letters about equally often and writes the rest as the policy
+    does. Which letter is right, only the rewards tell."""
     import torch
 
-    from farm.engine.scripted.choose import ChoosePolicy
+    from farm.engine.scripted.choose import LABELS, ChoosePolicy
     from farm.engine.scripted.policy import PolicyRequest
     from farm.engine.scripted.protocol import SamplingParams
     from farm.testing.lm import token_logprobs
 
     bash = {"type": "function", "function": {"name": "Bash", "description": "Run a shell command", "parameters": {
         "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
     policy, data = ChoosePolicy(tasks), []
     for t in tasks:
         prompt = tok.apply_chat_template([{"role": "system", "content": "You are a coding agent."},
@@ -97,18 +98,21 @@ def choice_base_model(model, tok, tasks, *, iters: int = 40, lr: float = 3e-2, s
                                          add_generation_prompt=True, tokenize=True, return_dict=False)
         reply = policy.respond(PolicyRequest(rid="sft", input_ids=prompt, sampling=SamplingParams(),
                                              decode=lambda ids: tok.decode(list(ids))))
-        data.append((prompt, reply))
-    with torch.no_grad():  # the running mean starts small: habits learnt on short prompts hold on 40K-token ones
-        model.model.mix.weight.mul_(0.1)
-        model.model.mix.bias.mul_(0.1)
-    rng, opt = random.Random(seed), torch.optim.Adam(model.parameters(), lr=lr)
-    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
-    for _ in range(iters):
+        data.append((len(prompt), prompt + enc(reply.text), reply.choice.options))
+    letters = [tok.convert_tokens_to_ids(c) for c in LABELS[: len(data[0][2])]]
+    with torch.no_grad():  # the running mean starts out of the picture: habits learnt on short prompts hold
+        model.model.mix.weight.zero_()  # on 40K-token ones (training learns to use it)
+        model.model.mix.bias.zero_()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for it in range(iters):
         losses = []
-        for prompt, reply in data:
-            token, continuation = rng.choice(reply.choice.options)
-            ids = prompt + enc(reply.text) + enc(token) + enc(continuation) + [tok.eos_token_id]
-            losses.append(-token_logprobs(model, ids, range(len(prompt), len(ids))).mean())
+        for i, (start, head, options) in enumerate(data):
+            token, continuation = options[(i + it) % len(options)]
+            ids = head + enc(token) + enc(continuation) + [tok.eos_token_id]
+            text = token_logprobs(model, ids, [p for p in range(start, len(ids)) if p != len(head)])
+            hidden = model.model(torch.tensor(head)[None]).last_hidden_state[0, -1]
+            at_choice = torch.log_softmax(model.lm_head(hidden), dim=-1)[letters].mean()
+            losses.append(-(text.sum() + at_choice) / (len(text) + 1))
         opt.zero_grad()
         torch.stack(losses).mean().backward()
         opt.step()
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.choice:
         tasks, more = choice_tasks(cfg, out, args.choice)
         overrides += more
-        model = choice_base_model(model, tok, tasks, seed=args.seed)
+        model = choice_base_model(model, tok, tasks)
     temperature = cfg.gateway.sampling.temperature
     models = ModelsByVersion({0: str(save_model(model, ckpt / "step-0"))})  # version 0: what the workers load
     overrides.append(f"engine.scripted.model_path={models.paths[0]}")
