@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from farm.engine.routing import MoEShape
 
@@ -102,6 +103,12 @@ class ScriptedConfig(_Section):
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     faults: FaultConfig = Field(default_factory=FaultConfig)
     startup_timeout_s: float = Field(default=60.0, gt=0, description="wait for a worker's /health")
+
+    @field_validator("model_path")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """Workers start in other directories (Ray actors): resolve where the config is read."""
+        return os.path.abspath(os.path.expanduser(v)) if v else v
 
 
 class RouterConfig(_Section):
