@@ -100,9 +100,10 @@ def choice_base_model(model, tok, tasks, *, iters: int = 60, lr: float = 3e-2):
                                              decode=lambda ids: tok.decode(list(ids))))
         data.append((len(prompt), prompt + enc(reply.text), reply.choice.options))
     letters = [tok.convert_tokens_to_ids(c) for c in LABELS[: len(data[0][2])]]
-    with torch.no_grad():  # the running mean starts out of the picture: habits learnt on short prompts hold
-        model.model.mix.weight.zero_()  # on 40K-token ones (training learns to use it)
-        model.model.mix.bias.zero_()
+    with torch.no_grad():  # the long-range features start out of the picture: habits learnt on short
+        for layer in (model.model.mix, model.model.phase):  # prompts hold on 40K-token ones (RL may use them)
+            layer.weight.zero_()
+            layer.bias.zero_()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for it in range(iters):
         losses = []

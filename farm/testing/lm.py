@@ -7,9 +7,13 @@ needs to be: a real ``transformers`` causal LM (``save_pretrained`` /
 tokenizer's vocabulary, with no positional limit, and cheap on prompts of 40K tokens
 (a real CLI's system prompt and tool schemas) on two cores. So no attention:
 
-- a causal convolution over the last ``window`` token embeddings (local context), and
+- a causal convolution over the last ``window`` token embeddings (local context),
 - the running mean of every embedding so far (``cumsum`` / count: global context, O(n),
-  the same at any length),
+  the same at any length), and
+- the sine of the running *sum* of the embeddings: a phase that every token moves by
+  O(1), however far back it is, so a token dropped, added or changed anywhere in a
+  40K-token context changes every later prediction (a real LM is that sensitive: this
+  is what makes a misaligned context show up in the train/rollout logprob check),
 
 summed, through ``tanh``, into an LM head with a bias. Padding (``attention_mask`` 0)
 embeds as zeros and is not counted, so a left-padded row computes what the unpadded
@@ -55,6 +59,7 @@ class TinyLMBackbone(PreTrainedModel):
         self.embed = torch.nn.Embedding(config.vocab_size, d)
         self.conv = torch.nn.Conv1d(d, d, kernel_size=config.window)
         self.mix = torch.nn.Linear(d, d)
+        self.phase = torch.nn.Linear(d, d)
         self.window = config.window
         self.post_init()
 
@@ -70,8 +75,9 @@ class TinyLMBackbone(PreTrainedModel):
         x = self.embed(input_ids) * mask[..., None]  # (B, T, d); padding embeds as zeros
         local = self.conv(torch.nn.functional.pad(x.transpose(1, 2), (self.window - 1, 0))).transpose(1, 2)
         count = torch.cumsum(mask, dim=1).clamp(min=1.0)[..., None]
-        mean = torch.cumsum(x, dim=1) / count
-        return BaseModelOutput(last_hidden_state=torch.tanh(local + self.mix(mean)))
+        total = torch.cumsum(x, dim=1)
+        hidden = local + self.mix(total / count) + self.phase(torch.sin(total))
+        return BaseModelOutput(last_hidden_state=torch.tanh(hidden))
 
 
 class TinyLM(PreTrainedModel, GenerationMixin):

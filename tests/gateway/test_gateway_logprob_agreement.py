@@ -89,3 +89,5 @@ async def test_trainer_logprobs_agree_with_the_engine(hf_tokenizer, protocol, mo
                                  "rollout_logprobs": np.append(s.rollout_logprobs, 0.0)})
     assert logprob_agreement([moved], models).max_abs > 1.0  # prompt_length one short: positions off by one
     assert logprob_agreement(samples, lambda v: models(0)).max_abs > 1.0  # the wrong weights for version 1
+    dropped = s.model_copy(update={"tokens": s.tokens[1:], "prompt_length": s.prompt_length - 1})
+    assert logprob_agreement([dropped], models).max_abs > 1.0  # the context's first token lost, far from any output
