@@ -49,7 +49,7 @@ class TinyLMConfig(PretrainedConfig):
 
 
 class TinyLMBackbone(PreTrainedModel):
-    """Token ids -> hidden states (``last_hidden_state``): causal conv + running mean."""
+    """Token ids -> hidden states (``last_hidden_state``): causal conv + running mean + phase."""
 
     config_class = TinyLMConfig
 
