@@ -23,7 +23,7 @@ def make_policy(
     replies: Sequence[str | PolicyReply] | None = None,
 ) -> Policy:
     """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell`` |
-    ``loop`` | ``ramble``)."""
+    ``loop`` | ``ramble`` | ``choose``)."""
     if name == "oracle":
         from farm.engine.scripted.oracle import OraclePolicy
         from farm.engine.scripted.tasks import load_tasks_jsonl
@@ -63,4 +63,9 @@ def make_policy(
         from farm.engine.scripted.endless import RamblePolicy
 
         return RamblePolicy()
-    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell, loop, ramble")
+    if name == "choose":
+        from farm.engine.scripted.choose import ChoosePolicy
+        from farm.engine.scripted.tasks import load_tasks_jsonl
+
+        return ChoosePolicy(load_tasks_jsonl(tasks_path) if tasks_path else [], tool_format=tool_format)
+    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell, loop, ramble, choose")
