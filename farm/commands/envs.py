@@ -205,10 +205,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store = EnvStore(cfg.envs.cache_dir)
     if args.envs_command == "build":
-        from farm.tasks.loaders import load_tasks
+        from farm.rollout.tasks import load_task_file  # with `farm run`'s row checks (log_parser)
 
         try:
-            loaded = load_tasks(cfg.tasks)
+            loaded = load_task_file(cfg.tasks)
         except TaskLoadError as exc:
             print(f"farm envs build: {exc}", file=sys.stderr)
             return 2

@@ -348,3 +348,17 @@ def test_an_unknown_log_parser_is_a_row_error_when_the_rows_load(tmp_path: Path)
     with pytest.raises(TaskLoadError, match=":2: field 'log_parser'"):
         load_task_file(TasksConfig(path=str(path), strict=True))
     assert len(load_tasks(path).tasks) == 4  # farm.tasks alone knows no parsers: the check is the caller's
+
+
+def test_farm_envs_build_refuses_an_unknown_log_parser_before_building(tmp_path: Path, capsys) -> None:
+    """`farm envs build` loads rows as `farm run` does: a row it could never grade is
+    skipped with the row error, before any environment is built for it."""
+    from farm.cli import main
+
+    path = write_jsonl(tmp_path / "swe.jsonl", [swebench_row(log_parser="parse_log_sqlfuff")])
+    rc = main(["envs", "build", str(path), "--set", f"envs.cache_dir={tmp_path / 'envs'}",
+               "--set", "tasks.recipes=null"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1 and "farm envs build: no tasks" in err
+    assert ":1: field 'log_parser'" in err and "did you mean 'parse_log_sqlfluff'" in err
+    assert not (tmp_path / "envs").exists() or not list((tmp_path / "envs").iterdir())
