@@ -66,6 +66,7 @@ _KEY, _FD = _open()
 _SECRET = [_KEY]  # a pytest-xdist worker gets it from the controller (its key file is gone)
 _ROLE = ["main"]  # or "controller" (pytest-xdist's: it relays the workers' reports) or "worker"
 _CURRENT = [None]  # node id of the test whose call phase is running
+_CONFIG = [None]  # pytest's config: node ids are turned relative to where pytest was started
 _REPORTED = set()
 
 
@@ -75,7 +76,27 @@ def _emit(obj, _key=_SECRET, _fd=_FD, _dumps=json.dumps, _mac=hmac.new, _sha=has
     _write(_fd, (_dumps({"b": body, "m": mac}) + "\n").encode("utf-8"))
 
 
+def _id(nodeid):
+    """The id as ``pytest -rA`` prints it (SWE-bench's ids come from that output): relative
+    to the directory pytest was started in, where pytest's own node ids are relative to its
+    rootdir (they differ when a test command runs from below an ini file's directory)."""
+    relative = getattr(_CONFIG[0], "cwd_relative_nodeid", None)
+    if relative is None or not nodeid:
+        return nodeid
+    try:
+        return str(relative(nodeid))
+    except Exception:  # pytest 9 takes a NodeId object
+        pass
+    try:
+        from _pytest.nodeid import NodeId
+
+        return str(relative(NodeId.parse(nodeid)))
+    except Exception:  # an odd node's id: pytest's own is still an id
+        return nodeid
+
+
 def pytest_configure(config):
+    _CONFIG[0] = config
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "farm_probe_key" in workerinput:
         _ROLE[0], _SECRET[0] = "worker", bytes.fromhex(workerinput["farm_probe_key"])
@@ -156,14 +177,14 @@ def pytest_runtest_call(item, _getprofile=sys.getprofile, _setprofile=sys.setpro
     if watch is not None:
         _setprofile(watch)
         _thread_profile(watch)  # a test that runs its body in a thread it starts
-    _CURRENT[0] = item.nodeid
+    _CURRENT[0] = _id(item.nodeid)
     try:
         outcome = yield
     finally:
         _CURRENT[0] = None
         if watch is not None:
             restore()
-    _emit({"obs": item.nodeid, "ran": bool(seen) if body is not None else None, "raised": _raised(item, outcome),
+    _emit({"obs": _id(item.nodeid), "ran": bool(seen) if body is not None else None, "raised": _raised(item, outcome),
            "kind": body[0] if body is not None else type(item).__name__})
 
 
@@ -332,13 +353,13 @@ if __name__ == "farm_probe":
 def pytest_runtest_logreport(report, _emit=_emit):
     if _ROLE[0] == "controller":  # a worker's report, relayed: the worker wrote it, with its observations
         return
-    _emit({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+    _emit({"nodeid": _id(report.nodeid), "when": report.when, "outcome": report.outcome,
            "wasxfail": hasattr(report, "wasxfail"), "sub": hasattr(report, "context")})
 
 
 def pytest_collectreport(report, _emit=_emit):
     if report.failed and _ROLE[0] != "controller":
-        _emit({"collect_error": report.nodeid, "message": str(report.longrepr)[-2000:]})
+        _emit({"collect_error": _id(report.nodeid), "message": str(report.longrepr)[-2000:]})
 
 
 def pytest_sessionfinish(session, exitstatus, _emit=_emit):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from farm.grading.hacks import rigged_by_diff
-from farm.grading.parsers import TestStatus
+from farm.grading.parsers import TestStatus, get_parser
 from farm.grading.probe import plugin_source
 from farm.testing.hack_tricks import REPORT_PATCH
 from farm.testing.probe_run import run_with_probe
@@ -71,6 +71,20 @@ def test_every_test_shape_is_seen_running(tmp_path):
     assert found.test.endswith("::test_helper_that_equals_anything") and found.type.endswith("Anything")
     assert not rigged_by_diff(found, {"lib.py"}, str(tmp_path / "p"))
     assert rigged_by_diff(found, {"tests/test_shapes.py"}, str(tmp_path / "p"))
+
+
+def test_ids_are_the_ones_pytest_prints_when_run_below_the_rootdir(tmp_path):
+    """A test command run from below the ini file's directory: pytest's node ids are
+    relative to the rootdir, what `-rA` prints (and SWE-bench's ids) to the directory it
+    started in. The probe reports the printed ones, so the two channels name tests alike."""
+    project = _project(tmp_path / "p")
+    (project / "tests" / "conftest.py").write_text("import sys, os\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n")
+    res, probe = run_with_probe(project / "tests", ["test_shapes.py", "-W", "ignore::DeprecationWarning"], scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    printed = get_parser("parse_log_pytest")(res.stdout)
+    assert "test_shapes.py::TestClass::test_static" in printed and len(printed) == 29  # 31 less lib.py's doctests
+    assert set(probe.statuses) == set(printed), sorted(set(probe.statuses) ^ set(printed))
+    assert {t.rsplit("::", 1)[0] for t in probe.body_not_run + probe.raised_but_passed} == set()
 
 
 def test_bodies_skipped_in_every_shape_are_caught(tmp_path):
