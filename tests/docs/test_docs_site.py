@@ -123,7 +123,10 @@ def test_site_in_chromium(site):
                 page.goto(base)
                 page.fill("input[data-md-component=search-query]", SEARCH_FOR)
                 hit = page.locator(".md-search-result__item a[href*='reference/config/']").first
-                hit.wait_for(state="attached", timeout=30_000)
+                try:
+                    hit.wait_for(state="attached", timeout=30_000)
+                except pw_api.TimeoutError:
+                    pytest.fail(f"the site search finds no configuration reference entry for {SEARCH_FOR!r}")
                 assert SEARCH_FOR in page.inner_text(".md-search-result")
                 assert errors == [], "\n".join(errors)
             finally:
