@@ -5,24 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from doc_site import build_site
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def build_site(dest: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess:
-    """`mkdocs build --strict` (warnings are errors: broken links and anchors, missing
-    pages, unknown snippets) into ``dest``."""
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(dest)],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
-from conftest import build_site
+from doc_site import build_site
 from doc_snippets import ROOT
 
 CHROMIUM = "/usr/bin/chromium"
