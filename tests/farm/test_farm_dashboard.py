@@ -24,7 +24,7 @@ from rich.console import Console
 import farm_helpers
 from farm.actors import dashboard
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.continuous import Farm
 from farm.tasks.model import Task
 
 pytestmark = pytest.mark.slow
@@ -94,10 +94,10 @@ def prometheus(ray_with_metrics_port, tmp_path_factory):
 def _tasks(log_dir: Path) -> list[Task]:
     md = {"log_dir": str(log_dir), "version": 0}
     specs = [  # staggered: the rollouts finish over several scrapes, so rates have something to show
-        {"reward": 1.0, "agent_s": 0.3}, {"reward": 0.0, "agent_s": 0.8}, {"reward": 1.0, "agent_s": 1.2},
-        {"reward": 1.0, "agent_s": 0.5, "flags": ["tool_parse_error"]}, {"reward": 0.0, "agent_s": 0.9, "truncate": True},
-        {"reward": 1.0, "agent_s": 0.4, "engine_error": True}, {"reward": 1.0, "agent_s": 1.0, "infra_fail_attempts": 1},
-        {"reward": 0.0, "agent_s": 0.6},
+        {"reward": 1.0, "agent_s": 1.0, "infra_fail_attempts": 1}, {"reward": 0.0, "agent_s": 0.8},
+        {"reward": 1.0, "agent_s": 1.2}, {"reward": 1.0, "agent_s": 0.5, "flags": ["tool_parse_error"]},
+        {"reward": 0.0, "agent_s": 0.9, "truncate": True}, {"reward": 1.0, "agent_s": 0.4, "engine_error": True},
+        {"reward": 1.0, "agent_s": 0.3}, {"reward": 0.0, "agent_s": 0.6},
     ]  # fmt: skip
     return [Task(id=f"t{i}", instruction="x", metadata={**md, **s}) for i, s in enumerate(specs)]
 
@@ -115,6 +115,8 @@ def _drawable(result: list[dict]) -> bool:
 
 
 def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
+    """In continuous mode (farm.Farm): its actors stay up until stop(), so their last
+    observations reach Prometheus before anything is torn down."""
     cfg = FarmConfig.model_validate({
         "run_id": "dash",
         "sandbox": {"local": {"base_dir": str(tmp_path / "sandboxes")}},
@@ -124,19 +126,26 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
     })  # fmt: skip
     tasks = _tasks(tmp_path)
     start = time.time() - 1
-    summary = run_farm(cfg, tasks=tasks, parts_factory=farm_helpers.MeteredParts, console=Console(quiet=True))
-    assert summary.finished == len(tasks) and summary.by_status == {"completed": 7, "truncated": 1}
-    # Ray exports every second and Prometheus scrapes every second: wait for the last rollout.
-    recorded = 'sum(ray_farm_rollouts_total{run_id="dash"})'
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        got = _get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': recorded})}")["data"]["result"]
-        if got and float(got[0]["value"][1]) == len(tasks):
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"Prometheus never saw {len(tasks)} rollouts: {got}")
-    end = time.time() + 1
+    with Farm(cfg, tasks=tasks, parts_factory=farm_helpers.MeteredParts, console=Console(quiet=True)) as farm:
+        groups = list(farm.groups())
+        assert sorted(g.group_id for g in groups) == sorted(t.id for t in tasks)
+        # Ray exports every second and Prometheus scrapes every second: wait for the last rollout.
+        recorded = 'sum(ray_farm_rollouts_total{run_id="dash"})'
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = _get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': recorded})}")["data"]["result"]
+            if got and float(got[0]["value"][1]) == len(tasks):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"Prometheus never saw {len(tasks)} rollouts: {got}")
+        time.sleep(3)  # a rate needs two samples: a series that first appeared in the last scrape gets its second
+        end = time.time() + 1
+        _check_panels(prometheus, start, end)
+    assert farm.summary.by_status == {"completed": 7, "truncated": 1}
+
+
+def _check_panels(prometheus: str, start: float, end: float) -> None:
     broken = []
     for panel in dashboard.panels():
         for query in panel.queries:
@@ -144,6 +153,7 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
             if not _drawable(_query_range(prometheus, expr, start, end)):
                 broken.append(f"{panel.title} [{query.legend}]: {expr}")
     assert not broken, "panels with no data:\n" + "\n".join(broken)
+
     # and the numbers are this run's: 5 of 8 policy outcomes resolved, 1 truncated
     def last(expr: str) -> float:
         res = _query_range(prometheus, dashboard.promql(expr, run_id="dash"), end - 1, end)
