@@ -176,7 +176,7 @@ def _screenshot(prom: str, exprs: list[str], path: Path) -> None:
 
     params = {}
     for i, expr in enumerate(exprs):
-        params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": "40s"})
+        params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": "20s"})
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
