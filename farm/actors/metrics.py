@@ -12,6 +12,7 @@ RolloutResult, its turn timings), so no layer below ``farm.actors`` knows about 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,6 +23,10 @@ _LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 _DURATION_BOUNDS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 _REWARD_BOUNDS = (0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 _STALENESS_BOUNDS = (0.5, 1, 2, 4, 8, 16)  # weight versions (0 lands in the first bucket)
+# Ray's metrics agent drops a gauge that was not set within two export intervals (each
+# >= 1 s; ray._private.telemetry), even while its process lives: an idle actor's "in flight"
+# or a weight version set once would vanish from Prometheus. So gauges are set again this often.
+GAUGE_REFRESH_S = 1.0
 
 # What the gateway records in TurnRecord.timings (milliseconds; farm/gateway/service.py):
 # the engine's /generate time, and the gateway's own steps around it.
@@ -101,21 +106,44 @@ def _make(spec: MetricSpec) -> Any:
 
 
 class FarmMetrics:
-    """The farm's series. Cheap to build; build one per process."""
+    """The farm's series. Cheap to build; build one per process (``close()`` it when done)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, gauge_refresh_s: float | None = GAUGE_REFRESH_S) -> None:
         self.run_id = run_id
         self._m = {spec.name: _make(spec) for spec in METRICS}
+        self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}  # last value per series
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        if gauge_refresh_s:
+            threading.Thread(target=self._refresh_loop, args=(gauge_refresh_s,), name="farm-metrics-gauges",
+                             daemon=True).start()  # fmt: skip
 
     def _inc(self, spec: MetricSpec, value: float = 1, **tags: str) -> None:
         if value > 0:  # Ray counters take positive increments only
             self._m[spec.name].inc(value, tags={"run_id": self.run_id, **tags})
 
     def _set(self, spec: MetricSpec, value: float, **tags: str) -> None:
-        self._m[spec.name].set(value, tags={"run_id": self.run_id, **tags})
+        tags = {"run_id": self.run_id, **tags}
+        with self._lock:
+            self._gauges[(spec.name, tuple(sorted(tags.items())))] = value
+        self._m[spec.name].set(value, tags=tags)
 
     def _observe(self, spec: MetricSpec, value: float, **tags: str) -> None:
         self._m[spec.name].observe(value, tags={"run_id": self.run_id, **tags})
+
+    def refresh(self) -> None:
+        """Set every gauge again to its last value (see GAUGE_REFRESH_S)."""
+        with self._lock:
+            last = list(self._gauges.items())
+        for (name, tags), value in last:
+            self._m[name].set(value, tags=dict(tags))
+
+    def _refresh_loop(self, every: float) -> None:
+        while not self._closed.wait(every):
+            self.refresh()
+
+    def close(self) -> None:
+        self._closed.set()
 
     def set_in_flight(self, actor: str, n: int) -> None:
         self._set(IN_FLIGHT, n, actor=actor)

@@ -237,6 +237,8 @@ class ReducerActor:
         """Flush everything and close the writers (idempotent)."""
         await self.flush()
         self._closed = True
+        if self._metrics is not None:
+            self._metrics.close()
         if self._flusher is not None:
             self._flusher.cancel()
         self.store.close()

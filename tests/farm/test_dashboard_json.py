@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from farm.actors import dashboard, metrics
@@ -69,7 +70,7 @@ def test_observations_use_only_declared_labels(monkeypatch):
         inc = set = observe = _rec
 
     monkeypatch.setattr(metrics, "_make", Recorder)
-    m = metrics.FarmMetrics("r1")
+    m = metrics.FarmMetrics("r1", gauge_refresh_s=None)
     from farm.rollout.table import counts_of
     from farm.trajectory.tree import TurnTree
 
@@ -119,3 +120,35 @@ def test_docs_page_lists_every_metric():
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page):
         assert (PAGE.parent / image).resolve().is_file(), image
 
+
+
+def test_gauges_are_set_again_until_closed(monkeypatch):
+    """Ray's agent drops a gauge not set within two export intervals, even from a live
+    actor (seen here: a gauge set once is gone from the metrics port ~2 s later); farm's
+    gauges (in flight, weight version) are set again every GAUGE_REFRESH_S until close()."""
+    sets: list[tuple[str, float, dict]] = []
+
+    class Recorder:
+        def __init__(self, spec):
+            self.name = spec.name
+
+        def set(self, value, tags):
+            sets.append((self.name, value, tags))
+
+        inc = observe = set
+
+    monkeypatch.setattr(metrics, "_make", Recorder)
+    m = metrics.FarmMetrics("r1", gauge_refresh_s=0.05)
+    m.set_in_flight("sandbox-0", 2)
+    m.set_in_flight("sandbox-0", 1)  # the last value is what is refreshed
+    m.set_policy_version(4)
+    time.sleep(0.5)
+    m.close()
+    time.sleep(0.2)
+    n = len(sets)
+    time.sleep(0.3)
+    assert len(sets) == n  # closed: no more sets
+    in_flight = [v for name, v, tags in sets if name == "farm_rollouts_in_flight"]
+    assert in_flight[:2] == [2, 1] and len(in_flight) >= 5 and set(in_flight[2:]) == {1}
+    assert {(v, tuple(sorted(t.items()))) for name, v, t in sets if name == "farm_policy_version"} == {
+        (4, (("run_id", "r1"),))}
