@@ -127,7 +127,12 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
     tasks = _tasks(tmp_path)
     start = time.time() - 1
     with Farm(cfg, tasks=tasks, parts_factory=farm_helpers.MeteredParts, console=Console(quiet=True)) as farm:
-        groups = list(farm.groups())
+        groups = farm.next_groups(4, timeout=120)
+        # A trainer's weight update, as Farm.update_weights stamps it (no engine here to load weights into):
+        # the rest of the rollouts began under version 0 and are recorded under 1, staleness 1.
+        ray.get(farm._actors.reducer.set_policy_version.remote(1))
+        farm._dispatcher.set_policy_version(1)
+        groups += list(farm.groups())
         assert sorted(g.group_id for g in groups) == sorted(t.id for t in tasks)
         # Ray exports every second and Prometheus scrapes every second: wait for the last rollout.
         recorded = 'sum(ray_farm_rollouts_total{run_id="dash"})'
@@ -162,6 +167,8 @@ def _check_panels(prometheus: str, start: float, end: float) -> None:
     panel = {p.title: p.queries[0].expr for p in dashboard.panels()}
     assert last(panel["Resolved rate"]) == 5 / 8 and last(panel["Truncated share"]) == 1 / 8
     assert last(panel["Rollouts recorded"]) == 8
+    assert last(panel["Weight version"]) == 1
+    assert 1 <= last('sum(ray_farm_rollout_staleness_sum{run_id="dash"})') <= 4  # those recorded after the update
     if os.environ.get(SCREENSHOT_ENV):
         shown = ["Rollouts finished / min, by status", "In flight, per sandbox actor", "Tokens / s"]
         exprs = [dashboard.promql(panel[t], run_id="dash", window="10s") for t in shown]
