@@ -162,6 +162,7 @@ def _check_panels(prometheus: str, start: float, end: float) -> None:
     # and the numbers are this run's: 5 of 8 policy outcomes resolved, 1 truncated
     def last(expr: str) -> float:
         res = _query_range(prometheus, dashboard.promql(expr, run_id="dash"), end - 1, end)
+        assert res, f"no value now (a gauge no longer set?): {expr}"
         return float(res[0]["values"][-1][1])
 
     panel = {p.title: p.queries[0].expr for p in dashboard.panels()}
