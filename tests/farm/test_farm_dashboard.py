@@ -171,7 +171,7 @@ def _check_panels(prometheus: str, start: float, end: float) -> None:
     assert last(panel["Weight version"]) == 1
     assert 1 <= last('sum(ray_farm_rollout_staleness_sum{run_id="dash"})') <= 4  # those recorded after the update
     if os.environ.get(SCREENSHOT_ENV):
-        shown = ["Rollouts finished / min, by status", "In flight, per sandbox actor", "Tokens / s"]
+        shown = ["Rollouts finished / min, by status", "In flight, per sandbox actor", "Tokens / s", "Weight version"]
         exprs = [dashboard.promql(panel[t], run_id="dash", window="10s") for t in shown]
         _screenshot(prometheus, exprs, Path(os.environ[SCREENSHOT_ENV]))
 
