@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("farm.commands.verify", "check an output directory's shards and tables (--repair fixes them)"),
     "export": ("farm.commands.export", "copy a run's committed tables as Parquet (current schema version)"),
     "config": ("farm.commands.config", "the effective config (show), its JSON Schema, its reference"),
+    "dashboard": ("farm.commands.dashboard", "farm's Grafana dashboard for the Ray dashboard; the metrics it shows"),
     "reap": ("farm.commands.reap", "kill every sandbox labelled with a run id"),
     "engine": ("farm.commands.engine", "run the scripted SGLang-protocol worker"),
 }

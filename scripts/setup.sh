@@ -8,12 +8,16 @@ VENV="${FARM_VENV:-.venv}"
 # bubblewrap isolates local sandboxes; socat relays a sandbox's gateway port to its own
 # unix socket (the sandbox has no other network); fuse-overlayfs gives sandboxes their
 # copy-on-write view of an environment snapshot when farm does not run as root; chromium
-# (headless) renders `farm report`'s page in its browser test. Debian packages.
+# (headless) renders `farm report`'s page in its browser test; prometheus scrapes a real Ray in
+# the dashboard test (tests/farm/test_farm_dashboard.py). Debian packages.
 if ! command -v bwrap >/dev/null 2>&1 || ! command -v socat >/dev/null 2>&1 || ! command -v fuse-overlayfs >/dev/null 2>&1 \
-   || [ ! -x /usr/bin/chromium ]; then
+   || [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq bubblewrap socat git fuse-overlayfs chromium >/dev/null
+  # prometheus alone (not the node exporter it recommends); the test runs its own server. On a
+  # host with systemd the package also enables a service on :9090 (systemctl disable --now prometheus).
+  $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

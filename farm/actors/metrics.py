@@ -1,25 +1,90 @@
 """Farm metrics on Ray's metrics pipeline (``ray.util.metrics``).
 
-Each process that reports builds its own ``FarmMetrics`` (Ray aggregates them per
-node; the dashboard and Prometheus show them as ``ray_farm_*``). Observations come
-from typed records (a finished RolloutResult, its turn timings), so no layer below
-``farm.actors`` knows about metrics.
+``METRICS`` is the one place each series is declared (name, kind, help, labels, buckets):
+``FarmMetrics`` builds Ray's metric objects from it, and the Grafana dashboard
+(``farm.actors.dashboard``) and the docs' metric list are derived from it, so none of
+them can name a series farm does not export.
+
+Each process that reports builds its own ``FarmMetrics`` (Ray exports them at each node's
+metrics port as ``ray_farm_*``). Observations come from typed records (a finished
+RolloutResult, its turn timings), so no layer below ``farm.actors`` knows about metrics.
 """
 
 from __future__ import annotations
 
-from ray.util.metrics import Counter, Gauge, Histogram
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from farm.rollout.model import RolloutResult
 
-_LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
-_DURATION_BOUNDS = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200]
-_REWARD_BOUNDS = [0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
+RESOLVED_REWARD = 1.0  # as farm.rollout.summary counts "resolved"
+_LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_DURATION_BOUNDS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+_REWARD_BOUNDS = (0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+_STALENESS_BOUNDS = (0.5, 1, 2, 4, 8, 16)  # weight versions (0 lands in the first bucket)
+# Ray's metrics agent drops a gauge that was not set within two export intervals (each
+# >= 1 s; ray._private.telemetry), even while its process lives: an idle actor's "in flight"
+# or a weight version set once would vanish from Prometheus. So gauges are set again this often.
+GAUGE_REFRESH_S = 1.0
 
 # What the gateway records in TurnRecord.timings (milliseconds; farm/gateway/service.py):
 # the engine's /generate time, and the gateway's own steps around it.
 ENGINE_TIMING_KEY = "engine_ms"
 GATEWAY_TIMING_KEYS = ("plan_ms", "render_ms", "parse_ms", "record_ms")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported series. Every series also carries ``run_id``."""
+
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    unit: str = ""  # Grafana's unit id of the value (s, short, percentunit, ...)
+
+    @property
+    def tag_keys(self) -> tuple[str, ...]:
+        return ("run_id", *self.labels)
+
+    @property
+    def series(self) -> str:
+        """The name Prometheus stores: Ray prefixes ``ray_``; counters end in ``_total``."""
+        return f"ray_{self.name}" + ("_total" if self.kind == "counter" else "")
+
+
+ROLLOUTS = MetricSpec("farm_rollouts", "counter", "finished rollouts by status", ("status", "harness"))
+BY_CLASS = MetricSpec("farm_rollouts_by_class", "counter", "finished rollouts: policy / infrastructure", ("class",))
+RESOLVED = MetricSpec("farm_resolved", "counter", f"policy outcomes with reward >= {RESOLVED_REWARD:g} (resolved)")
+IN_FLIGHT = MetricSpec("farm_rollouts_in_flight", "gauge", "rollouts running now, per sandbox actor", ("actor",))
+RETRIES = MetricSpec("farm_rollout_retries", "counter", "recorded rollouts' attempts beyond the first", ("class",))
+REWARD = MetricSpec("farm_reward", "histogram", "rollout reward", buckets=_REWARD_BOUNDS)
+REWARD_SUM = MetricSpec("farm_reward_sum", "counter", "sum of rewards of policy outcomes (mean = it / policy rollouts)")
+DURATION = MetricSpec("farm_rollout_duration_s", "histogram", "rollout wall time", ("status",), _DURATION_BOUNDS, "s")
+DURATION_SUM = MetricSpec("farm_rollout_seconds_sum", "counter", "sum of rollout wall times", ("status",), unit="s")
+TURNS = MetricSpec("farm_turns", "counter", "model calls recorded", ("harness",))
+TOKENS = MetricSpec("farm_tokens", "counter", "tokens by kind (prompt, output)", ("kind",))
+ENGINE_ERRORS = MetricSpec("farm_engine_errors", "counter", "turns the engine failed (finish reason error)")
+TURN_FLAGS = MetricSpec("farm_turn_flags", "counter",
+                        "turns the gateway flagged: tool-call parse errors, full renders, drift, budget stops",
+                        ("flag",))  # fmt: skip
+ENGINE_LATENCY = MetricSpec("farm_engine_latency_s", "histogram", "engine /generate time per turn", (),
+                            _LATENCY_BOUNDS, "s")  # fmt: skip
+GATEWAY_LATENCY = MetricSpec("farm_gateway_latency_s", "histogram", "gateway time per turn (plan, render, parse, record)",
+                             (), _LATENCY_BOUNDS, "s")  # fmt: skip
+SANDBOX_CREATE = MetricSpec("farm_sandbox_create_s", "histogram", "sandbox create latency", (), _LATENCY_BOUNDS, "s")
+SHARDS = MetricSpec("farm_shards_written", "counter", "shards made durable by the reducer", ("table",))
+POLICY_VERSION = MetricSpec("farm_policy_version", "gauge", "the farm's current weight version (reducer)")
+STALENESS = MetricSpec("farm_rollout_staleness", "histogram",
+                       "weight versions between a recorded rollout's oldest trained turn and the farm's weights",
+                       buckets=_STALENESS_BOUNDS)  # fmt: skip
+
+METRICS: tuple[MetricSpec, ...] = (
+    ROLLOUTS, BY_CLASS, RESOLVED, IN_FLIGHT, RETRIES, REWARD, REWARD_SUM, DURATION, DURATION_SUM, TURNS, TOKENS,
+    ENGINE_ERRORS, TURN_FLAGS, ENGINE_LATENCY, GATEWAY_LATENCY, SANDBOX_CREATE, SHARDS, POLICY_VERSION, STALENESS,
+)  # fmt: skip
 
 
 def turn_latencies(timings: dict[str, float]) -> tuple[float | None, float | None]:
@@ -32,76 +97,91 @@ def turn_latencies(timings: dict[str, float]) -> tuple[float | None, float | Non
     )
 
 
+def _make(spec: MetricSpec) -> Any:
+    from ray.util.metrics import Counter, Gauge, Histogram
+
+    if spec.kind == "histogram":
+        return Histogram(spec.name, spec.help, boundaries=list(spec.buckets), tag_keys=spec.tag_keys)
+    return (Counter if spec.kind == "counter" else Gauge)(spec.name, spec.help, tag_keys=spec.tag_keys)
+
+
 class FarmMetrics:
-    """The farm's series. Cheap to build; build one per process."""
+    """The farm's series. Cheap to build; build one per process (``close()`` it when done)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, gauge_refresh_s: float | None = GAUGE_REFRESH_S) -> None:
         self.run_id = run_id
-        tags = ("run_id",)
-        self.rollouts = Counter("farm_rollouts", "finished rollouts by status", tag_keys=tags + ("status", "harness"))
-        self.in_flight = Gauge("farm_rollouts_in_flight", "rollouts running now", tag_keys=tags + ("actor",))
-        self.turns = Counter("farm_turns", "model calls recorded", tag_keys=tags + ("harness",))
-        self.tokens = Counter("farm_tokens", "tokens by kind (prompt, output)", tag_keys=tags + ("kind",))
-        self.reward = Histogram("farm_reward", "rollout reward", boundaries=_REWARD_BOUNDS, tag_keys=tags)
-        self.duration = Histogram(
-            "farm_rollout_duration_s", "rollout wall time", boundaries=_DURATION_BOUNDS, tag_keys=tags + ("status",)
-        )
-        self.engine_latency = Histogram(
-            "farm_engine_latency_s", "engine /generate time per turn", boundaries=_LATENCY_BOUNDS, tag_keys=tags
-        )
-        self.gateway_latency = Histogram(
-            "farm_gateway_latency_s", "gateway time per turn", boundaries=_LATENCY_BOUNDS, tag_keys=tags
-        )
-        self.sandbox_create = Histogram(
-            "farm_sandbox_create_s", "sandbox create latency", boundaries=_LATENCY_BOUNDS, tag_keys=tags
-        )
-        self.shards = Counter("farm_shards_written", "shards made durable by the reducer", tag_keys=tags + ("table",))
-        # Exact sums (histogram sums are bucket-free in Prometheus but not per class): mean reward
-        # = farm_reward_sum / farm_rollouts over the same labels.
-        self.by_class = Counter("farm_rollouts_by_class", "finished rollouts: policy / infrastructure",
-                                tag_keys=tags + ("class",))  # fmt: skip
-        self.reward_sum = Counter("farm_reward_sum", "sum of rewards of policy outcomes", tag_keys=tags)
-        self.duration_sum = Counter("farm_rollout_seconds_sum", "sum of rollout wall times", tag_keys=tags + ("status",))
-        self.attempts = Counter("farm_rollout_retries", "recorded rollouts' attempts beyond the first",
-                                tag_keys=tags + ("class",))  # fmt: skip
+        self._m = {spec.name: _make(spec) for spec in METRICS}
+        self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}  # last value per series
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        if gauge_refresh_s:
+            threading.Thread(target=self._refresh_loop, args=(gauge_refresh_s,), name="farm-metrics-gauges",
+                             daemon=True).start()  # fmt: skip
 
-    def _t(self, **extra: str) -> dict[str, str]:
-        return {"run_id": self.run_id, **extra}
+    def _inc(self, spec: MetricSpec, value: float = 1, **tags: str) -> None:
+        if value > 0:  # Ray counters take positive increments only
+            self._m[spec.name].inc(value, tags={"run_id": self.run_id, **tags})
+
+    def _set(self, spec: MetricSpec, value: float, **tags: str) -> None:
+        tags = {"run_id": self.run_id, **tags}
+        with self._lock:
+            self._gauges[(spec.name, tuple(sorted(tags.items())))] = value
+        self._m[spec.name].set(value, tags=tags)
+
+    def _observe(self, spec: MetricSpec, value: float, **tags: str) -> None:
+        self._m[spec.name].observe(value, tags={"run_id": self.run_id, **tags})
+
+    def refresh(self) -> None:
+        """Set every gauge again to its last value (see GAUGE_REFRESH_S)."""
+        with self._lock:
+            last = list(self._gauges.items())
+        for (name, tags), value in last:
+            self._m[name].set(value, tags=dict(tags))
+
+    def _refresh_loop(self, every: float) -> None:
+        while not self._closed.wait(every):
+            self.refresh()
+
+    def close(self) -> None:
+        self._closed.set()
 
     def set_in_flight(self, actor: str, n: int) -> None:
-        self.in_flight.set(n, tags=self._t(actor=actor))
+        self._set(IN_FLIGHT, n, actor=actor)
+
+    def set_policy_version(self, version: int) -> None:
+        self._set(POLICY_VERSION, version)
 
     def observe_sandbox_create(self, seconds: float) -> None:
-        self.sandbox_create.observe(seconds, tags=self._t())
+        self._observe(SANDBOX_CREATE, seconds)
 
     def observe_shard(self, table: str, n: int = 1) -> None:
-        if n:
-            self.shards.inc(n, tags=self._t(table=table))
+        self._inc(SHARDS, n, table=table)
 
     def observe_rollout(self, result: RolloutResult) -> None:
         status = result.status.value
-        self.rollouts.inc(1, tags=self._t(status=status, harness=result.harness))
-        self.duration.observe(result.duration_s, tags=self._t(status=status))
-        if result.duration_s > 0:  # Ray counters take positive increments only
-            self.duration_sum.inc(result.duration_s, tags=self._t(status=status))
         cls = result.status.failure_class.value
-        self.by_class.inc(1, tags=self._t(**{"class": cls}))
-        if result.attempt > 1:
-            self.attempts.inc(result.attempt - 1, tags=self._t(**{"class": cls}))
-        self.reward.observe(result.reward, tags=self._t())
-        if result.status.trainable and result.reward > 0:
-            self.reward_sum.inc(result.reward, tags=self._t())
+        self._inc(ROLLOUTS, status=status, harness=result.harness)
+        self._inc(BY_CLASS, **{"class": cls})
+        self._observe(DURATION, result.duration_s, status=status)
+        self._inc(DURATION_SUM, result.duration_s, status=status)
+        self._inc(RETRIES, result.attempt - 1, **{"class": cls})
+        self._observe(REWARD, result.reward)
+        if result.status.trainable:
+            self._inc(REWARD_SUM, result.reward)
+            self._inc(RESOLVED, 1 if result.reward >= RESOLVED_REWARD else 0)
         counts = result.counts
-        if counts.turns:
-            self.turns.inc(counts.turns, tags=self._t(harness=result.harness))
-        if counts.prompt_tokens:
-            self.tokens.inc(counts.prompt_tokens, tags=self._t(kind="prompt"))
-        if counts.output_tokens:
-            self.tokens.inc(counts.output_tokens, tags=self._t(kind="output"))
+        self._inc(TURNS, counts.turns, harness=result.harness)
+        self._inc(TOKENS, counts.prompt_tokens, kind="prompt")
+        self._inc(TOKENS, counts.output_tokens, kind="output")
+        self._inc(ENGINE_ERRORS, counts.engine_errors)
+        if counts.policy_version_min is not None and result.policy_version_at_finish is not None:
+            self._observe(STALENESS, max(0, result.policy_version_at_finish - counts.policy_version_min))
         tree = result.tree
         for turn in getattr(tree, "turns", ()) or ():
             engine, gateway = turn_latencies(getattr(turn, "timings", None) or {})
             if engine is not None:
-                self.engine_latency.observe(engine, tags=self._t())
+                self._observe(ENGINE_LATENCY, engine)
             if gateway is not None:
-                self.gateway_latency.observe(gateway, tags=self._t())
+                self._observe(GATEWAY_LATENCY, gateway)
+            for flag in getattr(turn, "flags", ()) or ():
+                self._inc(TURN_FLAGS, flag=getattr(flag, "value", str(flag)))

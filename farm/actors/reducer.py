@@ -67,6 +67,7 @@ class ReducerActor:
             from farm.actors.metrics import FarmMetrics
 
             self._metrics = FarmMetrics(cfg.run_id)
+            self._metrics.set_policy_version(self.policy_version)
 
     # --- queries (idempotent) -----------------------------------------------
     async def ready(self) -> bool:
@@ -91,6 +92,8 @@ class ReducerActor:
     async def set_policy_version(self, version: int) -> int:
         """The weights every later turn is generated with (staleness is measured against it)."""
         self.policy_version = max(self.policy_version, int(version))
+        if self._metrics is not None:
+            self._metrics.set_policy_version(self.policy_version)
         return self.policy_version
 
     def _stale(self, result: RolloutResult) -> str | None:
@@ -234,6 +237,8 @@ class ReducerActor:
         """Flush everything and close the writers (idempotent)."""
         await self.flush()
         self._closed = True
+        if self._metrics is not None:
+            self._metrics.close()
         if self._flusher is not None:
             self._flusher.cancel()
         self.store.close()

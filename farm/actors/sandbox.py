@@ -234,5 +234,7 @@ class SandboxActor:
     async def shutdown(self) -> None:
         """Stop the gateway and close whatever sandboxes are still open. Idempotent."""
         self._stopping = True
+        if self._metrics is not None:
+            self._metrics.close()
         if self._parts is not None:
             await self._parts.stop()

@@ -108,3 +108,48 @@ class FakeParts:
 
         reward = float(spec.task.metadata.get("reward", 1.0))
         return Grade(reward=reward, report={"resolved": reward == 1.0})
+
+
+class MeteredParts(FakeParts):
+    """FakeParts whose sessions look like a gateway's: every turn has the gateway's timings,
+    and per task (``task.metadata``) ``flags`` (turn flags of the last turn), ``engine_error``
+    (the last turn failed in the engine) and ``truncate`` (a turn budget ran out: the rollout
+    is truncated). It also reports sandbox create times, as the real parts do."""
+
+    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+        super().__init__(cfg, engine_url)
+        self.on_sandbox_created = on_sandbox_created
+        self.tasks = {}
+
+    async def create_sandbox(self, spec, purpose):
+        import time
+
+        t0 = time.monotonic()
+        sb = await super().create_sandbox(spec, purpose)
+        if self.on_sandbox_created is not None:
+            self.on_sandbox_created(time.monotonic() - t0)
+        return sb
+
+    async def open_session(self, spec):
+        self.tasks[spec.rollout_id] = spec.task.metadata
+        return await super().open_session(spec)
+
+    async def close_session(self, secret):
+        from farm.trajectory.records import Budget, BudgetStop, FinishReason
+
+        self.sessions.discard(secret)
+        md = self.tasks.pop(secret, {})
+        tree, parent = TurnTree(secret), None
+        for k in range(2):
+            last = k == 1
+            rec = tree.append(
+                parent_id=parent, prompt_delta_ids=[10 + k, 11, 12] if parent is None else [7, 8],
+                output_ids=[100 + k, 101], output_logprobs=[-0.5, -0.25],
+                finish_reason=FinishReason.ERROR if last and md.get("engine_error") else "stop",
+                flags=md.get("flags", ()) if last else (), policy_version=md.get("version"),
+                timings={"engine_ms": 20.0 + 30 * k, "plan_ms": 0.4, "render_ms": 1.5, "parse_ms": 0.3, "record_ms": 0.2},
+            )  # fmt: skip
+            parent = rec.turn_id
+        if md.get("truncate"):
+            tree.budget_stop = BudgetStop(Budget.MAX_TURNS, 2, 2)
+        return tree
