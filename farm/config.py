@@ -7,7 +7,7 @@ Each component owns and validates its own section (imported from its package's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -25,6 +25,12 @@ from farm.rollout.stream import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
 from farm.trajectory.config import OutputConfig
+
+
+# `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time
+# rollouts never land in `farm run`'s runs/local (its resume, summary and groups are one task
+# set's) and carry their own run id (sandboxes are labelled, and reaped, by run id).
+SINGLE_DEFAULTS: dict[str, Any] = {"output.dir": "runs/rollouts", "run_id": "rollouts"}
 
 
 class RolloutConfig(BaseModel):
@@ -60,6 +66,12 @@ class RolloutConfig(BaseModel):
     )
     retry_backoff_s: float = Field(
         default=2.0, ge=0, description="delay before the first infrastructure retry (doubles each retry)"
+    )
+    on_truncated: Literal["grade", "zero", "exclude"] = Field(
+        default="grade",
+        description="a rollout whose policy ran out of its turn, context or output budget (status truncated): "
+        "'grade' = its diff graded as it stands, Samples with that reward; 'zero' = not graded, Samples with "
+        "reward 0; 'exclude' = graded, its row kept, no Samples (DAPO-style overlong filtering)",
     )
 
 
@@ -124,21 +136,21 @@ class FarmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str = Field(default="local", description="labels sandboxes and Samples")
-    tasks: TasksConfig = Field(default_factory=TasksConfig)
-    envs: EnvsConfig = Field(default_factory=EnvsConfig)
-    grading: GradingConfig = Field(default_factory=GradingConfig)
-    harness: HarnessConfig = Field(default_factory=HarnessConfig)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    stream: StreamConfig = Field(default_factory=StreamConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task set: the task file, its row format and recipes, where repositories come from (farm.tasks)")
+    envs: EnvsConfig = Field(default_factory=EnvsConfig, description="environment snapshots: each task's environment built once and cloned per sandbox (farm.envs)")
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="how a rollout's diff is graded in a fresh sandbox: tests, reward, reward-hack checks (farm.grading)")
+    harness: HarnessConfig = Field(default_factory=HarnessConfig, description="the coding-agent CLI each rollout runs (Claude Code, Codex, OpenCode) and how it is launched")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: the sandbox backend (local or E2B) and its settings")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="the policy's SGLang engine: how /generate is provided (scripted, router, launch, external), tokenizer")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the model gateway each sandbox actor runs: the CLIs' wire protocols to token-exact /generate calls")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts are expanded (n_samples per task), run concurrently, bounded and retried")
+    stream: StreamConfig = Field(default_factory=StreamConfig, description="how the task set becomes a stream of groups: epochs, shuffle, curriculum, staleness (farm.Farm)")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="where and how Samples and the rollouts table are written (the output directory)")
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig, description="per-rollout artifact files under <output.dir>/artifacts/ (logs, turns, diff, grading, task)")
     loggers: list[LoggerConfig] = Field(
         default_factory=list, description="run loggers (W&B, MLflow): none by default; each gets the metrics and summary"
     )
-    ray: RayConfig = Field(default_factory=RayConfig)
+    ray: RayConfig = Field(default_factory=RayConfig, description="the Ray cluster the farm's actors run on and how many sandbox actors it starts")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict, description="named model endpoints (farm.gateway.endpoints); 'farm' is built in"
     )
@@ -147,7 +159,7 @@ class FarmConfig(BaseModel):
         description="the endpoint the CLIs are served by: 'farm' (the engine, token-exact, Samples) or a name "
         "in `endpoints` (a hosted one runs black-box: transcripts, no Samples, no engine started)",
     )
-    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig, description="which nodes of a Ray cluster run sandbox actors and which one runs the engine")
 
     @model_validator(mode="after")
     def _known_endpoint(self) -> "FarmConfig":
@@ -200,8 +212,25 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(raw) if raw else ""
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> FarmConfig:
-    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides."""
+def _has_dotted(data: Mapping[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
+    defaults: Mapping[str, Any] | None = None,
+) -> FarmConfig:
+    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides.
+
+    ``defaults`` (dotted key -> value): a command's own defaults, in between the file and
+    the models' defaults: used only where neither the file nor an override sets the key
+    (``farm rollout`` / ``farm serve`` write to ``runs/rollouts``, not ``farm run``'s
+    ``runs/local``)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -213,6 +242,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = loaded or {}
     for item in overrides:
         _set_dotted(data, *parse_override(item))
+    for key, value in (defaults or {}).items():
+        if not _has_dotted(data, key):
+            _set_dotted(data, key, value)
     try:
         return FarmConfig.model_validate(data)
     except ValidationError as exc:

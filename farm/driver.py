@@ -29,15 +29,12 @@ from farm.tasks.model import Task
 log = logging.getLogger(__name__)
 
 def _write_run_config(cfg: FarmConfig, out_dir: Path) -> None:
-    """The resolved config next to the shards (``farm inspect`` reads the tokenizer from it)."""
-    import os
+    """The resolved config next to the shards, once its task set is the one the directory
+    holds (``farm.rollout.outdir``: another one is refused). Also farm.Farm's and farm.Rollouts'."""
+    from farm.rollout.outdir import check_tasks_source, write_run_config
 
-    import yaml
-
-    path = out_dir / "run_config.yaml"
-    tmp = out_dir / ".run_config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    os.replace(tmp, path)
+    check_tasks_source(cfg, out_dir)
+    write_run_config(cfg, out_dir)
 
 
 def run_farm(

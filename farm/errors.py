@@ -106,6 +106,19 @@ class TaskLoadError(TaskError):
         super().__init__(f"{path}:{line}: field {field!r}: {message}")
 
 
+class TaskFileErrors(TaskLoadError):
+    """Rows of a task file are malformed (``tasks.strict``): every one of them, at once, so
+    a file is fixed in one pass. ``path``/``line``/``field`` are the first one's."""
+
+    def __init__(self, errors: list[TaskLoadError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.path, self.line, self.field = first.path, first.line, first.field
+        rows = len({e.line for e in self.errors})
+        TaskError.__init__(self, f"{first.path}: {len(self.errors)} problem(s) in {rows} row(s):\n"
+                                 + "\n".join(f"  {e}" for e in self.errors))  # fmt: skip
+
+
 class SetupError(TaskError):
     """A workspace setup command failed."""
 

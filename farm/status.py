@@ -3,9 +3,11 @@
 Every status belongs to exactly one class:
 
 - **policy outcomes** (``FailureClass.POLICY``): the policy's own doing: it finished
-  (and was graded), ran out of its budget, broke its sandbox's resource limits, or
-  produced a diff that does not apply. These are trainable: their Samples carry the
-  reward the rollout earned (0 for all but ``completed``).
+  (and was graded), ran out of its time budget, ran out of its turn, context or output
+  budget (``truncated``: the gateway ended its session there), broke its sandbox's
+  resource limits, or produced a diff that does not apply. These are trainable: their
+  Samples carry the reward the rollout earned (0 for all but ``completed``, and
+  ``truncated`` graded as it stands under ``rollout.on_truncated: grade``).
 - **infrastructure failures** (``FailureClass.INFRASTRUCTURE``): the sandbox backend,
   the engine, the harness CLI, the task's setup or the grader failed, or the run was
   stopped. These never train: their Samples (if any are kept) are marked untrainable
@@ -29,6 +31,7 @@ class RolloutStatus(str, Enum):
 
     COMPLETED = "completed"  # the agent finished and was graded (reward may be 0)
     TIMEOUT = "timeout"  # the agent exceeded its own budget (policy: reward 0)
+    TRUNCATED = "truncated"  # the policy ran out of its turn / context / output budget (the reason names which)
     LIMIT_EXCEEDED = "limit_exceeded"  # the agent broke its sandbox's memory/process/disk/time limits
     PATCH_FAILED = "patch_failed"  # the model's diff could not be applied (reward 0)
     AGENT_ERROR = "agent_error"  # the CLI crashed / exited abnormally (not known to be the model's doing)
@@ -58,7 +61,8 @@ class RolloutStatus(str, Enum):
 
 
 POLICY_STATUSES = frozenset(
-    {RolloutStatus.COMPLETED, RolloutStatus.TIMEOUT, RolloutStatus.LIMIT_EXCEEDED, RolloutStatus.PATCH_FAILED}
+    {RolloutStatus.COMPLETED, RolloutStatus.TIMEOUT, RolloutStatus.TRUNCATED, RolloutStatus.LIMIT_EXCEEDED,
+     RolloutStatus.PATCH_FAILED}
 )
 
 

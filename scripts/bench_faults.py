@@ -23,9 +23,15 @@ infrastructure, no Sample); setup failure (a task variant whose setup fails); te
 crash (SIGKILL of the CLI mid-run) and CLI hang (SIGSTOP: found stuck by
 ``rollout.agent_idle_timeout_s``, 8 s here, before its 20 s agent budget: infrastructure,
 retried); kill -9 of the sandbox actor, the reducer, the router actor, the driver;
-SIGTERM and SIGINT of the job. ``--quick`` runs a handful.
+SIGTERM and SIGINT of the job; the policy never stops (the scripted ``loop`` policy calls
+a tool every turn until ``rollout.max_turns`` ends it), with each CLI (``never_stops``:
+Claude Code, ``never_stops_codex``, ``never_stops_opencode``), and never ends its turn
+(``ramble`` writes no EOS until the output budget cuts it: ``never_ends_turn``): each
+rollout must be recorded ``truncated`` at its first attempt with its Samples marked,
+the CLI having ended cleanly (``unclean_stops``: rows whose reason says the CLI then
+failed). ``--quick`` runs a handful.
 
-Last line: ``bench_faults: scenarios=N lost=0 duplicated=0 poisoned=0 leaked=0``
+Last line: ``bench_faults: scenarios=N lost=0 duplicated=0 poisoned=0 leaked=0 truncated=T unclean_stops=0``
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import yaml
 
 BIN = Path(sys.executable).parent
 INFRA = {"sandbox_error", "setup_failed", "engine_error", "agent_error", "grading_error", "interrupted", "cancelled"}
-QUICK = ["engine_5xx", "cli_crash", "kill_sandbox_actor", "sigterm"]
+QUICK = ["engine_5xx", "cli_crash", "kill_sandbox_actor", "sigterm", "never_stops"]
 
 
 def _procs_matching(pred) -> list[int]:
@@ -175,6 +181,10 @@ class Scenario:
             "leaked_procs": len(set(leaked)),
             "leaked_sandboxes": len([p for p in run_dir.iterdir() if any(p.iterdir())]) if run_dir.exists() else 0,
             "engine_errors": sum(r.get("engine_errors") or 0 for r in rows),
+            "truncated": sum(1 for r in rows if r["status"] == "truncated"),
+            "truncated_samples": sum(1 for s in samples if json.loads(s["metadata"]).get("truncated")),
+            # a budget stop the CLI did not end on cleanly (farm still records it truncated, naming what the CLI did)
+            "unclean_stops": sum(1 for r in rows if r["status"] == "truncated" and "(then the CLI" in (r["reason"] or "")),
         }
 
     def planned_tasks(self) -> list[str]:
@@ -309,6 +319,13 @@ def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
         _signal_job(sc, plain, [signal.SIGTERM])
     elif name == "sigint_twice":
         _signal_job(sc, plain, [signal.SIGINT, signal.SIGINT])
+    elif name.startswith("never_stops"):
+        harness = {"never_stops": "claude_code", "never_stops_codex": "codex", "never_stops_opencode": "opencode"}[name]
+        plain = sc.config(harness__name=harness, engine__policy="loop", rollout__max_turns=3)
+        sc.run(plain)
+    elif name == "never_ends_turn":
+        plain = sc.config(engine__policy="ramble", gateway__sampling__max_new_tokens=100)
+        sc.run(plain)
     elif name == "mix":
         mixed = sc.config(engine__scripted__faults={"error_rate": 0.15, "drop_rate": 0.1},
                           gateway__engine_client__request_timeout_s=10.0)  # fmt: skip
@@ -336,7 +353,7 @@ def _first_invocation(out: Path) -> str:
 
 ALL = ["engine_5xx", "engine_hang", "engine_drop", "engine_malformed", "exec_flaky", "create_fails", "setup_fails",
        "test_hang", "cli_crash", "cli_hang", "kill_sandbox_actor", "kill_reducer", "kill_router", "kill_driver", "sigterm",
-       "sigint_twice", "mix"]  # fmt: skip
+       "sigint_twice", "mix", "never_stops", "never_stops_codex", "never_stops_opencode", "never_ends_turn"]  # fmt: skip
 
 
 def main() -> int:
@@ -352,14 +369,17 @@ def main() -> int:
             t0 = time.monotonic()
             f = scenario(name, Path(tmp), args.tasks)
             leaked = f["leaked_procs"] + f["leaked_sandboxes"]
-            totals.update(lost=f["lost"], duplicated=f["duplicated"], poisoned=f["poisoned"], leaked=leaked)
+            totals.update(lost=f["lost"], duplicated=f["duplicated"], poisoned=f["poisoned"], leaked=leaked,
+                          truncated=f["truncated"], unclean_stops=f["unclean_stops"])
             print(f"fault={name} planned={f['planned']} ended_once={f['ended_once']} lost={f['lost']} "
                   f"duplicated={f['duplicated']} poisoned={f['poisoned']} leaked_procs={f['leaked_procs']} "
                   f"leaked_sandboxes={f['leaked_sandboxes']} resume_exit={f['resume_exit']} "
-                  f"injected={f['injected']} engine_errors_seen={f['engine_errors']} first_run={f['first_run']} "
-                  f"seconds={time.monotonic() - t0:.0f}", flush=True)  # fmt: skip
+                  f"injected={f['injected']} engine_errors_seen={f['engine_errors']} truncated={f['truncated']} "
+                  f"truncated_samples={f['truncated_samples']} unclean_stops={f['unclean_stops']} "
+                  f"first_run={f['first_run']} seconds={time.monotonic() - t0:.0f}", flush=True)  # fmt: skip
     print(f"bench_faults: scenarios={len(names)} lost={totals['lost']} duplicated={totals['duplicated']} "
-          f"poisoned={totals['poisoned']} leaked={totals['leaked']}")
+          f"poisoned={totals['poisoned']} leaked={totals['leaked']} truncated={totals['truncated']} "
+          f"unclean_stops={totals['unclean_stops']}")
     return 0
 
 

@@ -2,7 +2,7 @@
 """Mutation check of the token-fidelity core: does every listed mutation fail a test?
 
 Each mutation replaces one exact snippet of the trajectory core (tree, drift,
-linearization, records) or the gateway's append path (history, render) with a plausible
+linearization, records) or the gateway's append path (history, render, specials) with a plausible
 bug (an off-by-one, a dropped guard, a swapped condition), runs the tests that guard that
 code, and restores the file. A mutation that leaves the tests green *survived*: a line
 no test checks. Hand-written (mutmut would mutate every operator of the package and take
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAJ = ["tests/trajectory"]
 GATE = ["tests/gateway/test_gateway_sessions.py", "tests/gateway/test_gateway_units.py"]
 ROUTING = "tests/gateway/test_gateway_routing.py"
+SPECIALS = "tests/gateway/test_gateway_specials.py"
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,19 @@ MUTATIONS = [
              (ROUTING,)),
     Mutation("retry_chain_labelled_main", "farm/trajectory/linearize.py",
              "    if is_retry(tree, chain[-1]):", "    if False:", tuple(TRAJ)),
+    # budgets and control tokens in content (issue 28): a refusal is no model turn; content
+    # special-token text is text in full renders and deltas alike
+    Mutation("refusal_ends_a_chain", "farm/trajectory/linearize.py",
+             "        if not is_refusal(rec) and not any(", "        if not any(", tuple(TRAJ)),
+    Mutation("refusal_continues_its_parent", "farm/trajectory/linearize.py",
+             "(k.prompt_offset is None or k.prompt_offset == end) and not is_refusal(k) for k in kids",
+             "(k.prompt_offset is None or k.prompt_offset == end) for k in kids", tuple(TRAJ)),
+    Mutation("content_specials_are_control", "farm/gateway/specials.py",
+             "        if self.rule != \"text\" or self.pattern is None:\n            return list(values), found",
+             "        if True:\n            return list(values), found", (SPECIALS,)),
+    Mutation("delta_content_specials_unmarked", "farm/gateway/render.py",
+             "(ctx, new), found = self.specials.mark([_ANCHOR_USER, _anchor(anchor)], list(new))",
+             "(ctx, new), found = ([_ANCHOR_USER, _anchor(anchor)], list(new)), []", (SPECIALS,)),
 ]
 
 

@@ -137,6 +137,9 @@ class ReducerActor:
                 # Only a policy outcome is training data; an infrastructure failure keeps its
                 # row (status, reason, log tail) as evidence, and no Sample.
                 excluded = (result.grading_summary or {}).get("hack_action") == "exclude"  # grading.on_hack
+                # rollout.on_truncated: exclude = DAPO-style overlong filtering (the row stays, graded)
+                excluded = excluded or (result.status is RolloutStatus.TRUNCATED
+                                        and self.cfg.rollout.on_truncated == "exclude")  # fmt: skip
                 # A black-box rollout (a hosted endpoint) has a transcript, no tokens: never a Sample.
                 black_box = result.mode == "black_box" or isinstance(result.tree, Transcript)
                 samples = self._linearize(result) if result.status.trainable and not excluded and not black_box else []
@@ -180,6 +183,7 @@ class ReducerActor:
                 "grading": result.grading_summary if result.grading_summary is not None else _compact(result.grading),
                 "sandbox": result.sandbox_policy,
                 "policy_version_at_finish": result.policy_version_at_finish,
+                **_truncation(result),
             },
         )
         return linearize(
@@ -234,3 +238,12 @@ class ReducerActor:
             self._flusher.cancel()
         self.store.close()
         return json.loads(json.dumps(await self.stats()))
+
+
+def _truncation(result: RolloutResult) -> dict[str, Any]:
+    """Sample metadata of a truncated rollout: ``truncated`` and the budget that ran out
+    (``budget``: max_turns / context / output, its ``limit``, the main ``turns`` done)."""
+    stop = getattr(result.tree, "budget_stop", None)
+    if result.status is not RolloutStatus.TRUNCATED or stop is None:
+        return {}
+    return {"truncated": True, "truncated_by": stop.as_dict()}

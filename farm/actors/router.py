@@ -139,13 +139,14 @@ class RouterActor:
         tasks_path = self._tasks_path
         if self._tasks is not None:
             tasks_path = str(write_tasks_jsonl(self._tasks, self._dir_path / "tasks.jsonl"))
-        if self.cfg.policy in ("oracle", "shell") and not tasks_path:
+        if self.cfg.policy in ("oracle", "shell", "choose") and not tasks_path:
             raise EngineError(f"policy {self.cfg.policy!r} needs tasks (engine.scripted.tasks_path or RouterActor(tasks=...))")
         self._worker_args = dict(
             policy=self.cfg.policy, tokenizer=tokenizer, seed=s.seed, tool_format=self.cfg.tool_parser,
             model_name=self.cfg.model_name, tasks_path=tasks_path, replay_path=s.replay_path,
             replies_path=s.replies_path, stream_interval=s.stream_interval, context_length=s.context_length,
-            latency=s.latency, faults=s.faults, moe=self.cfg.moe,
+            latency=s.latency, faults=s.faults, moe=self.cfg.moe, model_path=s.model_path,
+            torch_threads=s.torch_threads,
         )
 
     async def _spawn_worker(self) -> str:

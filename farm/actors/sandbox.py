@@ -112,6 +112,7 @@ class SandboxActor:
                     artifacts=self.cfg.artifacts,
                     mode="black_box" if self.cfg.black_box else "token_exact",
                     node=self.node,
+                    on_truncated=self.cfg.rollout.on_truncated,
                 )
         return self.gateway_url
 
@@ -192,7 +193,8 @@ class SandboxActor:
         """Run one rollout, hand it to the reducer, return its (durable) summary."""
         result = await self.execute(spec)
         status = result.status
-        if status is RolloutStatus.CANCELLED or (self._stopping and status is not RolloutStatus.COMPLETED):
+        finished = status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)  # graded (or zeroed) to its end
+        if status is RolloutStatus.CANCELLED or (self._stopping and not finished):
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
             why = f"the run was stopped while it ran ({status.value}: {result.reason[:200]}); it runs again"
             return result.summary().model_copy(
@@ -217,7 +219,8 @@ class SandboxActor:
             return None
 
     async def stop_accepting(self) -> None:
-        """The run is stopping: whatever ends from now on (but a finished completion) is interrupted."""
+        """The run is stopping: whatever ends from now on (but a finished completed or truncated rollout) is
+        interrupted."""
         self._stopping = True
 
     def _set_in_flight(self, delta: int) -> None:

@@ -1,11 +1,14 @@
 """``farm engine serve``: run one scripted SGLang-protocol worker.
 
-    farm engine serve --policy oracle|noop|replay|scripted|shell --tokenizer PATH|builtin:farm-test \\
+    farm engine serve --policy oracle|noop|replay|scripted|shell|choose --tokenizer PATH|builtin:farm-test \\
         [--tasks TASKS.jsonl] [--host H] --port N [--seed S] [--tool-format hermes|qwen3_coder] \\
         [--ttft S --tokens-per-s N --jitter F] [--error-rate F --hang-rate F --drop-rate F] \\
-        [--record OUT.jsonl] [--replay REC.jsonl] [--replies REPLIES.jsonl] [--ready-file PATH]
+        [--record OUT.jsonl] [--replay REC.jsonl] [--replies REPLIES.jsonl] [--ready-file PATH] \\
+        [--model CHECKPOINT_DIR [--torch-threads N]]
 
 Point any SGLang client, or the real router (``--worker-urls http://H:N``), at it.
+``--model`` puts farm's tiny CPU language model (``farm.testing.lm``, a test double for
+a GPU model) behind the policy: it samples the policy's choices and scores every token.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="engine_command", required=True)
     p = sub.add_parser("serve", help="run a scripted worker (SGLang /generate protocol)")
-    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted", "shell"], default="oracle")
+    p.add_argument("--policy", choices=["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble", "choose"],
+                   default="oracle")
     p.add_argument("--tokenizer", default="builtin:farm-test", help="HF tokenizer dir/name or builtin:farm-test")
     p.add_argument("--tokenizer-cache-dir", default=None, help="where builtin tokenizers are built")
     p.add_argument("--tasks", default=None, help="JSONL of farm Tasks (oracle)")
@@ -39,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hang-rate", type=float, default=0.0)
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--hang-s", type=float, default=3600.0)
+    p.add_argument("--model", default=None, metavar="CHECKPOINT_DIR",
+                   help="farm tiny-LM checkpoint (farm.testing.lm.save_model): sample choices and score every token")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch threads of the model (--model)")
     p.add_argument("--moe", default=None, metavar="LAYERS,TOP_K,EXPERTS",
                    help="simulate a MoE model: return routed experts when a request asks for them")
 
@@ -62,11 +69,22 @@ def run(args: argparse.Namespace) -> int:
         record_path=args.record,
         moe=_moe(args.moe),
     )
-    worker = build_worker(
-        policy=args.policy, tokenizer=args.tokenizer, settings=settings,
-        tokenizer_cache_dir=args.tokenizer_cache_dir, tasks_path=args.tasks, replay_path=args.replay,
-        replies_path=args.replies, tool_format=args.tool_format,
-    )
+    import sys
+
+    scorer = None
+    try:
+        if args.model:
+            from farm.testing.lm import LMScorer
+
+            scorer = LMScorer.from_path(args.model, threads=args.torch_threads)
+        worker = build_worker(
+            policy=args.policy, tokenizer=args.tokenizer, settings=settings,
+            tokenizer_cache_dir=args.tokenizer_cache_dir, tasks_path=args.tasks, replay_path=args.replay,
+            replies_path=args.replies, tool_format=args.tool_format, scorer=scorer,
+        )
+    except ValueError as exc:  # an unusable model or policy input: say which, do not serve
+        print(f"farm engine serve: {exc}", file=sys.stderr)
+        return 2
     asyncio.run(serve_until_signal(worker, args.host, args.port, args.ready_file))
     return 0
 

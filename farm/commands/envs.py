@@ -1,4 +1,4 @@
-"""``farm envs build|ls|rm|gc``: the environment snapshot cache (``envs.cache_dir``).
+"""``farm envs build|ls|show|rm|gc``: the environment snapshot cache (``envs.cache_dir``).
 
 - ``build TASKS``: build every distinct environment of a task file once (concurrently,
   ``--concurrency`` at a time): each base first (one per repository-version and recipe),
@@ -6,7 +6,10 @@
   per base and per environment (key, kind, tasks, built / cached / FAILED, build time,
   size). Exit 1 if any failed.
 - ``ls``: key, kind (env / base / instance), state, size, build time, last use, tasks;
-  an instance names its base, a base counts its instances.
+  an instance names its base, a base counts its instances; a failed build's reason, cut
+  at a word with an ellipsis (``--full``: whole, on the lines below).
+- ``show KEY``: one snapshot's whole record: identity, the reason whole, every setup
+  command with its exit code and output tails.
 - ``rm KEY... | --failed | --all``: remove snapshots (a snapshot a live sandbox uses, or a
   base with instances on it, stays unless ``--force``, which takes the instances too).
 - ``gc --max-size 20G``: least-recently-used snapshots go until the cache fits (a base
@@ -29,7 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     b.add_argument("tasks", help="task file or 'demo'")
     b.add_argument("--concurrency", type=int, default=2, help="environments built at once")
     b.add_argument("--only", action="append", default=[], metavar="TASK_ID", help="only these tasks' environments")
-    sub.add_parser("ls", parents=[common], help="list snapshots")
+    ls = sub.add_parser("ls", parents=[common], help="list snapshots")
+    ls.add_argument("--full", action="store_true", help="failure reasons whole (else cut at a word, with an ellipsis)")
+    show = sub.add_parser("show", parents=[common], help="one snapshot's whole record (reason, setup steps)")
+    show.add_argument("key", help="a key (or a unique prefix)")
     r = sub.add_parser("rm", parents=[common], help="remove snapshots")
     r.add_argument("keys", nargs="*", help="keys (or unique prefixes)")
     r.add_argument("--failed", action="store_true", help="every failed build (so the next use builds again)")
@@ -45,6 +51,60 @@ def parse_size(text: str) -> int:
     if t and t[-1] in units:
         return int(float(t[:-1]) * units[t[-1]])
     return int(t)
+
+
+REASON_CHARS = 120  # of a failure reason on `ls`'s line
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line within ``width`` characters, cut at a word boundary (a word
+    longer than half the width is cut inside) and ending with an ellipsis when cut."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[: width - 1]
+    space = cut.rfind(" ")
+    if space >= width // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.-") + "\u2026"
+
+
+def _resolve(store, prefix: str) -> tuple[str | None, str]:  # noqa: ANN001 - EnvStore
+    """The one key ``prefix`` names, or (None, why not)."""
+    match = [e.record.key for e in store.entries() if e.record.key.startswith(prefix)]
+    return (match[0], "") if len(match) == 1 else (None, f"{prefix!r} matches {len(match)} snapshots")
+
+
+def show_record(store, key: str) -> str:  # noqa: ANN001 - EnvStore
+    """Everything the store knows about one snapshot, reasons and output tails whole."""
+    import json
+
+    entry = next(e for e in store.entries() if e.record.key == key)
+    r = entry.record
+    state = ("in use" if entry.in_use else "ok") if r.ok else "FAILED"
+    lines = [f"key:        {r.key}", f"kind:       {r.kind}", f"state:      {state}",
+             f"tasks:      {', '.join(r.task_ids)}", f"size:       {human(entry.size_bytes)}",
+             f"build:      {r.build_s:.1f} s, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.built_at))}",
+             f"last use:   {_ago(entry.last_used)}", f"backend:    {r.backend}" + (f" (template {r.template})" if r.template else ""),
+             f"mount:      {r.mount}"]  # fmt: skip
+    if r.base_key:
+        lines.append(f"base:       {r.base_key}")
+    if r.kind == "base":
+        lines.append(f"instances:  {', '.join(store.dependents(r.key)) or 'none'}")
+    if r.base_commit:
+        lines.append(f"commit:     {r.base_commit}")
+    lines.append(f"identity:   {json.dumps(r.identity, sort_keys=True)}")
+    if not r.ok:
+        lines += ["reason:", *(f"  {ln}" for ln in r.reason.splitlines() or [""])]
+    if r.setup.steps:
+        lines.append(f"setup:      {len(r.setup.steps)} command(s), {r.setup.duration_s:.1f} s")
+    for i, step in enumerate(r.setup.steps, 1):
+        end = "timed out" if step.timed_out else f"exit {step.exit_code}"
+        lines.append(f"  [{i}] {end} in {step.duration_s:.1f} s: {step.command}")
+        for name, tail in (("stdout", step.stdout_tail), ("stderr", step.stderr_tail)):
+            if tail.strip():
+                lines += [f"      {name}:", *(f"        {ln}" for ln in tail.rstrip().splitlines())]
+    return "\n".join(lines)
 
 
 def human(n: float) -> str:
@@ -117,7 +177,7 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
             return
         state = "cached" if cached else "built" if rec.ok else "FAILED"
         failed += 0 if rec.ok else 1
-        detail = f"{rec.build_s:6.1f} s  {human(rec.size_bytes):>9}" if rec.ok else rec.reason[:200]
+        detail = f"{rec.build_s:6.1f} s  {human(rec.size_bytes):>9}" if rec.ok else shorten(rec.reason, 200)
         on = f"  on base {rec.base_key[:12]}" if rec.base_key else ""
         print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  {state:<6}  {detail}  ({group[0].id}){on}", flush=True)
 
@@ -162,15 +222,29 @@ def run(args: argparse.Namespace) -> int:
     if args.envs_command == "ls":
         entries = store.entries()
         print(f"{'KEY':<12}  {'KIND':<8}  {'STATE':<6}  {'SIZE':>9}  {'BUILD':>7}  {'LAST USE':>10}  TASK")
+        cut = False
         for e in sorted(entries, key=lambda e: -e.last_used):
             r = e.record
             state = ("in use" if e.in_use else "ok") if r.ok else "FAILED"
             layer = f"  on base {r.base_key[:12]}" if r.base_key else ""
             if r.kind == "base":
                 layer = f"  base of {sum(x.record.base_key == r.key for x in entries)} instance(s)"
+            why = "" if r.ok or args.full else f"  {shorten(r.reason, REASON_CHARS)}"
+            cut |= why.endswith("\u2026")
             print(f"{r.key[:12]}  {r.kind:<8}  {state:<6}  {human(e.size_bytes):>9}  {r.build_s:6.1f}s  "
-                  f"{_ago(e.last_used):>10}  {', '.join(r.task_ids)}{layer}" + ("" if r.ok else f"  {r.reason[:120]}"))  # fmt: skip
+                  f"{_ago(e.last_used):>10}  {', '.join(r.task_ids)}{layer}{why}")  # fmt: skip
+            if not r.ok and args.full:
+                print("".join(f"    {ln}\n" for ln in r.reason.splitlines()), end="")
         print(f"envs: {len(entries)} snapshot(s), {human(sum(e.size_bytes for e in entries))} in {store.root}")
+        if cut:
+            print("(reasons cut at a word: `farm envs ls --full` or `farm envs show KEY` shows them whole)")
+        return 0
+    if args.envs_command == "show":
+        key, why = _resolve(store, args.key)
+        if key is None:
+            print(f"farm envs show: {why}", file=sys.stderr)
+            return 2
+        print(show_record(store, key))
         return 0
     if args.envs_command == "rm":
         entries = store.entries()
@@ -181,11 +255,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             keys = []
             for prefix in args.keys:
-                match = [e.record.key for e in entries if e.record.key.startswith(prefix)]
-                if len(match) != 1:
-                    print(f"farm envs rm: {prefix!r} matches {len(match)} snapshots", file=sys.stderr)
+                key, why = _resolve(store, prefix)
+                if key is None:
+                    print(f"farm envs rm: {why}", file=sys.stderr)
                     return 2
-                keys += match
+                keys.append(key)
         kept = []
         order = {"instance": 0, "env": 1, "base": 2}  # a base goes after the instances on it
         by_key = {e.record.key: e.record for e in entries}

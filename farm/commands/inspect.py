@@ -1,8 +1,12 @@
-"""``farm inspect OUTPUT_DIR``: the run's summary, then one Sample decoded with its
-trained spans marked (``[[T>`` ... ``<T]]``, green on a terminal).
+"""``farm inspect OUTPUT_DIR``: what the directory holds (read from its rollouts table),
+the last invocation's summary, then one Sample's task (id, source, the instruction) and
+the Sample decoded with its trained spans marked (``[[T>`` ... ``<T]]``, green on a
+terminal).
 
-The tokenizer comes from the run's saved config (``run_config.yaml``, written by
-``farm run``) unless ``--tokenizer`` is given.
+The decoded text keeps its last ``--max-chars`` characters (``--full``: all of it), with a
+marker saying what was cut. Lines are never wrapped by inspect (piped output keeps them
+whole). The tokenizer comes from the run's saved config (``run_config.yaml``) unless
+``--tokenizer`` is given.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rollout", default=None, help="rollout id of the Sample to decode (default: the first)")
     parser.add_argument("--chain", type=int, default=None, help="chain_index of the Sample (default: the first)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer spec (default: engine.tokenizer of the run)")
-    parser.add_argument("--max-chars", type=int, default=6000, help="truncate the decoded text (0 = no limit)")
+    parser.add_argument("--max-chars", type=int, default=6000,
+                        help="keep the last N characters of the decoded Sample, the first N of the instruction "
+                        "(0 = no limit); a marker says what was cut")
+    parser.add_argument("--full", action="store_true", help="the whole decoded Sample and instruction (--max-chars 0)")
     parser.add_argument("--no-sample", action="store_true", help="print the summary only")
     parser.add_argument("--fidelity", action="store_true",
                         help="token fidelity: each Sample's context vs a fresh chat-template render, worst first")
@@ -50,24 +58,38 @@ def render_sample(sample: Any, decode: Any) -> tuple[str, list[tuple[str, bool]]
     return prompt, runs
 
 
-def _rollouts_summary(out: Path) -> dict[str, Any]:
+def _overview(out: Path, console: Any) -> None:
+    """What the directory holds, from its rollouts table (whichever command added the
+    rows), then the last invocation's summary.json, and a note when that one is stale."""
+    import os
+
+    from farm.rollout.groups import group_size_of
     from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.rollout.summary import directory_summary
     from farm.trajectory.reader import ShardReader
 
     reader = ShardReader(out, name=ROLLOUTS_TABLE)
-    if not reader.entries():
-        return {}
-    table = reader.read_table().select(["status", "reward", "turns", "output_tokens"])
-    rows = table.to_pylist()
-    finished = [r for r in rows if r["status"] != "cancelled"]
-    return {
-        "rollouts": len(rows),
-        "by_status": dict(sorted(Counter(r["status"] for r in rows).items())),
-        "resolved": sum(1 for r in finished if r["reward"] >= 1.0),
-        "mean_reward": round(sum(r["reward"] for r in finished) / len(finished), 4) if finished else 0.0,
-        "turns": sum(r["turns"] for r in rows),
-        "output_tokens": sum(r["output_tokens"] for r in rows),
-    }
+    if reader.entries():
+        size = group_size_of(out) if (out / "run_config.yaml").is_file() else 1
+        now = directory_summary(out, size).model_dump()
+        cols = reader.read_table().select(["turns", "output_tokens"]).to_pylist()
+        now.update(turns=sum(r["turns"] for r in cols), output_tokens=sum(r["output_tokens"] for r in cols))
+    else:
+        now = {"rollouts": 0}
+    console.print(f"[bold]output directory[/bold] {out} (read from its rollouts table)")
+    console.print_json(json.dumps(now))
+    path = out / "summary.json"
+    if not path.exists():
+        return
+    last = json.loads(path.read_text())
+    then = (last.pop("cumulative", None) or {}).get("rollouts")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(path).st_mtime))
+    console.print(f"[bold]last invocation[/bold] (summary.json, written {when})")
+    console.print_json(json.dumps(last))
+    if then is not None and then != now["rollouts"]:
+        console.print(f"note: summary.json was written when the directory held {then} rollouts; its rollouts table "
+                      f"holds {now['rollouts']} now (added since by another command, or a run still going): the "
+                      f"directory's counts above are the table's", style="yellow", highlight=False)  # fmt: skip
 
 
 def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
@@ -102,6 +124,46 @@ def _print_artifacts(out: Path, rollout_id: str, console: Any) -> None:
                       highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 
+def _cut(text: str, limit: int, *, keep: str, what: str) -> tuple[str, str | None]:
+    """``text`` within ``limit`` characters (its head or its tail), and the marker saying
+    what was cut (None: nothing was)."""
+    if not limit or len(text) <= limit:
+        return text, None
+    dropped = len(text) - limit
+    part = "first" if keep == "tail" else "last"
+    marker = (f"[... the {part} {dropped:,} of {len(text):,} characters of the {what} are cut: --full shows all of "
+              f"it, --max-chars N keeps N ...]")  # fmt: skip
+    return (text[-limit:], marker) if keep == "tail" else (text[:limit], marker)
+
+
+def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: Any) -> None:
+    """What was the task: id, kind, source (repository @ commit), tests, the instruction."""
+    import yaml
+
+    from farm.report.task import TaskLookup
+
+    cfg_path = out / "run_config.yaml"
+    cfg = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
+    lookup = TaskLookup(out, cfg)
+    view = lookup.get(rollout_id, task_id)
+    if view is None:
+        why = f" (task file: {lookup.file_error})" if lookup.file_error else ""
+        console.print(f"[bold]task[/bold] {task_id}: not recorded (no task.json in the rollout's artifacts, not in "
+                      f"the run's task file){why}", highlight=False)  # fmt: skip
+        return
+    console.print(f"[bold]task[/bold] {view['id']} ({view['kind']}), from {view['origin']}", highlight=False)
+    lines = [("source", view["source"]), ("image", view["image"]), ("tests", view["tests"]),
+             ("test command", view["test_command"])]  # fmt: skip
+    for k, v in lines:
+        if v:
+            console.print(f"  {k}: {v}", highlight=False, markup=False)
+    instruction, marker = _cut(view["instruction"], limit, keep="head", what="instruction")
+    console.print("  instruction:", highlight=False)
+    console.print(instruction, highlight=False, markup=False)
+    if marker:
+        console.print(marker, style="yellow", highlight=False, markup=False)
+
+
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
     from farm.trajectory.fidelity import fidelity_report
 
@@ -114,7 +176,8 @@ def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
     for r in rows[: args.top]:
         console.print(f"  {r['rollout_id']} chain={r['chain_index']} ({r['chain_kind']}): "
                       f"{r['differing_tokens']}/{r['seen_tokens']} tokens differ: model_output={r['model_output']} "
-                      f"tool_result={r['tool_result']} template={r['template']}")  # fmt: skip
+                      f"tool_result={r['tool_result']} template={r['template']} "
+                      f"special_tokens_in_content={r.get('special_tokens_in_content', 0)}")  # fmt: skip
     worst = rows[0]
     if worst["differing_tokens"] and worst.get("runs"):
         tok = _load_tokenizer(out, args.tokenizer)
@@ -149,8 +212,9 @@ def run(args: argparse.Namespace) -> int:
     from farm.trajectory.output import open_sample_reader
     from farm.trajectory.schema import table_to_samples
 
-    console = Console()
+    console = Console(soft_wrap=True)  # never hard-wrapped (piped: not at 80 columns)
     out = Path(args.output_dir)
+    limit = 0 if args.full else args.max_chars
     if not out.is_dir():
         print(f"farm inspect: {out} is not a directory", file=sys.stderr)
         return 2
@@ -159,16 +223,13 @@ def run(args: argparse.Namespace) -> int:
         if problem:  # checked first: a typo'd id must not look like a run that has nothing to show
             print(f"farm inspect: {problem}", file=sys.stderr)
             return 1
-    summary_path = out / "summary.json"
-    if summary_path.exists():
-        console.print_json(summary_path.read_text())
+    _overview(out, console)
     if args.fidelity:
         return _print_fidelity(out, args, console)
-    table = _rollouts_summary(out)
-    console.print("[bold]rollouts table[/bold]")
-    console.print_json(json.dumps(table))
     if args.rollout is not None:
         _print_artifacts(out, args.rollout, console)
+        if args.no_sample:
+            _print_task(out, args.rollout, _task_id_of(out, args.rollout), limit, console)
     if args.no_sample:
         return 0
     reader = open_sample_reader(out)
@@ -192,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     def decode(ids: list[int]) -> str:
         return tok.decode(ids, skip_special_tokens=False)
 
+    _print_task(out, sample.rollout_id, sample.task_id, limit, console)
     prompt, runs = render_sample(sample, decode)
     trained = int(np.asarray(sample.loss_mask).sum())
     console.print(
@@ -206,8 +268,21 @@ def run(args: argparse.Namespace) -> int:
             text.append(OPEN + chunk + CLOSE, style="bold green")
         else:
             text.append(chunk, style="dim")
-    if args.max_chars and len(text) > args.max_chars:
-        text = text[-args.max_chars :]
-        console.print(f"(showing the last {args.max_chars} characters)")
+    _, marker = _cut(text.plain, limit, keep="tail", what="decoded Sample")
+    if marker:
+        text = Text(marker + "\n", style="yellow").append_text(text[-limit:])
     console.print(text, highlight=False, markup=False)
     return 0
+
+
+def _task_id_of(out: Path, rollout_id: str) -> str:
+    """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    reader = ShardReader(out, name=ROLLOUTS_TABLE)
+    for entry in reader.entries():
+        if rollout_id in entry.rollout_ids:
+            rows = reader.read_shard(entry).select(["rollout_id", "task_id"]).to_pylist()
+            return next(r["task_id"] for r in rows if r["rollout_id"] == rollout_id)
+    return rollout_id.rsplit(".", 1)[0]

@@ -56,12 +56,12 @@ def progress_line(ev: dict[str, Any]) -> str | None:
 
 
 async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
-    from farm.config import load_config
+    from farm.config import SINGLE_DEFAULTS, load_config
     from farm.errors import TaskError
     from farm.rollout.tasks import load_run_tasks
     from farm.single import Rollouts
 
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides, defaults=SINGLE_DEFAULTS)
     tasks = load_run_tasks(cfg)
     if args.task not in {t.id for t in tasks}:  # before anything starts
         raise TaskError(f"unknown task {args.task!r} in {cfg.tasks.path}")

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="farm YAML config (sandbox backend, tasks.* settings)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--format", default=None, help="row format (default: tasks.format, 'auto')")
-    parser.add_argument("--strict", action="store_true", help="stop at the first malformed row")
+    parser.add_argument("--strict", action="store_true", help="refuse the file if a row is malformed (every bad row named)")
     parser.add_argument("--report", default="validate-tasks-report.json", help="JSON report path")
     parser.add_argument("--concurrency", type=int, default=4, help="tasks validated at once (2 sandboxes each)")
     parser.add_argument("--only", action="append", default=[], metavar="TASK_ID", help="validate only these ids")

@@ -27,7 +27,7 @@ def _check(out: Path) -> int:
     res = verify_dir(out)
     for p in res.problems:
         print(p)
-    print(f"verify: {res.shards} shards, {res.rows} rows checked, {len(res.problems)} problem(s) in {out}")
+    print(f"verify: {res.shards} shards checked ({res.rows_line()}), {len(res.problems)} problem(s) in {out}")
     return 1 if res.problems else 0
 
 

@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from farm.engine.routing import MoEShape
 
@@ -91,11 +92,25 @@ class ScriptedConfig(_Section):
     record_path: str | None = Field(
         default=None, description="append every finished response here (replay format); per worker '.<i>'"
     )
+    model_path: str | None = Field(
+        default=None, description="a farm tiny-LM checkpoint directory (farm.testing.lm, a CPU test double for a GPU "
+        "model): the workers sample the policy's choices from it and score every token they emit; "
+        "update_weights_from_disk loads new ones. None: made-up logprobs"
+    )
+    torch_threads: int = Field(default=1, ge=1, description="torch threads per worker for model_path")
     stream_interval: int = Field(default=1, ge=1, description="tokens per streamed chunk (SGLang --stream-interval)")
     context_length: int = Field(default=131072, ge=1, description="reported max model length")
-    latency: LatencyConfig = Field(default_factory=LatencyConfig)
-    faults: FaultConfig = Field(default_factory=FaultConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig, description="simulated generation speed")
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig, description="injected failures (HTTP 500, hangs, drops, malformed replies)"
+    )
     startup_timeout_s: float = Field(default=60.0, gt=0, description="wait for a worker's /health")
+
+    @field_validator("model_path")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """Workers start in other directories (Ray actors): resolve where the config is read."""
+        return os.path.abspath(os.path.expanduser(v)) if v else v
 
 
 class RouterConfig(_Section):
@@ -133,8 +148,10 @@ class EngineConfig(_Section):
     mode: Literal["external", "router", "launch", "scripted"] = Field(
         default="scripted", description="how the router actor provides /generate"
     )
-    policy: Literal["oracle", "noop", "replay", "scripted", "shell"] = Field(
-        default="oracle", description="scripted worker policy (mode=scripted)"
+    policy: Literal["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble", "choose"] = Field(
+        default="oracle", description="scripted worker policy (mode=scripted); loop / ramble never stop (only a "
+        "budget ends them: farm.engine.scripted.endless); 'choose': the model picks one of each task's "
+        "metadata.candidate_patches (see farm.engine.scripted.choose)"
     )
     tokenizer: str = Field(
         default="builtin:farm-test",
@@ -165,9 +182,15 @@ class EngineConfig(_Section):
         description="how generation is paused on every worker around a weight update (SGLang's "
         "/pause_generation mode; 'retract' recomputes running requests under the new weights, 'none' skips it)",
     )
-    scripted: ScriptedConfig = Field(default_factory=ScriptedConfig)
-    router: RouterConfig = Field(default_factory=RouterConfig)
-    launch: LaunchConfig = Field(default_factory=LaunchConfig)
+    scripted: ScriptedConfig = Field(
+        default_factory=ScriptedConfig, description="the scripted SGLang-protocol workers (mode: scripted)"
+    )
+    router: RouterConfig = Field(
+        default_factory=RouterConfig, description="the sglang-router farm starts (modes scripted, router, launch)"
+    )
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig, description="the SGLang servers farm starts on GPU nodes (mode: launch)"
+    )
 
     @model_validator(mode="after")
     def _moe_shape_known(self) -> EngineConfig:

@@ -41,6 +41,8 @@ def scripted_worker_argv(
     latency: LatencyConfig | None = None,
     faults: FaultConfig | None = None,
     moe: MoEShape | None = None,
+    model_path: str | None = None,
+    torch_threads: int = 1,
     python: str = sys.executable,
 ) -> list[str]:
     """``python -m farm engine serve ...`` for one worker."""
@@ -62,6 +64,8 @@ def scripted_worker_argv(
             argv += [flag, value]
     if moe is not None:
         argv += ["--moe", f"{moe.layers},{moe.top_k},{moe.experts}"]
+    if model_path:
+        argv += ["--model", model_path, "--torch-threads", str(torch_threads)]
     return argv
 
 

@@ -9,17 +9,20 @@ canonical messages with usage and latency: no token ids, so never trainable.
 
 Endpoint errors (after :mod:`farm.gateway.hosted`'s retries):
 
-- context length: answered like the farm engine's context limit (an empty reply that
-  ends with the protocol's length reason, recorded ``CONTEXT_LIMIT``): the policy's
-  own outcome, graded as usual;
+- context length: the policy ran out of its context window, as on the engine path
+  (recorded ``CONTEXT_LIMIT``, the session ended by :mod:`farm.gateway.budget`): the
+  policy's own outcome, ``truncated``;
 - 401 / 403: the session fails with ``auth_error``; anything else (429 / 5xx /
   timeouts past the retry budget, a refused or unreadable reply) with
   ``engine_error``. The CLI gets the protocol's error; the rollout reads
   ``transcript.failure`` and ends with that status (infrastructure: never graded,
   never a reward-0 row).
 
-Limits as in the engine path: ``max_turns`` main turns, then empty length replies
-flagged ``TURN_LIMIT``. ``count_tokens`` is refused (the gateway renders nothing).
+Budgets as in the engine path (:mod:`farm.gateway.budget`): past ``max_turns`` main
+turns a request is refused (``TURN_LIMIT``), and a main reply the endpoint cut
+(``length``: its ``max_tokens``) is recorded as it came; either ends the session, and
+the CLI gets a normal end of turn. ``count_tokens`` is refused (the gateway renders
+nothing).
 
 Logprobs: when the endpoint returns them (``top_logprobs``) the turn keeps them; when
 the endpoint's ``tokenizer`` is also known and its logprob tokens re-tokenize to exactly
@@ -35,15 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.errors import GatewayRequestError
+from farm.gateway import budget
 from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
 from farm.gateway.config import GatewayConfig
 from farm.gateway.hosted import EndpointError, Failure, HostedCall, HostedClient
+from farm.gateway.hosted_wire import output_cap
 from farm.gateway.service import is_side_request
 from farm.gateway.sessions import Session
 from farm.gateway.wire import new_id
 from farm.model.toolcalls import ToolCall
 from farm.status import RolloutStatus
-from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.records import Budget, FinishReason, TurnFlag
 from farm.trajectory.transcript import TranscriptTurn
 
 # What the CLI is told, per failure: (HTTP status, protocol-neutral error kind).
@@ -79,18 +84,26 @@ class BlackBoxService:
         if not side:
             session.seen_tools = session.seen_tools or bool(req.tools)
         pending = BlackBoxTurn(session, req, side, call_id_prefix=call_id_prefix)
+        ended = None if side else budget.stopped(session)
         if side:
             pending.flags.add(TurnFlag.SIDE_REQUEST)
+        elif ended is not None:  # a budget already ended the session: the same end of turn, not recorded
+            session.stats.after_budget_stop += 1
+            pending.immediate = budget.end_of_turn(None, ended)
         elif session.stats.main_turns >= session.max_turns:
             session.stats.turn_limit_refusals += 1
             pending.flags.add(TurnFlag.TURN_LIMIT)
-            pending.immediate = _empty(TurnFlag.TURN_LIMIT)
+            if budget.ends_session(self.config, side=False):
+                pending.flags.add(TurnFlag.BUDGET_STOP)
+                pending.immediate = budget.end_of_turn(None, budget.stop(session, Budget.MAX_TURNS, session.max_turns))
+            else:
+                pending.immediate = _empty(TurnFlag.TURN_LIMIT)
+            self._record(pending, pending.immediate, None)
         return pending
 
     async def run(self, pending: BlackBoxTurn) -> TurnOutput:
         session = pending.session
         if pending.immediate is not None:
-            self._record(pending, pending.immediate, None)
             return pending.immediate
         transcript = session.transcript
         assert transcript is not None
@@ -103,7 +116,12 @@ class BlackBoxService:
             if exc.failure is Failure.CONTEXT_LENGTH:
                 session.stats.context_limited += 1
                 pending.flags.add(TurnFlag.CONTEXT_LIMIT)
-                out = _empty(TurnFlag.CONTEXT_LIMIT)
+                if not budget.ends_session(self.config, side=pending.side):  # an empty length reply, the session goes on
+                    out = _empty(TurnFlag.CONTEXT_LIMIT)
+                    self._record(pending, out, None, attempts=exc.attempts)
+                    return out
+                pending.flags.add(TurnFlag.BUDGET_STOP)
+                out = budget.end_of_turn(None, budget.stop(session, Budget.CONTEXT, 0))
                 self._record(pending, out, None, attempts=exc.attempts)
                 return out
             session.stats.engine_errors += 1
@@ -118,12 +136,19 @@ class BlackBoxService:
         prefix = pending.call_id_prefix
         calls = tuple(c if c.id else ToolCall(id=new_id(prefix), name=c.name, arguments=c.arguments)
                       for c in reply.tool_calls)  # fmt: skip
+        # the endpoint's max_tokens cut the policy's turn
+        cut = reply.finish is FinishReason.LENGTH and budget.ends_session(self.config, side=pending.side)
+        if cut:
+            pending.flags.add(TurnFlag.BUDGET_STOP)
         out = TurnOutput(
             turn_id=None, content=reply.content, reasoning=reply.reasoning, tool_calls=calls, finish=reply.finish,
             prompt_tokens=reply.prompt_tokens, output_tokens=reply.output_tokens, cached_tokens=reply.cached_tokens,
             flags=frozenset(pending.flags),
         )  # fmt: skip
-        self._record(pending, out, call)
+        self._record(pending, out, call)  # as the endpoint answered
+        if cut:
+            limit = output_cap(pending.req, self.client.endpoint) or reply.output_tokens
+            return budget.end_of_turn(out, budget.stop(session, Budget.OUTPUT, limit))
         return out
 
     def _record(self, pending: BlackBoxTurn, out: TurnOutput, call: HostedCall | None, *, attempts: int = 0) -> None:
@@ -151,8 +176,8 @@ class BlackBoxService:
         session.stats.turns += 1
         if pending.side:
             session.stats.side_requests += 1
-        elif TurnFlag.TURN_LIMIT not in pending.flags:
-            session.stats.main_turns += 1
+        elif not pending.flags & {TurnFlag.TURN_LIMIT, TurnFlag.CONTEXT_LIMIT} or out.output_tokens:
+            session.stats.main_turns += 1  # a model turn (a refusal at a limit is none)
         session.last_activity = time.monotonic()
 
     async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:

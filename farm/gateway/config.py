@@ -47,8 +47,12 @@ class GatewayConfig(_Section):
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="passed to apply_chat_template (e.g. enable_thinking: false)"
     )
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    engine_client: EngineClientConfig = Field(default_factory=EngineClientConfig)
+    sampling: SamplingConfig = Field(
+        default_factory=SamplingConfig, description="sampling parameters of every /generate call"
+    )
+    engine_client: EngineClientConfig = Field(
+        default_factory=EngineClientConfig, description="the gateway's /generate client: timeouts, retries, pool"
+    )
     max_context_tokens: int = Field(
         default=131072, ge=1, description="default per-session context budget (prompt + output tokens)"
     )
@@ -81,6 +85,18 @@ class GatewayConfig(_Section):
         default="ends",
         description="at session close, compare prompts with a fresh chat-template render (farm.gateway.fidelity): "
         "'ends' = each Sample's context (one full render per Sample), 'all' = every turn, 'off'",
+    )
+    special_tokens_in_content: Literal["text", "allow"] = Field(
+        default="text",
+        description="the model's special tokens written inside content (a tool result, a file, user text, tool-call "
+        "arguments, the system prompt) are encoded as text: only the chat template's own are control tokens "
+        "(farm.gateway.specials); 'allow' encodes them as control tokens (content can then open a turn)",
+    )
+    budget_ends_session: bool = Field(
+        default=True,
+        description="a main turn that runs out of the turn, context or output budget ends the session: the CLI "
+        "gets a normal end of turn and the rollout is truncated (farm.gateway.budget); false: the reply ends with "
+        "the protocol's length stop and the session goes on, as a hosted API answers (farm.testing.hosted)",
     )
     side_request_markers: list[str] = Field(
         default_factory=lambda: [

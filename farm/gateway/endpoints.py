@@ -26,7 +26,7 @@ class _Endpoint(BaseModel):
 class FarmEndpoint(_Endpoint):
     """The farm's own engine (``engine:`` section): token-exact, trainable."""
 
-    kind: Literal["farm"] = "farm"
+    kind: Literal["farm"] = Field(default="farm", description="selects the farm's own engine (token-exact)")
 
 
 class _HostedEndpoint(_Endpoint):
@@ -55,7 +55,7 @@ class _HostedEndpoint(_Endpoint):
 class OpenAIEndpoint(_HostedEndpoint):
     """An OpenAI-compatible endpoint (OpenAI, vLLM, SGLang's OpenAI server, OpenRouter, ...)."""
 
-    kind: Literal["openai"]
+    kind: Literal["openai"] = Field(description="selects an OpenAI-compatible API (black-box)")
     api: Literal["chat", "responses"] = Field(default="chat", description="/chat/completions or /responses")
     thinking: bool | None = Field(
         default=None,
@@ -74,14 +74,16 @@ class OpenAIEndpoint(_HostedEndpoint):
 class AnthropicEndpoint(_HostedEndpoint):
     """The Anthropic Messages API (or a server speaking it)."""
 
-    kind: Literal["anthropic"]
-    base_url: str = "https://api.anthropic.com/v1"
-    api_key_env: str | None = "ANTHROPIC_API_KEY"
+    kind: Literal["anthropic"] = Field(description="selects the Anthropic Messages API (black-box)")
+    base_url: str = Field(default="https://api.anthropic.com/v1", description="the API root (/messages is appended)")
+    api_key_env: str | None = Field(
+        default="ANTHROPIC_API_KEY", description="environment variable `farm run` reads the API key from (x-api-key)"
+    )
     max_tokens: int | None = Field(default=8192, ge=1, description="max_tokens of every request (required by the API)")
     thinking_budget: int | None = Field(
         default=None, ge=1024, description="extended thinking with this budget_tokens; None: thinking off"
     )
-    anthropic_version: str = "2023-06-01"
+    anthropic_version: str = Field(default="2023-06-01", description="the anthropic-version header sent")
 
 
 EndpointConfig = Annotated[Union[FarmEndpoint, OpenAIEndpoint, AnthropicEndpoint], Field(discriminator="kind")]

@@ -22,8 +22,12 @@ larger of its two sides, in tokens) where it lies:
 - ``template``: template glue (role headers, separators, newlines around turns).
 
 The record goes in the turn's ``meta["fidelity"]`` (then the Sample's metadata, by
-linearization): token counts by kind, both lengths, and the first differing runs with
-their token ids (bounded) for ``farm inspect --fidelity``.
+linearization): token counts by kind, both lengths, the first differing runs with
+their token ids (bounded) for ``farm inspect --fidelity``, and
+``special_tokens_in_content``: how many times a special token's text occurs inside the
+context's messages and tools (a tool result printing ``<|im_end|>``): encoded as text
+under ``gateway.special_tokens_in_content: text``, as control tokens under ``allow``
+(:mod:`farm.gateway.specials`).
 """
 
 from __future__ import annotations
@@ -88,7 +92,8 @@ def measure_turn(tree: TurnTree, turn_id: str, renderer: Any, tools: list[dict[s
             runs.append({"kind": kind, "at": i1, "seen": seen[i1:i2][:MAX_IDS].tolist(),
                          "fresh": fresh[j1:j2][:MAX_IDS].tolist()})  # fmt: skip
     return {"seen_tokens": int(len(seen)), "fresh_tokens": int(len(fresh)),
-            "differing_tokens": sum(counts.values()), **counts, "runs": runs}  # fmt: skip
+            "differing_tokens": sum(counts.values()), **counts, "runs": runs,
+            "special_tokens_in_content": renderer.count_content_specials(history, tools)}  # fmt: skip
 
 
 def measure_session(tree: TurnTree, renderer: Any, tools_by_digest: dict[str, list[dict[str, Any]]],

@@ -63,8 +63,9 @@ class Gateway:
             self.service = black_box
         else:
             assert engine is not None
-            self.renderer = renderer or PromptRenderer(tokenizer, template_kwargs=config.chat_template_kwargs,
-                                                       incremental=config.incremental_render)  # fmt: skip
+            self.renderer = renderer or PromptRenderer(
+                tokenizer, template_kwargs=config.chat_template_kwargs, incremental=config.incremental_render,
+                special_tokens_in_content=config.special_tokens_in_content)  # fmt: skip
             fmt = get_format(tool_format) if isinstance(tool_format, str) else tool_format
             self.service = TurnService(config, self.renderer, engine, fmt)
         self.sessions = SessionTable()

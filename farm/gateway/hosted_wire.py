@@ -38,7 +38,7 @@ class HostedReply:
     logprobs: list[tuple[str, float]] | None = field(default=None)  # (token text, logprob) per output token
 
 
-def _cap(req: CanonicalRequest, ep: HostedEndpoint) -> int | None:
+def output_cap(req: CanonicalRequest, ep: HostedEndpoint) -> int | None:
     caps = [v for v in (req.max_tokens, ep.max_tokens) if v]
     return min(caps) if caps else None
 
@@ -79,7 +79,7 @@ def chat_request(req: CanonicalRequest, ep: OpenAIEndpoint) -> dict[str, Any]:
     body: dict[str, Any] = {"model": ep.model, "messages": messages, "stream": False}
     if req.tools:
         body["tools"] = req.tools
-    cap = _cap(req, ep)
+    cap = output_cap(req, ep)
     if cap:
         body["max_tokens"] = cap
     if req.stop:
@@ -135,7 +135,7 @@ def responses_request(req: CanonicalRequest, ep: OpenAIEndpoint) -> dict[str, An
         body["tools"] = [{"type": "function", "name": t["function"]["name"],
                           "description": t["function"].get("description", ""),
                           "parameters": t["function"].get("parameters", {})} for t in req.tools]  # fmt: skip
-    cap = _cap(req, ep)
+    cap = output_cap(req, ep)
     if cap:
         body["max_output_tokens"] = cap
     return body
@@ -192,7 +192,7 @@ def anthropic_request(req: CanonicalRequest, ep: AnthropicEndpoint) -> dict[str,
         elif role == "user":
             add("user", [{"type": "text", "text": m.get("content") or "(empty)"}])
     body: dict[str, Any] = {"model": ep.model, "messages": messages, "stream": False,
-                            "max_tokens": _cap(req, ep) or ep.max_tokens or 8192}  # fmt: skip
+                            "max_tokens": output_cap(req, ep) or ep.max_tokens or 8192}  # fmt: skip
     if system:
         body["system"] = system
     if req.tools:

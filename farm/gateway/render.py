@@ -20,6 +20,10 @@ header). A template that fails the check is rendered in full every turn (counted
 Templates that re-write *earlier* turns (Qwen3 drops old ``<think>`` blocks once a new
 user query arrives) do not break this: append-only keeps the sequence the model
 actually saw, which is what is trained.
+
+Special-token text inside content (a tool result printing ``<|im_end|>``) is encoded as
+text, not as the control token, by both renders alike (:mod:`farm.gateway.specials`,
+``gateway.special_tokens_in_content``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, Sequence
 
 from farm.errors import GatewayRequestError
 from farm.gateway.canonical import Message
+from farm.gateway.specials import ContentSpecials, SpecialsRule
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +90,13 @@ def _probe_conversation() -> tuple[list[Message], list[dict[str, Any]]]:
 class PromptRenderer:
     """Renders canonical messages to token ids with one tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None, incremental: bool = True):
+    def __init__(self, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None, incremental: bool = True,
+                 special_tokens_in_content: SpecialsRule = "text"):
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         self._backend = None
         self._backend = self._fast_backend()
+        self.specials = ContentSpecials(tokenizer, self._backend, special_tokens_in_content)
         self.tail = self._find_tail()
         self.incremental = incremental and self.tail is not None and self.verify()
         self.generation_prompt = self._find_generation_prompt()
@@ -199,15 +206,25 @@ class PromptRenderer:
         backend it tokenizes via ``encode_batch``, which releases the GIL (the gateway runs
         full renders on a thread; the event loop keeps going meanwhile). A text that
         cannot fit in ``limit`` tokens raises ``PromptTooLong`` before it is tokenized."""
+        (messages, tools), found = self.specials.mark(messages, tools)
         text = self.render_text(messages, tools, generation=True)
         self.check_length(text, limit)
+        return self.specials.encode(text, found, self._encode_long)
+
+    def _encode_long(self, text: str) -> list[int]:
         if self._backend is not None:
             return self._backend.encode_batch([text], add_special_tokens=False)[0].ids
         return self.encode(text)
 
+    def count_content_specials(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> int:
+        """Occurrences of special-token text inside the messages and tools (whatever the rule)."""
+        return self.specials.count_in(messages, tools or [])
+
     # ---- incremental ---------------------------------------------------------------
-    def delta_text(self, anchor: Message, new: Sequence[Message], *, generated_end: str = "") -> str | None:
-        """What follows the model's output of the turn that produced ``anchor``.
+    def delta_text(self, anchor: Message, new: Sequence[Message], *,
+                   generated_end: str = "") -> tuple[str, list[str]] | None:
+        """What follows the model's output of the turn that produced ``anchor``, with the
+        special-token texts of the new messages' content marked (and those texts).
 
         ``generated_end``: the stop text the model's output already ends with (its EOS);
         it is removed from the front of the template's tail. None if the template does
@@ -215,23 +232,24 @@ class PromptRenderer:
         """
         if not self.incremental or self.tail is None:
             return None
-        ctx = [_ANCHOR_USER, _anchor(anchor)]
+        (ctx, new), found = self.specials.mark([_ANCHOR_USER, _anchor(anchor)], list(new))
         r0 = self.render_text(ctx, generation=False)
-        r1 = self.render_text(ctx + list(new), generation=True)
+        r1 = self.render_text(ctx + new, generation=True)
         if not r1.startswith(r0) or not r0.endswith(self.tail):
             return None
         suffix = self.tail + r1[len(r0):]
         if generated_end and suffix.startswith(generated_end):
             suffix = suffix[len(generated_end):]
-        return suffix
+        return suffix, found
 
     def delta_ids(self, anchor: Message, new: Sequence[Message], *, generated_end: str = "",
                   limit: int | None = None) -> list[int] | None:
-        text = self.delta_text(anchor, new, generated_end=generated_end)
-        if text is None:
+        delta = self.delta_text(anchor, new, generated_end=generated_end)
+        if delta is None:
             return None
+        text, found = delta
         self.check_length(text, limit)
-        return self.encode(text)
+        return self.specials.encode(text, found, self.encode)
 
     def generated_end(self, output_ids: Sequence[int], finish_type: str, matched: Any) -> str:
         """The stop text the output ends with (SGLang keeps the matched stop token in ``output_ids``)."""

@@ -12,12 +12,17 @@ separate roots, ``trainable=False`` with flag ``SIDE_REQUEST``: they never join 
 pollute the main chain and linearize to Samples that train nothing.
 ``count_tokens`` is answered from a full render and only counted in the session stats.
 
-Limits: a session past ``max_turns`` main turns gets an empty reply that ends with the
-protocol's length reason, recorded with ``TURN_LIMIT`` (not trainable); a prompt at or
-past ``max_context_tokens`` likewise with ``CONTEXT_LIMIT``; otherwise
-``max_new_tokens = min(client's, config's, context budget)`` and a turn cut by that
-budget is flagged ``CONTEXT_LIMIT``. Engine failures are not recorded (the CLI gets
-an error and retries, which becomes the turn); aborted turns are not recorded.
+Limits (:mod:`farm.gateway.budget` decides what the CLI is told): a session past
+``max_turns`` main turns is refused before the engine, recorded with ``TURN_LIMIT`` (no
+output, not trainable); a prompt at or past ``max_context_tokens`` likewise with
+``CONTEXT_LIMIT``; otherwise ``max_new_tokens = min(client's, config's, context
+budget)``, and a main turn the engine cuts (``length``) is recorded as generated
+(trainable; ``CONTEXT_LIMIT`` when the context budget was the cap). Each of these ends
+the session for its budget (``BUDGET_STOP``): the CLI gets a normal end of turn, and
+later main requests get it again without generating. A side request over the context
+gets an empty length reply and the session goes on. Engine failures are not recorded
+(the CLI gets an error and retries, which becomes the turn); aborted turns are not
+recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 
 from farm.engine.client import EngineClient, GenerateRequest, GenerateResult
 from farm.errors import EngineError, EngineRejected, EngineTimeout, GatewayRequestError
+from farm.gateway import budget
 from farm.gateway.bounds import check_request
 from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
 from farm.gateway.config import GatewayConfig
@@ -40,7 +46,7 @@ from farm.gateway.render import PromptRenderer, PromptTooLong
 from farm.gateway.sessions import Lane, Session
 from farm.model.toolcalls import ToolCallFormat
 from farm.gateway.wire import new_id
-from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.records import Budget, FinishReason, TurnFlag
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
@@ -120,6 +126,12 @@ class TurnService:
         self._check(session, req)
         stats.dropped_tools.update(req.dropped_tools)
         side = self.is_side_request(session, req)
+        ended = None if side else budget.stopped(session)
+        if ended is not None:  # a budget already ended the session: the same end of turn, nothing generated
+            stats.after_budget_stop += 1
+            pending = PendingTurn(session, req, full_plan([], "", "budget_stop"), side, call_id_prefix=call_id_prefix)
+            pending.immediate = budget.end_of_turn(None, ended)
+            return pending
         if side:
             plan = full_plan(req.messages, "", "side_request")
         else:
@@ -135,7 +147,7 @@ class TurnService:
 
     def render(self, pending: PendingTurn, ids: list[int] | None = None) -> PendingTurn:
         """Finish a pending full render (inline unless ``ids`` are given), then apply limits."""
-        if pending.plan.needs_render:
+        if pending.plan.needs_render and pending.immediate is None:
             t0 = time.perf_counter()
             if ids is None:
                 ids = self.renderer.full_prompt(pending.req.messages, pending.req.tools,
@@ -150,7 +162,7 @@ class TurnService:
         event loop keeps serving other sessions meanwhile."""
         try:
             pending = self.prepare(session, req, call_id_prefix=call_id_prefix)
-            if pending.plan.needs_render:
+            if pending.plan.needs_render and pending.immediate is None:
                 if self.renderer.thread_safe:
                     loop = asyncio.get_running_loop()
                     ids = await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt,
@@ -177,21 +189,30 @@ class TurnService:
 
     def _limits(self, pending: PendingTurn) -> None:
         session, req, stats = pending.session, pending.req, pending.session.stats
-        budget = session.max_context_tokens - pending.plan.prompt_length
+        room = session.max_context_tokens - pending.plan.prompt_length
         if not pending.side and stats.main_turns >= session.max_turns:
             stats.turn_limit_refusals += 1
-            pending.immediate = self._refuse(pending, TurnFlag.TURN_LIMIT)
-        elif budget <= 0:
+            pending.immediate = self._refuse(pending, TurnFlag.TURN_LIMIT, Budget.MAX_TURNS, session.max_turns)
+        elif room <= 0:
             stats.context_limited += 1
-            pending.immediate = self._refuse(pending, TurnFlag.CONTEXT_LIMIT)
+            pending.immediate = self._refuse(pending, TurnFlag.CONTEXT_LIMIT, Budget.CONTEXT,
+                                             session.max_context_tokens)  # fmt: skip
         else:
             caps = [c for c in (req.max_tokens, self.config.sampling.max_new_tokens) if c]
-            pending.max_new_tokens = min([budget, *caps])
-            pending.context_capped = budget < min(caps)
+            pending.max_new_tokens = min([room, *caps])
+            pending.context_capped = room < min(caps)
 
-    def _refuse(self, pending: PendingTurn, flag: TurnFlag) -> TurnOutput:
+    def _refuse(self, pending: PendingTurn, flag: TurnFlag, which: Budget, limit: int) -> TurnOutput:
+        """Answer at a limit without the engine: recorded with no output (a refusal, in no
+        Sample); a main request ends the session for ``which``."""
         empty = GenerateResult(output_ids=[], output_logprobs=[], finish_type="length")
-        return self._record(pending, empty, "", None, (), [], frozenset({flag}), trainable=False)
+        if not budget.ends_session(self.config, side=pending.side):  # an empty length reply, the session goes on
+            return self._record(pending, empty, "", None, (), [], frozenset({flag}), trainable=False)
+        stop = budget.stop(pending.session, which, limit)
+        told = budget.end_of_turn(None, stop)
+        out = self._record(pending, empty, told.content, None, (), [], frozenset({flag, TurnFlag.BUDGET_STOP}),
+                           trainable=False)  # fmt: skip
+        return budget.end_of_turn(out, stop)
 
     # ---- run (async) ---------------------------------------------------------------
     def sampling_params(self, pending: PendingTurn) -> dict[str, Any]:
@@ -278,10 +299,21 @@ class TurnService:
         if result.finish_type == "length" and pending.context_capped:
             flags.add(TurnFlag.CONTEXT_LIMIT)
             pending.session.stats.context_limited += 1
+        # a budget ran out inside the policy's turn
+        cut = result.finish_type == "length" and budget.ends_session(self.config, side=pending.side)
+        if cut:
+            flags.add(TurnFlag.BUDGET_STOP)
         pending.timings["parse_ms"] = (time.perf_counter() - t0) * 1e3
-        return self._record(pending, result, parsed.content, parsed.reasoning, parsed.tool_calls,
-                            list(parsed.errors), frozenset(flags), trainable=not pending.side,
-                            end=end, matched_stop=matched_stop)  # fmt: skip
+        out = self._record(pending, result, parsed.content, parsed.reasoning, parsed.tool_calls,
+                           list(parsed.errors), frozenset(flags), trainable=not pending.side,
+                           end=end, matched_stop=matched_stop)  # fmt: skip
+        if not cut:
+            return out
+        session = pending.session
+        which, limit = budget.output_budget(context_capped=pending.context_capped,
+                                            max_new_tokens=pending.max_new_tokens,
+                                            max_context_tokens=session.max_context_tokens)  # fmt: skip
+        return budget.end_of_turn(out, budget.stop(session, which, limit))
 
     def _record(self, pending: PendingTurn, result: GenerateResult, content: str, reasoning: str | None,
                 calls: Any, errors: list[str], flags: frozenset[TurnFlag], *, trainable: bool,
@@ -327,8 +359,7 @@ class TurnService:
         else:
             stats.full_renders += 1
             stats.fallback_reasons[plan.fallback_reason or "unknown"] += 1
-        refused = TurnFlag.TURN_LIMIT in flags or (TurnFlag.CONTEXT_LIMIT in flags and not result.output_ids)
-        if not pending.side and not refused:
+        if not pending.side and TurnFlag.BUDGET_STOP not in flags:  # the session goes on from this turn
             replaces = plan.parent_id if plan.mode == "append" else rec.parent_id
             session.add_lane(
                 Lane(rec.turn_id, list(req.messages), response, plan.tools_digest, end, rec.sequence_length),

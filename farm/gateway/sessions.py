@@ -48,6 +48,8 @@ class SessionStats:
     count_tokens: int = 0
     turn_limit_refusals: int = 0
     context_limited: int = 0
+    budget_stops: int = 0  # 1 once a budget ended the session (farm.gateway.budget)
+    after_budget_stop: int = 0  # main requests answered with that end of turn again, without generating
     tool_parse_errors: int = 0
     engine_errors: int = 0
     aborted: int = 0

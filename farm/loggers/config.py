@@ -13,7 +13,7 @@ class WandbLoggerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["wandb"] = "wandb"
+    kind: Literal["wandb"] = Field(default="wandb", description="selects this logger: Weights & Biases")
     project: str = Field(default="farm", description="W&B project")
     entity: str | None = Field(default=None, description="W&B entity (team or user); default: the key's")
     name: str | None = Field(default=None, description="run name; default: the farm run_id")
@@ -21,7 +21,7 @@ class WandbLoggerConfig(BaseModel):
         default=None, description="wandb.init mode; default: wandb's (WANDB_MODE, else online)"
     )
     dir: str | None = Field(default=None, description="where wandb keeps its files; default: the output dir")
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list, description="tags attached to the W&B run")
     interval_s: float = Field(
         default=5.0, ge=0, description="metrics are sent at most this often while the run goes (and at its end)"
     )
@@ -32,7 +32,7 @@ class MlflowLoggerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["mlflow"] = "mlflow"
+    kind: Literal["mlflow"] = Field(default="mlflow", description="selects this logger: MLflow")
     tracking_uri: str | None = Field(
         default=None, description="a server (http://...) or a file store (file:///path); default: MLflow's "
         "(MLFLOW_TRACKING_URI, else ./mlruns)",

@@ -23,6 +23,7 @@ import numpy as np
 
 from farm.errors import ShardError
 from farm.rollout.artifacts import artifact_dir, read_index, read_text
+from farm.report.stats import fidelity_rows, throughput
 from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
 from farm.trajectory.output import open_sample_reader
@@ -34,7 +35,9 @@ RESOLVED_REWARD = 1.0
 ERROR_CHARS = 20_000  # of an infrastructure failure's error + traceback, embedded in the page
 # the rollout table's columns (the detail view gets the rest)
 ROW_COLUMNS = ["rollout_id", "task_id", "attempt", "harness", "status", "reason", "reward", "turns",
-               "prompt_tokens", "output_tokens", "num_samples", "duration_s", "actor"]  # fmt: skip
+               "prompt_tokens", "output_tokens", "num_samples", "duration_s", "actor", "group_id",
+               "started_at", "finished_at"]  # fmt: skip
+FIDELITY_RUNS = 3  # first differences of a Sample shown decoded
 
 
 @dataclass
@@ -106,7 +109,7 @@ def _policy(status: str) -> bool:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts by status, resolved rate and mean reward over policy outcomes (infrastructure
     failures are not the policy's: summary.json's ``cumulative`` counts the same way),
-    tokens, turns, duration percentiles."""
+    tokens, turns, duration percentiles, wall time and throughput (``stats.throughput``)."""
     policy = [r for r in rows if _policy(r["status"])]
     durations = np.array([r["duration_s"] or 0.0 for r in rows], dtype=np.float64)
     resolved = sum(1 for r in policy if (r["reward"] or 0.0) >= RESOLVED_REWARD)
@@ -125,6 +128,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in rows),
         "output_tokens": sum(r["output_tokens"] or 0 for r in rows),
         "duration_p50_s": pct(50), "duration_p95_s": pct(95), "duration_max_s": pct(100),
+        **throughput(rows),
     }  # fmt: skip
 
 
@@ -198,8 +202,19 @@ def sample_view(sample: Any, dec: Decoder) -> dict[str, Any]:
         "chain_index": sample.chain_index, "chain_kind": sample.chain_kind, "final": bool(meta.get("final")),
         "finish_reason": sample.finish_reason, "num_turns": sample.num_turns, "tokens": int(len(tokens)),
         "prompt_length": int(p), "trained": int(mask.sum()), "segments": segs,
-        "drift": meta.get("session_drift") or {}, "fidelity": meta.get("fidelity"),
+        "drift": meta.get("session_drift") or {}, "fidelity": fidelity_view(meta.get("fidelity"), dec),
     }  # fmt: skip
+
+
+def fidelity_view(record: dict[str, Any] | None, dec: Decoder) -> dict[str, Any] | None:
+    """A Sample's fidelity record as a table, and its first differences decoded (what the
+    engine saw vs what a fresh render gives), instead of raw JSON."""
+    if not record:
+        return None
+    runs = [{"at": r["at"], "kind": r["kind"], "seen": dec.text(np.asarray(r["seen"], dtype=np.int64)),
+             "fresh": dec.text(np.asarray(r["fresh"], dtype=np.int64))}
+            for r in (record.get("runs") or [])[:FIDELITY_RUNS]]  # fmt: skip
+    return {"rows": fidelity_rows(record), "runs": runs, "more_runs": max(0, len(record.get("runs") or []) - len(runs))}
 
 
 def iter_trajectories(out: Path, dec: Decoder, skipped: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:

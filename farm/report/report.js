@@ -98,11 +98,46 @@
     if (!a) return [el("h3", {text: "artifacts"}), el("p", {class: "muted", text: "none kept for this rollout"})];
     const ul = el("ul", {class: "artifacts"});
     for (const f of a.files) {
-      const href = head.artifacts_base + "artifacts/" + encodeURIComponent(a.dir) + "/" + encodeURIComponent(f.name);
-      ul.append(el("li", {}, el("a", {href: href, text: f.name}), " " + f.bytes.toLocaleString("en") + " bytes" +
+      // farm view serves each file decompressed under its own name; a report file links the .gz on disk
+      const name = head.served ? f.name.replace(/\.gz$/, "") : f.name;
+      const href = head.artifacts_base + "artifacts/" + encodeURIComponent(a.dir) + "/" + encodeURIComponent(name);
+      ul.append(el("li", {}, el("a", {href: href, text: name}), " " + f.bytes.toLocaleString("en") + " bytes" +
         (f.truncated ? " (cut to " + f.kept_bytes.toLocaleString("en") + " by the per-rollout cap)" : "")));
     }
-    return [el("h3", {text: "artifacts (full logs, every gateway turn; gzip)"}), ul];
+    const note = head.served ? "full logs, every gateway turn" : "full logs, every gateway turn; gzip files: zcat, " +
+      "or open the run with farm view to read them here";
+    return [el("h3", {text: "artifacts (" + note + ")"}), ul];
+  }
+  function taskView(ref) {
+    if (ref == null) {
+      return [el("h3", {text: "task"}), el("p", {class: "muted",
+        text: "not recorded (no task.json in the rollout's artifacts, not in the run's task file)"})];
+    }
+    const t = JSON.parse(document.getElementById("t" + ref).textContent);
+    const kv = {task: t.id, kind: t.kind, source: t.source};
+    for (const [k, label] of [["image", "image"], ["tests", "tests"], ["test_command", "test command"]]) {
+      if (t[k]) kv[label] = t[k];
+    }
+    return [el("h3", {text: "task"}), kvTable(kv), el("div", {class: "muted", text: "instruction, from " + t.origin}),
+      el("pre", {class: "instruction", text: t.instruction})];
+  }
+  function fidelityView(f) {
+    const out = [el("div", {class: "lab", text: "token fidelity: the context the engine saw vs a fresh chat-template render"})];
+    const t = el("table", {class: "kv fidelity"});
+    for (const [k, v] of f.rows) t.append(el("tr", {}, el("td", {text: k}), el("td", {class: "num", text: String(v)})));
+    out.push(t);
+    if (f.runs.length) {
+      const d = el("table", {class: "fidelity-runs"});
+      d.append(el("tr", {}, el("th", {text: "at token"}), el("th", {text: "kind"}), el("th", {text: "engine saw"}),
+        el("th", {text: "fresh render"})));
+      for (const r of f.runs) {
+        d.append(el("tr", {}, el("td", {class: "num", text: String(r.at)}), el("td", {text: r.kind}),
+          el("td", {}, el("pre", {text: r.seen})), el("td", {}, el("pre", {text: r.fresh}))));
+      }
+      out.push(d);
+      if (f.more_runs) out.push(el("p", {class: "muted", text: "(" + f.more_runs + " more differences recorded)"}));
+    }
+    return el("div", {class: "fid"}, ...out);
   }
   function segmentView(seg) {
     const box = el("div", {class: "seg " + seg.kind});
@@ -139,6 +174,7 @@
       kvTable({task: r.task_id, status: r.status, reason: r.reason, reward: r.reward, attempt: r.attempt,
         harness: r.harness, model: d.model, turns: r.turns, samples: d.samples.length, sandbox: d.sandbox_id}),
       ...errorView(d.artifacts),
+      ...taskView(d.task),
       el("h3", {text: "tests"}), testsView(d.tests), kvTable(d.tests.verdict),
       el("h3", {text: "diff"}), d.diff ? diffView(d.diff) : el("p", {class: "muted", text: "(empty diff)"}),
       el("h3", {text: "timings (s)"}), kvTable(d.timings)];
@@ -146,7 +182,7 @@
     for (const s of d.samples) {
       parts.push(el("h3", {text: "Sample chain " + s.chain_index + " (" + s.chain_kind + (s.final ? ", final" : "") +
         "): " + s.num_turns + " turns, " + s.tokens + " tokens, " + s.trained + " trained, finish " + s.finish_reason}));
-      if (s.fidelity) parts.push(kvTable({fidelity: s.fidelity}));
+      if (s.fidelity) parts.push(fidelityView(s.fidelity));
       for (const seg of s.segments) parts.push(segmentView(seg));
     }
     if (!d.samples.length) parts.push(el("p", {class: "muted", text: "no Samples for this rollout"}));

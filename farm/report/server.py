@@ -4,6 +4,10 @@ The page is rendered again only when one of the files it reads changed (the two
 manifests, summary.json, run_config.yaml: their size and mtime), so a reload of a run
 in progress shows what became durable since, and a reload of a finished run costs a
 stat of four files. Rendering runs in a thread, one at a time, off the event loop.
+
+A rollout's artifacts (gzip files on disk) are served decompressed under their own
+names (``/artifacts/<rollout>/agent.stdout``; the ``.gz`` name too), shown in the browser:
+JSON as ``application/json``, everything else (logs, JSONL, the diff) as UTF-8 text.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ class ReportPage:
         async with self._lock:
             stamp = _stamp(self.out)
             if stamp != self._stamp:
-                self._html = await asyncio.to_thread(render_report, self.out, tokenizer=self.tokenizer)
+                self._html = await asyncio.to_thread(render_report, self.out, tokenizer=self.tokenizer, served=True)
                 self._stamp = stamp
                 self.renders += 1
             return self._html
@@ -58,15 +62,22 @@ def make_app(out: str | Path, tokenizer: str | None = None) -> web.Application:
         return web.Response(text=await page.html(), content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def artifact(request: web.Request) -> web.Response:
-        """One artifact file of one rollout, unzipped (the page links them)."""
+        """One artifact file of one rollout, decompressed, with the content type of what it
+        holds (the page links them by their names without ``.gz``)."""
         d, name = request.match_info["dir"], request.match_info["name"]
-        path = page.out / ARTIFACTS_DIR / d / name
-        if d.startswith(".") or "/" in d or "/" in name or not path.is_file():
+        root = page.out / ARTIFACTS_DIR / d
+        if d.startswith(".") or name.startswith(".") or "/" in d or "/" in name:
+            raise web.HTTPNotFound(text=f"no artifact {d}/{name}")
+        path = next((p for p in (root / name, root / f"{name}.gz") if p.is_file()), None)
+        if path is None:
             raise web.HTTPNotFound(text=f"no artifact {d}/{name}")
         data = await asyncio.to_thread(path.read_bytes)
-        if name.endswith(".gz"):
+        if path.suffix == ".gz":
             data = await asyncio.to_thread(gzip.decompress, data)
-        return web.Response(body=data, content_type="text/plain", charset="utf-8")
+        shown = path.name.removesuffix(".gz")
+        kind = "application/json" if shown.endswith(".json") else "text/plain"
+        return web.Response(body=data, content_type=kind, charset="utf-8", headers={
+            "Content-Disposition": f'inline; filename="{shown}"', "X-Content-Type-Options": "nosniff"})  # fmt: skip
 
     app = web.Application()
     app[PAGE] = page

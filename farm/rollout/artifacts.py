@@ -5,6 +5,8 @@ Layout, under the output directory (one directory per recorded rollout)::
     artifacts/<rollout id>/
       index.json          plain JSON: status, reason, attempt, per-phase timings, and per file
                           its size, what was kept and whether the per-rollout cap truncated it
+      task.json.gz        the task the rollout was given (farm's Task: id, instruction, workspace
+                          source, tests): "what was the task?" (farm inspect, the report)
       agent.stdout.gz     the CLI's whole stdout (its JSON event stream)
       agent.stderr.gz     the CLI's whole stderr
       turns.jsonl.gz      one line per gateway turn: canonical messages it added, the reply
@@ -44,7 +46,7 @@ ARTIFACTS_DIR = "artifacts"
 INDEX = "index.json"
 _TMP, _OLD = ".tmp-", ".old-"
 # the order files are listed in (and share the cap in: the small, decisive ones first)
-FILES = ("error.txt", "grading.json", "setup.json", "diff.patch", "test.log", "turns.jsonl",
+FILES = ("error.txt", "task.json", "grading.json", "setup.json", "diff.patch", "test.log", "turns.jsonl",
          "agent.stderr", "agent.stdout")  # fmt: skip
 
 
@@ -228,6 +230,17 @@ def read_index(out_dir: str | Path, rollout_id: str) -> dict[str, Any] | None:
         return json.loads((artifact_dir(out_dir, rollout_id) / INDEX).read_text())
     except (OSError, ValueError):
         return None
+
+
+def read_task(out_dir: str | Path, rollout_id: str) -> dict[str, Any] | None:
+    """The task a rollout was given (its ``task.json``), or None (no artifacts, or a run
+    from before they kept it)."""
+    text = read_text(out_dir, rollout_id, "task.json")
+    try:
+        task = json.loads(text) if text else None
+    except ValueError:  # cut by the per-rollout cap
+        return None
+    return task if isinstance(task, dict) else None
 
 
 def read_text(out_dir: str | Path, rollout_id: str, name: str) -> str | None:

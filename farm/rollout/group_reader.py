@@ -42,7 +42,7 @@ ROW_COLUMNS = [
 
 
 def _resolved(row: dict[str, Any]) -> bool:
-    if row["status"] != RolloutStatus.COMPLETED.value:
+    if row["status"] not in (RolloutStatus.COMPLETED.value, RolloutStatus.TRUNCATED.value):  # graded outcomes
         return False
     try:
         report = json.loads(row.get("grading") or "{}")

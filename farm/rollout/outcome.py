@@ -25,7 +25,7 @@ from farm.errors import (
     TaskError,
 )
 from farm.status import Outcome, RolloutStatus
-from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag
 
 
 class Phase(str, Enum):
@@ -105,14 +105,28 @@ def outcome_for_agent(
     engine_errors: int = 0,
     harness_status: str | None = None,
     harness_reason: str = "",
+    budget_stop: BudgetStop | None = None,
 ) -> Outcome | None:
     """How the agent ended. None means "ran to its end normally: go on and grade".
 
+    ``budget_stop``: the gateway ended the policy's session because a budget ran out
+    (turns, context, output): ``truncated``, whatever the CLI did after it. farm knows
+    this from its own gateway, never from the CLI's words; a CLI that then exits with an
+    error or hangs is named in the reason, and the policy's data up to the stop is whole.
     ``harness_status``: a status the harness itself reported (a RolloutStatus value),
     which wins when present. An agent that failed after the engine failed under it is
     an engine error, not an agent error.
     """
     S = RolloutStatus
+    if budget_stop is not None:
+        then = ""
+        if harness_status not in (None, S.COMPLETED.value):
+            then = f" (then the CLI: {harness_reason or harness_status})"
+        elif timed_out:
+            then = f" (then the CLI did not end within {budget_s:g} s)"
+        elif exit_code not in (0, None):
+            then = f" (then the CLI exited {exit_code})"
+        return Outcome(status=S.TRUNCATED, reason=budget_stop.reason + then)
     if harness_status is not None and harness_status != S.COMPLETED.value:
         status = S(harness_status)
         if status is S.AGENT_ERROR and engine_errors:
@@ -126,6 +140,18 @@ def outcome_for_agent(
             return Outcome(status=S.ENGINE_ERROR, reason=f"agent exited {exit_code} after {engine_errors} engine error(s)")
         return Outcome(status=S.AGENT_ERROR, reason=f"agent exited {exit_code}: {tail}" if tail else f"agent exited {exit_code}")
     return None
+
+
+def truncated_outcome(truncated: Outcome, grade: Outcome | None) -> Outcome:
+    """A truncated rollout after grading (``rollout.on_truncated`` grade / exclude; None:
+    not graded, ``zero``): it stays ``truncated`` (the grade's reward is its reward), a
+    diff that does not apply says so in the reason, and a grader that failed is that
+    infrastructure failure (retried like any)."""
+    if grade is None or grade.status is RolloutStatus.COMPLETED:
+        return truncated
+    if grade.status is RolloutStatus.PATCH_FAILED:
+        return Outcome(status=RolloutStatus.TRUNCATED, reason=f"{truncated.reason}; {grade.reason}")
+    return grade
 
 
 def final_answer_given(tree: Any) -> bool:

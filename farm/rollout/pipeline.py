@@ -22,7 +22,14 @@ from typing import Any, Callable, Protocol
 
 from farm.rollout.artifacts import ArtifactsConfig, RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.rollout.model import RolloutResult, RolloutSpec
-from farm.rollout.outcome import Phase, final_answer_given, outcome_for_agent, outcome_for_error, outcome_for_timeout
+from farm.rollout.outcome import (
+    Phase,
+    final_answer_given,
+    outcome_for_agent,
+    outcome_for_error,
+    outcome_for_timeout,
+    truncated_outcome,
+)
 from farm.rollout.table import counts_of
 from farm.sandboxes.base import Sandbox
 from farm.status import FailureClass, Outcome, RolloutStatus
@@ -158,7 +165,9 @@ class RolloutPipeline:
         artifacts: ArtifactsConfig | None = None,
         mode: str = "token_exact",
         node: str = "",
+        on_truncated: str = "grade",
     ) -> None:
+        self.on_truncated = on_truncated  # rollout.on_truncated: grade | zero (not graded) | exclude (graded, no Samples)
         self.mode = mode  # black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
         self.parts = parts
         self.harness = harness
@@ -204,7 +213,8 @@ class RolloutPipeline:
             outcome = outcome_for_timeout(Phase.AGENT, outcome.reason, final_answer_given=True)
         state.leave()
         grade = state.grade
-        reward = grade.reward if grade is not None and outcome.status is RolloutStatus.COMPLETED else 0.0
+        graded = outcome.status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)
+        reward = grade.reward if grade is not None and graded and grade.status is RolloutStatus.COMPLETED else 0.0
         finished = time.time()
         state.timings["total"] = finished - started
         result = RolloutResult(
@@ -236,10 +246,10 @@ class RolloutPipeline:
             tree=state.tree,
         )
         if self.artifacts is not None and self.artifacts.enabled:
-            result.artifacts = self._artifacts(result, state)
+            result.artifacts = self._artifacts(result, state, spec)
         return result
 
-    def _artifacts(self, result: RolloutResult, st: _State) -> RolloutArtifacts:
+    def _artifacts(self, result: RolloutResult, st: _State, spec: RolloutSpec) -> RolloutArtifacts:
         """The rollout's files, redacted and capped (the reducer writes them if it records it)."""
         run, grade = st.run, st.grade
         error = ""
@@ -255,6 +265,7 @@ class RolloutPipeline:
             "test.log": grade.test_log if grade is not None else "",
             "setup.json": st.setup.model_dump_json(indent=1) if st.setup is not None else "",
             "error.txt": error,
+            "task.json": spec.task.model_dump_json(indent=1),
         }
         index = {"task_id": result.task_id, "attempt": result.attempt, "status": result.status.value,
                  "reason": result.reason, "harness": result.harness, "timings": result.timings}  # fmt: skip
@@ -301,12 +312,15 @@ class RolloutPipeline:
             engine_errors=counts_of(st.tree).engine_errors,
             harness_status=run.status,
             harness_reason=run.reason,
+            budget_stop=getattr(st.tree, "budget_stop", None),
         )
-        if agent_end is not None:
+        truncated = agent_end is not None and agent_end.status is RolloutStatus.TRUNCATED
+        if agent_end is not None and (not truncated or self.on_truncated == "zero"):
             return agent_end
-        st.enter(Phase.GRADE)
+        st.enter(Phase.GRADE)  # a truncated rollout's diff is graded as it stands
         st.grade = await p.grade(spec, st.diff)
-        return Outcome(status=st.grade.status, reason=st.grade.reason)
+        graded = Outcome(status=st.grade.status, reason=st.grade.reason)
+        return truncated_outcome(agent_end, graded) if agent_end is not None else graded
 
     async def _cleanup(self, spec: RolloutSpec, st: _State) -> None:
         """Close the session (keep its tree) and the sandbox, whatever happened."""

@@ -170,15 +170,16 @@ def _grading(raw: str | None) -> dict:
     return out if isinstance(out, dict) else {}
 
 
-def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float, group_size: int = 1) -> RunSummary:
+def with_history(
+    summary: RunSummary, out_dir: str | Path, *, started_at: float, group_size: int = 1, command: str = "run"
+) -> RunSummary:
     """Append this invocation to ``invocations.jsonl`` and add the cumulative counts
-    (read back from the rollouts table on disk, so they hold across invocations)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
-
+    (read back from the rollouts table on disk, so they hold across invocations).
+    ``command``: what wrote it (``run``: farm run / farm.Farm; ``rollouts``: farm.Rollouts,
+    i.e. farm rollout / farm serve)."""
     out = Path(out_dir)
     line = {
-        "started_at": started_at, "ended_at": time.time(), "planned": summary.planned,
+        "command": command, "started_at": started_at, "ended_at": time.time(), "planned": summary.planned,
         "skipped_done": summary.skipped_done, "finished": summary.finished, "by_status": summary.by_status,
         "interrupted": summary.interrupted, "retried": summary.retried, "redispatched": summary.redispatched,
         "recovery": summary.recovery,
@@ -187,15 +188,31 @@ def with_history(summary: RunSummary, out_dir: str | Path, *, started_at: float,
         fh.write(json.dumps(line) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    invocations = sum(1 for ln in (out / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
     try:
-        reader = ShardReader(out, name=ROLLOUTS_TABLE)
-        cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
-        rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+        current = directory_summary(out, group_size)
     except Exception as exc:  # noqa: BLE001 - the summary must still be written
         log.warning("cumulative summary: cannot read the rollouts table: %s", exc)
         return summary
-    return summary.model_copy(update={"cumulative": cumulative(rows, invocations, group_size)})
+    return summary.model_copy(update={"cumulative": current})
+
+
+def count_invocations(out_dir: str | Path) -> int:
+    try:
+        return sum(1 for ln in (Path(out_dir) / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
+    """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
+    the rows): the ``cumulative`` of summary.json, never a stale count."""
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
+    cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
+    rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+    return cumulative(rows, count_invocations(out_dir), group_size)
 
 
 def write_summary(summary: RunSummary, out_dir: str | Path) -> Path:
@@ -255,6 +272,8 @@ def summary_table(summary: RunSummary):
         rows.append(("token fidelity (vs a fresh render)",
                      f"{f['differing_tokens']}/{f['context_tokens']} tokens differ ({f['differing_pct']}%) in "
                      f"{f['samples_with_differences']}/{f['samples_measured']} Samples"))  # fmt: skip
+        if f.get("special_tokens_in_content"):
+            rows.append(("  special tokens inside content", str(f["special_tokens_in_content"])))
     for k, v in rows:
         table.add_row(k, v)
     return table

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from farm.tasks.loaders import TaskLoadResult
 
 log = logging.getLogger(__name__)
+MAX_LISTED = 50  # problems listed in the error of a file without one valid task
 
 
 def load_task_file(tasks: TasksConfig) -> "TaskLoadResult":
@@ -31,5 +32,7 @@ def load_run_tasks(cfg: FarmConfig) -> list[Task]:
     for err in result.errors:
         log.warning("skipping task: %s", err)
     if not result.tasks:
-        raise TaskError(f"no valid task in {result.path} ({len(result.errors)} bad rows)")
+        shown = "".join(f"\n  {e}" for e in result.errors[:MAX_LISTED])
+        more = f"\n  ... and {len(result.errors) - MAX_LISTED} more" if len(result.errors) > MAX_LISTED else ""
+        raise TaskError(f"no valid task in {result.path} ({len(result.errors)} problem(s)):{shown}{more}")
     return list(result.tasks)

@@ -90,7 +90,9 @@ class LocalSandboxConfig(BaseModel):
         description="own user namespace per command (needed for exec(user=...) and per-tree RLIMIT_NPROC)",
     )
     path: str = Field(default=DEFAULT_PATH, description="PATH inside the sandbox (override per command via env)")
-    limits: LocalLimits = Field(default_factory=LocalLimits)
+    limits: LocalLimits = Field(
+        default_factory=LocalLimits, description="resource limits of each local sandbox (cgroup, disk watchdog, rlimits)"
+    )
     view: ViewMode = Field(
         default="auto",
         description="how a sandbox gets its private copy-on-write view of an environment snapshot: 'overlay' "
@@ -130,5 +132,9 @@ class SandboxConfig(BaseModel):
         ge=1024,
         description="captured stdout/stderr per stream and command (head + tail kept, middle dropped)",
     )
-    local: LocalSandboxConfig = Field(default_factory=LocalSandboxConfig)
-    e2b: E2BSandboxConfig = Field(default_factory=E2BSandboxConfig)
+    local: LocalSandboxConfig = Field(
+        default_factory=LocalSandboxConfig, description="settings of the local backend (used when backend: local)"
+    )
+    e2b: E2BSandboxConfig = Field(
+        default_factory=E2BSandboxConfig, description="settings of the E2B backend (used when backend: e2b)"
+    )

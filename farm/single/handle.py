@@ -3,7 +3,9 @@
 The rollout itself runs in the farm's own pipeline (``SandboxActor.execute``); the
 handle only listens (phase changes from the pipeline, turns from the gateway session)
 and keeps what it heard as an append-only event log that any number of readers follow
-(``events()`` replays from the start, then waits for more). Event kinds::
+(``events()`` replays from the start, then waits for more). Events are numbered from 1
+(``seq``); a reader resumes with the seq of the last event it has (``since=N``: the
+events after N; 0: all of them), as SSE's ``Last-Event-ID`` does. Event kinds::
 
     queued · phase {phase} · turn_started {turn, prompt_tokens} ·
     turn_finished {turn, prompt_tokens, output_tokens, finish_reason, tool_calls} ·
@@ -55,6 +57,7 @@ class RolloutHandle:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[RolloutResult] | None = None
         self._result: RolloutResult | None = None
+        self._result_seq: int | None = None  # the seq of the ``result`` event, once emitted
         self._aborting = False
         self._finalized: dict[str, Any] | None = None
         self._finalize_lock = asyncio.Lock()
@@ -75,7 +78,7 @@ class RolloutHandle:
         task.add_done_callback(self._ended)
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
-        self._events.append(RolloutEvent(len(self._events), kind, time.time(), data))
+        self._events.append(RolloutEvent(len(self._events) + 1, kind, time.time(), data))  # seq n at index n - 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -112,6 +115,7 @@ class RolloutHandle:
         self.phase = "done"
         self._done.set()
         self.emit("result", self.summary())
+        self._result_seq = len(self._events)
 
     def _final(self, task: asyncio.Task[RolloutResult]) -> RolloutResult:
         result: RolloutResult | None = None
@@ -148,6 +152,15 @@ class RolloutHandle:
     def done(self) -> bool:
         return self._result is not None
 
+    @property
+    def stored(self) -> bool:
+        """Finalized, and its row (and Samples) durable in the output directory."""
+        return bool(self._finalized and self._finalized["stored"])
+
+    def result_summary(self) -> Any:
+        """The finished rollout's ``RolloutSummary`` (what the run summary counts), or None."""
+        return self._result.summary() if self._result is not None else None
+
     def state(self) -> dict[str, Any]:
         end = self._ended_at if self._ended_at is not None else time.monotonic()
         return {
@@ -159,8 +172,9 @@ class RolloutHandle:
         }  # fmt: skip
 
     async def events(self, since: int = 0) -> AsyncIterator[dict[str, Any]]:
-        """Every event from ``since`` on, live, until (and including) the final ``result``."""
-        i = since
+        """Every event after seq ``since`` (the last one the reader has; 0: from the
+        start), live, until (and including) the final ``result``."""
+        i = max(0, since)  # the index of seq since + 1
         while True:
             changed = self._changed
             while i < len(self._events):
@@ -169,10 +183,12 @@ class RolloutHandle:
                 yield ev.as_dict()
                 if ev.kind == "result":
                     return
+            if self._result_seq is not None and i >= self._result_seq:
+                return  # the reader has the result already: nothing more comes
             await changed.wait()
 
     async def poll(self, since: int = 0, wait_s: float = 0.0) -> list[dict[str, Any]]:
-        """The events from ``since`` on that are there now; when there are none yet (and
+        """The events after seq ``since`` that are there now; when there are none yet (and
         the rollout has not ended), waits up to ``wait_s`` for the first (long poll)."""
         if since >= len(self._events) and wait_s > 0 and self._result is None:
             try:

@@ -7,14 +7,23 @@
     GET  /rollouts?status=running   states of every rollout of this server
     GET  /rollouts/{id}             state (and the result, once it ended)
     GET  /rollouts/{id}/events      SSE: one event per phase / turn / tool call / output line,
-                                    the last one is ``result`` (resume with Last-Event-ID or ?since=N)
+                                    the last one is ``result``; ``id:`` = the event's seq (1, 2, ...)
+    GET  /health                    liveness, no token needed: 200 {"status": "ok"} while the
+                                    service runs, 503 {"status": "stopped"} otherwise
     GET  /rollouts/{id}/messages    the canonical transcript so far
     POST /rollouts/{id}/abort       -> the result (status aborted; nothing stored)
     POST /rollouts/{id}/finalize    waits for the end, stores Samples + row -> the result
                                     ({"keep_aborted": true}: an aborted one's row too, untrainable)
 
-Every request needs ``Authorization: Bearer <token>`` (401 otherwise). Errors are JSON
+Every request but ``/health`` needs ``Authorization: Bearer <token>`` (401 otherwise):
+``/health`` says only that the process answers (for a load balancer's or Kubernetes'
+probe, which carry no token), nothing about any rollout. Errors are JSON
 ``{"error": {"type", "message"}}`` with a 4xx status; a bad body loses nothing.
+
+Resuming an event stream: ``Last-Event-ID: N`` (what a browser's EventSource sends when it
+reconnects) and ``?since=N`` mean the same, SSE's meaning: N is the last event the client
+has, the stream starts after it (0 or neither: from the first). When both are given the
+header wins (a reconnecting EventSource keeps its original URL).
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ def _auth_middleware(token: str) -> Any:
     @web.middleware
     async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
         given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        if request.path != "/health" and not hmac.compare_digest(given, expected):
             return _error(401, "authentication", "missing or wrong bearer token (Authorization: Bearer <token>)")
         try:
             return await handler(request)
@@ -133,17 +142,24 @@ async def finalize(request: web.Request) -> web.Response:
 
 async def events(request: web.Request) -> web.StreamResponse:
     handle = _handle(request)
-    raw = request.headers.get("Last-Event-ID")
+    raw = request.headers.get("Last-Event-ID", request.query.get("since", "0"))
     try:
-        since = int(raw) + 1 if raw is not None else int(request.query.get("since", "0"))
+        since = int(raw)  # the last event the client has: resume after it
     except ValueError:
-        raise HttpError(400, "invalid_request", "Last-Event-ID / since must be an integer") from None
+        raise HttpError(400, "invalid_request", f"Last-Event-ID / since must be an integer, got {raw!r}") from None
+    if since < 0:
+        raise HttpError(400, "invalid_request", f"Last-Event-ID / since must be >= 0, got {since}")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    async for ev in handle.events(since=max(0, since)):
+    async for ev in handle.events(since=since):
         await resp.write(f"id: {ev['seq']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n".encode())
     await resp.write_eof()
     return resp
+
+
+async def health(request: web.Request) -> web.Response:
+    running = request.app[ROLLOUTS_KEY].running
+    return web.json_response({"status": "ok" if running else "stopped"}, status=200 if running else 503)
 
 
 def make_app(rollouts: Rollouts, token: str) -> web.Application:
@@ -159,5 +175,6 @@ def make_app(rollouts: Rollouts, token: str) -> web.Application:
         web.get("/rollouts/{id}/messages", messages),
         web.post("/rollouts/{id}/abort", abort),
         web.post("/rollouts/{id}/finalize", finalize),
+        web.get("/health", health),
     ])  # fmt: skip
     return app

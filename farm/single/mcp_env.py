@@ -7,8 +7,8 @@ Tools (the names the OpenEnv opencode environment uses)::
     run_rollout(task | inline, harness)      start, wait, finalize -> the result
     start_rollout(task | inline, harness)    -> the state (its id)
     subscribe_events(rollout_id, since, wait_s)
-                                             the events from ``since`` on (long poll: waits up to
-                                             wait_s for the first new one); -> {events, next, done}
+                                             the events after seq ``since`` (0: all; long poll: waits
+                                             up to wait_s for the first new one); -> {events, next, done}
     get_state(rollout_id) · get_messages(rollout_id)
     abort_rollout(rollout_id) · finalize_rollout(rollout_id)
 
@@ -71,11 +71,12 @@ def build_mcp(service: Rollouts) -> FastMCP:
 
     @mcp.tool
     async def subscribe_events(rollout_id: str, since: int = 0, wait_s: float = 10.0) -> dict[str, Any]:
-        """Events with seq >= since (waits up to wait_s for the first new one). Call again with
-        ``since=next`` until ``done``; the last event is ``result``."""
+        """Events after seq ``since`` (the last one you have; 0: from the first), waiting up to
+        wait_s for the first new one. Call again with ``since=next`` (the last seq returned)
+        until ``done``; the last event is ``result``. Same numbering as SSE's Last-Event-ID."""
         events = await _handle(service, rollout_id).poll(max(0, since), min(max(wait_s, 0.0), MAX_WAIT_S))
         done = any(ev["kind"] == "result" for ev in events)
-        return {"events": events, "next": events[-1]["seq"] + 1 if events else max(0, since), "done": done}
+        return {"events": events, "next": events[-1]["seq"] if events else max(0, since), "done": done}
 
     @mcp.tool
     async def get_state(rollout_id: str) -> dict[str, Any]:

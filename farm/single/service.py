@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from farm.config import FarmConfig, endpoint_api_key, load_config
+from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, make_rollout_id
@@ -43,7 +44,7 @@ class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                  tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None,
                  placement: Literal["auto", "local", "ray"] = "auto") -> None:
-        self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides)
+        self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides, defaults=SINGLE_DEFAULTS)
         out_dir = Path(self.cfg.output.dir).expanduser().resolve()
         self.cfg = self.cfg.model_copy(update={"output": self.cfg.output.model_copy(update={"dir": str(out_dir)})})
         self.out_dir = out_dir
@@ -60,6 +61,7 @@ class Rollouts:
         self._lock: Any = None
         self._used: set[str] = set()
         self._started = False
+        self._started_at, self._t0 = 0.0, 0.0
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Rollouts:
@@ -88,7 +90,13 @@ class Rollouts:
             await self._teardown()
             raise
         self._started = True
+        self._started_at, self._t0 = time.time(), time.monotonic()
         return self
+
+    @property
+    def running(self) -> bool:
+        """Started and not closed: rollouts can be started."""
+        return self._started
 
     async def close(self) -> None:
         """Abort running rollouts, finalize finished ones, stop everything started."""
@@ -99,8 +107,26 @@ class Rollouts:
                 await h.finalize()
             except Exception:  # noqa: BLE001 - the others still get stored
                 log.exception("finalizing rollout %s on close failed", h.id)
+        try:
+            await asyncio.to_thread(self._write_summary)
+        except Exception:  # noqa: BLE001 - what is stored stays stored; the summary is a view of it
+            log.exception("writing %s/summary.json on close failed", self.out_dir)
         await self._teardown()
         self._started = False
+
+    def _write_summary(self) -> None:
+        """This session as an invocation of the output directory (``invocations.jsonl``,
+        ``summary.json`` with the directory's counts read back from its rollouts table), so
+        the summary stays true when rollouts are added to a `farm run`'s directory."""
+        from farm.rollout.summary import summarize, with_history, write_summary
+
+        stored = [h.result_summary() for h in self.handles.values() if h.stored]
+        if not self._started or not stored:
+            return  # nothing added: what summary.json says still holds
+        summary = summarize(self.cfg.run_id, stored, planned=len(self.handles), wall_s=time.monotonic() - self._t0)
+        summary = with_history(summary, self.out_dir, started_at=self._started_at,
+                               group_size=self.cfg.rollout.n_samples, command="rollouts")  # fmt: skip
+        write_summary(summary, self.out_dir)
 
     async def _teardown(self) -> None:
         try:

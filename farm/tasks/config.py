@@ -33,7 +33,11 @@ class TasksConfig(BaseModel):
         "system packages; the recipe's `requires`) and report the rows it lacks them for; turn off when sandboxes "
         "run on other machines than the one loading the tasks",
     )
-    strict: bool = Field(default=False, description="stop at the first malformed row (default: report and skip it)")
+    strict: bool = Field(
+        default=False,
+        description="refuse the whole file when a row is malformed, naming every bad row at once (default: report "
+        "and skip them)",
+    )
     mirror_dir: str | None = Field(
         default=None,
         description="directory of bare mirrors named <owner>__<repo>.git, looked up before any network fetch",

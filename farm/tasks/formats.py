@@ -6,11 +6,12 @@ the offending field. ``detect_format`` guesses a row's format for ``format: auto
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from farm.tasks.model import GitSource, ImageSource, Task
 from farm.tasks.patches import paths_after, reverse_patch
@@ -19,11 +20,13 @@ _STATUS_ALIASES = {"PASS": "PASSED", "FAIL": "FAILED", "SKIP": "SKIPPED", "OK": 
 
 
 class RowError(Exception):
-    """A malformed row: which field, what is wrong."""
+    """A malformed row: which field, what is wrong (``problems``: every field that is wrong,
+    the first being ``field``/``message``)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, more: list[tuple[str, str]] | tuple = ()) -> None:
         super().__init__(message)
         self.field, self.message = field, message
+        self.problems: list[tuple[str, str]] = [(field, message), *more]
 
 
 def _need(row: dict[str, Any], *fields: str) -> None:
@@ -75,14 +78,51 @@ def _str_list(row: dict[str, Any], name: str) -> list[str]:
     return value
 
 
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model an error's ``loc`` points into (Task, a workspace
+    source by its tag, TaskTimeouts, ...), for suggestions; [] when it is not one model."""
+    models: list[type[BaseModel]] = [Task]
+    for part in loc:
+        if isinstance(part, int):  # a list item
+            continue
+        holder = [m for m in models if part in m.model_fields]
+        if holder:
+            models = _models_of(holder[0].model_fields[part].annotation)
+            continue
+        models = [m for m in models if getattr(m.model_fields.get("type"), "default", None) == part]  # a union's tag
+    return list(models[0].model_fields) if len(models) == 1 else []
+
+
+def _models_of(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's type holds (one, the variants of a union, none)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_of(a)]
+
+
+def _problem(err: Any) -> tuple[str, str]:
+    """(dotted field, message) of one pydantic error; an unknown key names the closest
+    known one (``did you mean 'setup_commands'?``) or lists them."""
+    loc = tuple(err["loc"])
+    field = ".".join(str(p) for p in loc) or "<row>"
+    if err["type"] != "extra_forbidden" or not loc:
+        return field, err["msg"]
+    known = _fields_at(loc[:-1])
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    hint = f"did you mean '{near[0]}'?" if near else f"known keys here: {', '.join(known)}" if known else ""
+    return field, f"unknown key {str(loc[-1])!r}" + (f": {hint}" if hint else "")
+
+
 def _validated(build: Callable[[], Task], field_map: dict[str, str] | None = None) -> Task:
     try:
         return build()
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "<row>"
-        top = loc.split(".", 1)[0]
-        raise RowError((field_map or {}).get(top, loc), err["msg"]) from None
+        problems = []
+        for err in exc.errors():
+            field, message = _problem(err)
+            top = field.split(".", 1)[0]
+            problems.append(((field_map or {}).get(top, field), message))
+        raise RowError(*problems[0], problems[1:]) from None
 
 
 def pytest_command(files: list[str]) -> str:

@@ -1,9 +1,10 @@
 """Load tasks from a file: farm JSONL/JSON/Parquet, SWE-bench, SWE-Gym, SWE-smith, R2E-Gym rows.
 
 ``load_tasks(path)`` reads every row, converts it (format per row with ``auto``) and
-returns a ``TaskLoadResult``: the good tasks and one ``TaskLoadError`` per bad row
-(naming file, line or row number, and field). ``strict=True`` raises the first error
-instead. ``load_tasks(cfg)`` does the same for a ``TasksConfig`` (``path: demo`` is the
+returns a ``TaskLoadResult``: the good tasks and one ``TaskLoadError`` per problem (naming
+file, line or row number, and field; a row with three wrong fields has three, an unknown
+key names the closest known one). ``strict=True`` raises them all at once instead
+(``TaskFileErrors``), after reading the whole file. ``load_tasks(cfg)`` does the same for a ``TasksConfig`` (``path: demo`` is the
 built-in demo set, generated into the cache on first use).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm.errors import TaskLoadError
+from farm.errors import TaskFileErrors, TaskLoadError
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
@@ -106,8 +107,9 @@ def load_tasks(
     recipes: Any = _CONFIG, check_requirements: Any = _CONFIG, check: Callable[[Task], None] | None = None,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
-    format, strict and recipes). Bad rows become ``TaskLoadError``s in the result (or raise,
-    with ``strict``); so do rows whose recipe is missing or needs what this machine lacks;
+    format, strict and recipes). Bad rows become ``TaskLoadError``s in the result (with
+    ``strict``: raised together, ``TaskFileErrors``, once the whole file is read); so do rows
+    whose recipe is missing or needs what this machine lacks;
     duplicate ids are errors on the later row. The result iterates its tasks. ``recipes``
     and ``check_requirements`` default to the config's (``TasksConfig``'s defaults for a file).
     ``check`` (the layers above: e.g. can the grader read the task's ``log_parser``) raises
@@ -133,7 +135,7 @@ def load_tasks(
     seen: set[str] = set()
     for lineno, row in _rows(p):
         if isinstance(row, TaskLoadError):
-            err = row
+            errs = [row]
         else:
             fmt = detect_format(row) if format == "auto" else format
             try:
@@ -142,19 +144,19 @@ def load_tasks(
                 if check is not None:
                     check(task)
             except RowError as exc:
-                err = TaskLoadError(str(p), lineno, exc.field, f"{exc.message} ({fmt} row)")
+                errs = [TaskLoadError(str(p), lineno, field, f"{msg} ({fmt} row)") for field, msg in exc.problems]
             except RecipeError as exc:
-                err = TaskLoadError(str(p), lineno, exc.field, exc.message)
+                errs = [TaskLoadError(str(p), lineno, exc.field, exc.message)]
             else:
                 if task.id in seen:
-                    err = TaskLoadError(str(p), lineno, "id", f"duplicate task id {task.id!r}")
+                    errs = [TaskLoadError(str(p), lineno, "id", f"duplicate task id {task.id!r}")]
                 else:
                     seen.add(task.id)
                     result.tasks.append(task)
                     continue
-        if strict:
-            raise err
-        result.errors.append(err)
+        result.errors.extend(errs)
+    if strict and result.errors:
+        raise TaskFileErrors(result.errors)
     return result
 
 

@@ -86,7 +86,8 @@ class HostedFake:
         stack = self._stack
         worker_url = await stack.enter_async_context(serve_worker(self._worker))
         engine = await stack.enter_async_context(EngineClient(worker_url))
-        cfg = GatewayConfig(fidelity="off", max_turns=1_000_000, first_byte_deadline_s=60.0)
+        # a vendor answers a spent output budget with its length stop (max_tokens / length / incomplete)
+        cfg = GatewayConfig(fidelity="off", max_turns=1_000_000, first_byte_deadline_s=60.0, budget_ends_session=False)
         gateway = await stack.enter_async_context(Gateway(cfg, self._tokenizer, engine, model_name=self._model_name))
         self._secret = gateway.open_session("hosted", max_turns=1_000_000).secret
         self._inner = gateway.base_url

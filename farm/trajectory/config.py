@@ -25,6 +25,12 @@ class OutputConfig(BaseModel):
     keep_untrained_chains: bool = Field(
         default=False, description="also emit Samples whose loss_mask is all 0 (side requests, error branches)"
     )
+    mixed_tasks: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="a run (farm run, farm rollout, farm serve, farm.Farm) whose tasks.path differs from the one "
+        "whose rollouts the directory already holds: 'refuse' = fail before anything starts (rollout ids are "
+        "<task id>.<i>: a resume would skip the other set's ids, groups would mix); 'allow' = warn and add to it",
+    )
     compression: Literal["lz4", "zstd"] | None = Field(
         default=None, description="shard compression (Arrow IPC buffers / Parquet pages); none by default"
     )

@@ -28,6 +28,8 @@ def fidelity_report(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     totals = {"samples_measured": len(rows), "context_tokens": seen, "differing_tokens": differing,
               "differing_pct": round(100 * differing / seen, 3) if seen else 0.0,
               "samples_with_differences": sum(1 for r in rows if r["differing_tokens"]),
-              **{k: sum(r[k] for r in rows) for k in kinds}}  # fmt: skip
+              **{k: sum(r[k] for r in rows) for k in kinds},
+              # special-token text inside content (farm.gateway.specials); older records lack it
+              "special_tokens_in_content": sum(r.get("special_tokens_in_content", 0) for r in rows)}  # fmt: skip
     rows.sort(key=lambda r: (-r["differing_tokens"], r["rollout_id"], r["chain_index"]))
     return totals, rows

@@ -17,7 +17,13 @@ the first chain in DFS order that holds the turn's output intact. Never trained:
 prompt-side tokens (template, tool results, user text, drift spans), turns with
 ``trainable=False`` or ``SIDE_REQUEST``, ``ERROR`` finishes, and outputs cut by a
 realigned descendant (they train in their own chain). ``ABORT``/``LENGTH`` outputs
-are real model tokens with logprobs and do train. ``rollout_logprobs`` holds the
+are real model tokens with logprobs and do train (a turn cut by its output or context
+budget keeps exactly what the model generated, whatever the CLI was told after it).
+A *refusal* (:func:`is_refusal`: the gateway answered at a turn or context limit
+without calling the engine) is not a model turn: it belongs to no chain and no Sample
+(its parent ends the chain), so the reply the CLI got there never reaches the
+tokens, and the policy's real last turn is what the Sample ends with and trains.
+``rollout_logprobs`` holds the
 engine's logprob on trained tokens and 0.0 elsewhere; a trained turn recorded
 without logprobs keeps 0.0 and is listed in ``metadata["missing_logprobs_turns"]``.
 
@@ -77,15 +83,25 @@ def is_trainable(rec: TurnRecord) -> bool:
     )
 
 
+def is_refusal(rec: TurnRecord) -> bool:
+    """A turn the gateway answered at a limit without calling the engine (the turn budget
+    was spent, or the prompt left no room in the context): no model output, so not a
+    model turn. It ends no chain and counts as no one's continuation."""
+    return not len(rec.output_ids) and bool(rec.flags & {TurnFlag.TURN_LIMIT, TurnFlag.CONTEXT_LIMIT})
+
+
 def chain_ends(tree: TurnTree) -> list[TurnRecord]:
-    """Turns that end a chain, in DFS order (roots, then children, insertion order)."""
+    """Turns that end a chain, in DFS order (roots, then children, insertion order).
+    Refusals (:func:`is_refusal`) end none: their parent does."""
     out: list[TurnRecord] = []
     stack = list(reversed(tree.roots()))
     while stack:
         rec = stack.pop()
         kids = tree.children(rec.turn_id)
         end = rec.sequence_length
-        if not any(k.prompt_offset is None or k.prompt_offset == end for k in kids):
+        if not is_refusal(rec) and not any(
+            (k.prompt_offset is None or k.prompt_offset == end) and not is_refusal(k) for k in kids
+        ):
             out.append(rec)
         stack.extend(reversed(kids))
     return out
@@ -210,7 +226,7 @@ def linearize(
     keep_untrained: bool = False,
 ) -> list[Sample]:
     """One Sample per chain (see the module doc); O(total tokens) for the session."""
-    main = next((r for r in reversed(tree.turns) if TurnFlag.SIDE_REQUEST not in r.flags), None)
+    main = next((r for r in reversed(tree.turns) if TurnFlag.SIDE_REQUEST not in r.flags and not is_refusal(r)), None)
     main_root = tree.chain(main.turn_id)[0].turn_id if main is not None else None
     main_found = False
     assigned: set[str] = set()

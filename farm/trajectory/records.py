@@ -36,9 +36,49 @@ class TurnFlag(str, Enum):
     TOOL_PARSE_ERROR = "tool_parse_error"  # a malformed tool call was returned as text
     CONTEXT_LIMIT = "context_limit"  # cut by the session's context budget
     TURN_LIMIT = "turn_limit"  # refused by the session's max-turns limit
+    BUDGET_STOP = "budget_stop"  # a budget ran out here: the gateway told the CLI to end (farm.gateway.budget)
     DRIFT_REALIGNED = "drift_realigned"  # mounted on a parent with masked drift
     DRIFT_FORKED = "drift_forked"  # token drift forced a new root
     RETOKENIZED = "retokenized"  # black-box: ids re-tokenized from a hosted endpoint's text + logprobs (not exact)
+
+
+class Budget(str, Enum):
+    """A budget of the policy's session, enforced by the gateway."""
+
+    MAX_TURNS = "max_turns"  # main (trained) model turns of the session (rollout.max_turns)
+    CONTEXT = "context"  # prompt + output tokens of a turn (gateway.max_context_tokens)
+    OUTPUT = "output"  # output tokens of one turn (gateway.sampling.max_new_tokens, or the CLI's max_tokens)
+
+
+_BUDGET_NAMES = {
+    Budget.MAX_TURNS: "turn budget (max_turns = {limit})",
+    Budget.CONTEXT: "context window ({limit} tokens)",
+    Budget.OUTPUT: "output budget ({limit} tokens in one turn)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStop:
+    """The policy ran out of ``budget`` (whose value was ``limit``) after ``turns`` main
+    turns, and the gateway ended its session there: the rollout is ``truncated``."""
+
+    budget: Budget
+    limit: int
+    turns: int
+
+    @property
+    def what(self) -> str:
+        """e.g. "turn budget (max_turns = 2)"; a limit of 0 is one farm does not know (a
+        hosted endpoint's context window)."""
+        name = _BUDGET_NAMES[self.budget]
+        return name.format(limit=self.limit) if self.limit else name.split(" (")[0]
+
+    @property
+    def reason(self) -> str:
+        return f"the policy ran out of its {self.what} after {self.turns} turn(s)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget.value, "limit": self.limit, "turns": self.turns}
 
 
 def as_ids(values: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -255,8 +255,8 @@ _FARM_COLUMNS = {"run_id", "task_id", "rollout_id", "group_id", "sample_index", 
 
 def slime_status(sample: Sample) -> str:
     """slime's ``Sample.Status`` value: the rollout's status first (a Sample of a rollout
-    that is not a trainable outcome is ``failed`` whatever its last turn said), then how
-    the chain's last turn ended."""
+    that is not a trainable outcome is ``failed`` whatever its last turn said; one whose
+    policy ran out of a budget is ``truncated``), then how the chain's last turn ended."""
     from farm.status import RolloutStatus
 
     try:
@@ -265,6 +265,8 @@ def slime_status(sample: Sample) -> str:
         trainable = False
     if not trainable:
         return "failed"
+    if sample.status == RolloutStatus.TRUNCATED.value:  # the policy ran out of a budget, whatever its last turn
+        return "truncated"
     return _SLIME_STATUS.get(sample.finish_reason, "completed")
 
 

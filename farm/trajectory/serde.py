@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from farm.trajectory.drift import DriftStats
-from farm.trajectory.records import FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
+from farm.trajectory.records import Budget, BudgetStop, FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
 
 
 def record_to_dict(rec: TurnRecord) -> dict[str, Any]:
@@ -76,6 +76,7 @@ def tree_to_dict(tree: Any) -> dict[str, Any]:  # a TurnTree (tree.py imports th
         "max_realign_tokens": tree.max_realign_tokens,
         "drift": tree.drift.model_dump(),
         "turns": [record_to_dict(t) for t in tree.turns],
+        "budget_stop": tree.budget_stop.as_dict() if tree.budget_stop is not None else None,
     }
 
 
@@ -85,4 +86,11 @@ def tree_from_dict(cls: Any, data: Mapping[str, Any]) -> Any:  # cls: TurnTree; 
         int(data.get("max_realign_tokens", 256)),
         DriftStats.model_validate(data.get("drift", {})),
         (record_from_dict(t) for t in data["turns"]),
+        budget_stop_from_dict(data.get("budget_stop")),
     )
+
+
+def budget_stop_from_dict(d: Mapping[str, Any] | None) -> BudgetStop | None:
+    if not d:
+        return None
+    return BudgetStop(budget=Budget(d["budget"]), limit=int(d["limit"]), turns=int(d["turns"]))

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from farm.trajectory.records import FinishReason, TurnFlag
+from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag
 
 TRANSCRIPT_SCHEMA = pa.schema(
     [
@@ -92,6 +92,7 @@ class Transcript:
     turns: list[TranscriptTurn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # endpoint failures the CLI was answered with
     failure: tuple[str, str] | None = None  # (RolloutStatus value, reason): the session's endpoint broke
+    budget_stop: BudgetStop | None = None  # the policy ran out of a budget: the gateway ended the session
 
     def __len__(self) -> int:
         return len(self.turns)

@@ -26,7 +26,7 @@ import numpy as np
 
 from farm.errors import TrajectoryError
 from farm.trajectory.drift import DriftKind, DriftStats, classify
-from farm.trajectory.records import FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
+from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
 from farm.trajectory.serde import tree_from_dict, tree_to_dict
 
 _SEQ_CACHE = 4  # full sequences kept (the gateway asks for the latest parent's)
@@ -43,7 +43,12 @@ def _seed(tools_digest: str) -> bytes:
 
 
 class TurnTree:
-    """Per-session turn tree. Picklable (it travels to the reducer)."""
+    """Per-session turn tree. Picklable (it travels to the reducer).
+
+    ``budget_stop``: set when the gateway ended the session because the policy ran out
+    of a budget (turns, context, output): the rollout is then ``truncated``."""
+
+    budget_stop: BudgetStop | None = None  # a class default: trees pickled before it existed read None
 
     def __init__(self, session_id: str, *, max_realign_tokens: int = 256) -> None:
         self.session_id = session_id
@@ -360,9 +365,11 @@ class TurnTree:
         return tree_from_dict(cls, data)
 
     @classmethod
-    def _restore(cls, session_id: str, max_realign_tokens: int, drift: DriftStats, records: Iterable[TurnRecord]) -> TurnTree:
+    def _restore(cls, session_id: str, max_realign_tokens: int, drift: DriftStats, records: Iterable[TurnRecord],
+                 budget_stop: BudgetStop | None = None) -> TurnTree:
         tree = cls(session_id, max_realign_tokens=max_realign_tokens)
         tree.drift = drift
+        tree.budget_stop = budget_stop
         for rec in records:
             if rec.parent_id is not None and rec.parent_id not in tree._turns:
                 raise TrajectoryError(f"turn {rec.turn_id}: parent {rec.parent_id!r} not restored before it")

@@ -11,7 +11,7 @@ and Samples without a row.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,11 +32,19 @@ class Problem:
         return f"{self.where}: {self.what}"
 
 
+# what one row of each table is (``farm verify`` counts them apart: a Sample is not a rollout)
+ROW_NAMES = {"samples": "Samples", "rollouts": "rollout rows", "transcripts": "transcript turns"}
+
+
 @dataclass
 class VerifyResult:
     problems: list[Problem]
     shards: int = 0
-    rows: int = 0
+    rows: dict[str, int] = field(default_factory=dict)  # table -> rows read from its readable shards
+
+    def rows_line(self) -> str:
+        """``12 Samples, 13 rollout rows, 0 transcript turns``: per table, never summed."""
+        return ", ".join(f"{n:,} {ROW_NAMES.get(t, t + ' rows')}" for t, n in self.rows.items()) or "no rows"
 
 
 def table_names(out: Path) -> dict[str, Path]:
@@ -58,6 +66,7 @@ def _check_table(out: Path, name: str, manifest: Path, res: VerifyResult) -> dic
     if read.truncated_tail:
         res.problems.append(Problem(manifest.name, "torn last line (a crash mid-append; --repair cuts it off)"))
     entries: list[ManifestEntry] = [e for e in read.entries if e.table == name]
+    res.rows.setdefault(name, 0)
     seen: Counter[str] = Counter(rid for e in entries for rid in e.rollout_ids)
     for rid, n in seen.items():
         if n > 1:
@@ -77,7 +86,7 @@ def _check_table(out: Path, name: str, manifest: Path, res: VerifyResult) -> dic
         except ShardError as exc:
             res.problems.append(Problem(e.shard, str(exc).split(": ", 1)[-1]))
             continue
-        res.rows += table.num_rows
+        res.rows[name] = res.rows.get(name, 0) + table.num_rows
         tables[e.shard] = table
     listed = {out / e.shard for e in entries}
     table_dir = out / name

@@ -15,13 +15,13 @@ def tok_path(tokenizer_dir: Path) -> str:
 
 @pytest.fixture
 async def make_worker(hf_tokenizer):
-    """``await make_worker(policy, **WorkerSettings fields) -> (worker, url)``, served in this loop."""
+    """``await make_worker(policy, scorer=None, **WorkerSettings fields) -> (worker, url)``, served in this loop."""
     from farm.engine.scripted import ScriptedWorker, WorkerSettings, serve_worker
 
     stack = contextlib.AsyncExitStack()
 
-    async def make(policy, **settings):
-        worker = ScriptedWorker(hf_tokenizer, policy, WorkerSettings(**settings))
+    async def make(policy, scorer=None, **settings):
+        worker = ScriptedWorker(hf_tokenizer, policy, WorkerSettings(**settings), scorer=scorer)
         url = await stack.enter_async_context(serve_worker(worker))
         return worker, url
 

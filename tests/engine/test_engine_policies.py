@@ -132,6 +132,27 @@ def test_noop_does_nothing(hf_tokenizer):
     assert not parsed.tool_calls and parsed.content
 
 
+@pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
+def test_loop_never_stops_and_ramble_never_ends_its_turn(harness, hf_tokenizer):
+    """Only a budget ends them (farm.engine.scripted.endless): loop calls the CLI's shell
+    tool on every turn, however many came before; ramble writes no EOS."""
+    name, arg = SHELL[harness]
+    loop, parser, tools = make_policy("loop"), get_format("hermes"), chat_tools(harness)
+    messages = [{"role": "user", "content": INSTRUCTION}]
+    for turn in range(6):
+        parsed = parser.parse(ask(loop, hf_tokenizer, render(hf_tokenizer, messages, tools)), tools=tools)
+        (call,) = parsed.tool_calls
+        assert call.name == name and isinstance(call.arguments[arg], str) and not parsed.errors
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+                         {"id": f"c{turn}", "type": "function", "function": {"name": name, "arguments": call.arguments}}]},
+                     {"role": "tool", "tool_call_id": f"c{turn}", "content": "a.py"}]  # fmt: skip
+    title = render(hf_tokenizer, [{"role": "user", "content": "Title for: fix calc"}], None)
+    assert not parser.parse(ask(loop, hf_tokenizer, title)).tool_calls  # a side request gets plain text
+    req = PolicyRequest(rid="r", input_ids=render(hf_tokenizer, messages, tools), sampling=SamplingParams(),
+                        decode=lambda i: hf_tokenizer.decode(list(i)))  # fmt: skip
+    assert make_policy("ramble").respond(req).eos is False
+
+
 def test_prompt_parsing_finds_shell_tools(hf_tokenizer):
     for harness, (name, arg) in SHELL.items():
         prompt = hf_tokenizer.decode(render(hf_tokenizer, [{"role": "user", "content": "hi"}], chat_tools(harness)))
@@ -215,3 +236,46 @@ def test_shell_policy_script_errors(tmp_path):
         make_policy("shell", replies_path=bad)
     with pytest.raises(ValueError, match="needs a script"):
         make_policy("shell")
+
+
+@pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
+def test_choose_policy_applies_the_candidate_the_model_picks(harness, repo_and_task, hf_tokenizer):
+    """The choice family: K candidate patches per task, the gold one where ``right`` says;
+    each option's continuation applies its own candidate with the CLI's shell tool, and
+    only the gold one fixes the repo (a decoy applies cleanly and changes no behaviour)."""
+    from farm.engine.scripted.choose import ChoosePolicy
+    from farm.engine.scripted.policy import PolicyRequest
+    from farm.testing.choice_tasks import choice_tasks
+
+    repo, task = repo_and_task
+    (choice,) = choice_tasks([task], k=3, right=1)
+    assert choice.metadata["right_candidate"] == "B" and "[A], [B], [C]" in choice.instruction
+    policy = make_policy("choose", tasks_path=write_tasks_jsonl([choice], repo.parent / "tasks.jsonl"))
+    assert isinstance(policy, ChoosePolicy)
+    tools = chat_tools(harness)
+    name, arg = SHELL[harness]
+    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": choice.instruction}]
+    ids = render(hf_tokenizer, messages, tools)
+    reply = policy.respond(PolicyRequest(rid="r", input_ids=ids, sampling=SamplingParams(),
+                                         decode=lambda i: hf_tokenizer.decode(list(i))))
+    assert reply.text.endswith("I apply candidate [") and [t for t, _ in reply.choice.options] == ["A", "B", "C"]
+    assert all(len(hf_tokenizer.encode(t, add_special_tokens=False)) == 1 for t, _ in reply.choice.options)
+    for label, continuation in reply.choice.options:
+        git(repo, "checkout", "-q", ".")
+        git(repo, "clean", "-fdq")
+        parsed = get_format("hermes").parse(reply.text + label + continuation, tools=tools)
+        (call,) = parsed.tool_calls
+        assert call.name == name
+        run_tool(call, repo)
+        fixed = "return a + b" in (repo / "calc.py").read_text()
+        assert fixed == (label == "B"), label
+        assert git(repo, "status", "--porcelain").strip()  # every candidate changed the tree
+    assert "not sure" in reply.choice.continuation("Z")  # any other token: no tool call, the agent stops
+    # after the tool result: a summary, no tool call
+    messages += [{"role": "assistant", "content": "I apply candidate [B].", "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": name, "arguments": json.dumps({arg: "true"})}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": ""}]
+    done = ask(policy, hf_tokenizer, render(hf_tokenizer, messages, tools))
+    assert not get_format("hermes").parse(done, tools=tools).tool_calls
+    with pytest.raises(ValueError, match="candidate_patches"):
+        ChoosePolicy([task.model_copy(update={"metadata": {"candidate_patches": "not a list"}})])

@@ -35,7 +35,9 @@ def open_rollout(page_path: Path, rollout_id: str, screenshot: Path) -> dict[str
             detail = page.locator("#detail")
             detail.wait_for(state="visible")
             trained = detail.locator(".seg.output .tr")
-            page.screenshot(path=str(screenshot), full_page=True)
+            # The viewport, not the full page: a 44K-token prompt makes the full page tens of
+            # thousands of pixels tall, and rendering that took over 30 s on a loaded CI machine.
+            page.screenshot(path=str(screenshot), timeout=120_000)
             return {
                 "title": page.inner_text("#detail-title"), "text": detail.inner_text(), "errors": errors,
                 "trained": trained.count(), "trained_visible": trained.count() > 0 and trained.first.is_visible(),

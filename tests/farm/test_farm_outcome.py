@@ -7,8 +7,10 @@ import asyncio
 import pytest
 
 from farm import errors as E
-from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error
+from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error, truncated_outcome
+from farm.status import Outcome
 from farm.status import RolloutStatus as S
+from farm.trajectory.records import Budget, BudgetStop
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,27 @@ def test_agent_end():
     h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status="timeout", harness_reason="r")
     assert (h.status, h.reason) == (S.TIMEOUT, "r")
     assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status="completed") is None
+
+
+def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
+    stop = BudgetStop(budget=Budget.CONTEXT, limit=32768, turns=7)
+    clean = outcome_for_agent(exit_code=0, timed_out=False, budget_s=10, budget_stop=stop)
+    assert clean == Outcome(status=S.TRUNCATED, reason="the policy ran out of its context window (32768 tokens) "
+                                                        "after 7 turn(s)")  # fmt: skip
+    assert clean.trainable and S.TRUNCATED.failure_class.value == "policy"
+    # whatever the CLI did after the stop (an error exit, a hang, an error it reported)
+    for kw in ({"exit_code": 1}, {"exit_code": None, "timed_out": True},
+               {"exit_code": 0, "harness_status": "agent_error", "harness_reason": "claude_code reported an error"}):
+        out = outcome_for_agent(**{"timed_out": False, "budget_s": 10, **kw}, budget_stop=stop)
+        assert out.status is S.TRUNCATED and "(then the CLI" in out.reason
+    # without a stop, the same CLI error is the CLI's
+    assert outcome_for_agent(exit_code=1, timed_out=False, budget_s=10).status is S.AGENT_ERROR
+
+
+def test_a_truncated_rollout_after_grading():
+    cut = Outcome(status=S.TRUNCATED, reason="ran out")
+    assert truncated_outcome(cut, None) is cut
+    assert truncated_outcome(cut, Outcome(status=S.COMPLETED)) is cut
+    bad = truncated_outcome(cut, Outcome(status=S.PATCH_FAILED, reason="does not apply"))
+    assert bad.status is S.TRUNCATED and bad.reason == "ran out; does not apply"
+    assert truncated_outcome(cut, Outcome(status=S.SETUP_FAILED, reason="grading: x")).status is S.SETUP_FAILED

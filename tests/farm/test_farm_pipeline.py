@@ -15,6 +15,7 @@ from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.status import RolloutStatus as S
 from farm.tasks.model import Task
+from farm.trajectory.records import Budget, BudgetStop
 from farm.trajectory.tree import TurnTree
 
 
@@ -65,6 +66,8 @@ class Parts:
                             output_logprobs=[-0.5, -0.25], finish_reason="stop", response=call)
         tree.append(parent_id=first.turn_id, prompt_delta_ids=[7, 8], output_ids=[101, 102], output_logprobs=[-0.5, -0.25],
                     finish_reason="stop", response=None if self.fail.get("final_answer") else call)
+        if self.fail.get("budget_stop"):  # the gateway ended the session: the policy ran out of turns
+            tree.budget_stop = BudgetStop(budget=Budget.MAX_TURNS, limit=2, turns=2)
         return tree
 
     async def grade(self, spec, diff):
@@ -79,9 +82,10 @@ def _spec(agent_s: float = 30.0) -> RolloutSpec:
     return RolloutSpec(run_id="pipe", rollout_id="t.0", group_id="t", sample_index=0, task=task)
 
 
-async def _run(tmp_path, *, timeout_s=60.0, agent_s=30.0, **fail):
+async def _run(tmp_path, *, timeout_s=60.0, agent_s=30.0, on_truncated="grade", **fail):
     parts = Parts(tmp_path, **fail)
-    pipe = RolloutPipeline(parts, harness="claude_code", model="m", timeout_s=timeout_s, actor="a0")
+    pipe = RolloutPipeline(parts, harness="claude_code", model="m", timeout_s=timeout_s, actor="a0",
+                           on_truncated=on_truncated)  # fmt: skip
     result = await pipe.run(_spec(agent_s))
     assert all(sb.closed for sb in parts.sandboxes)
     assert not parts.sessions_open
@@ -129,6 +133,27 @@ async def test_agent_budget_and_whole_rollout_timeout(tmp_path):
     assert not r.status.trainable
     r, _ = await _run(tmp_path, agent_cmd="sleep 60", agent_s=0.5, final_answer=True)
     assert r.status is S.AGENT_ERROR
+
+
+@pytest.mark.parametrize("on_truncated, reward, graded", [("grade", 1.0, 1), ("zero", 0.0, 0), ("exclude", 1.0, 1)])
+async def test_a_budget_stop_is_truncated_at_once_and_graded_as_rollout_on_truncated_says(
+        tmp_path, on_truncated, reward, graded):
+    r, parts = await _run(tmp_path, budget_stop=True, on_truncated=on_truncated)
+    assert r.status is S.TRUNCATED and r.status.trainable and "turn budget (max_turns = 2)" in r.reason
+    assert (r.reward, parts.graded) == (reward, graded) and r.diff == "hi\nchange\n"
+    assert (r.grading is not None) is bool(graded)
+
+
+async def test_a_budget_stop_is_truncated_whatever_the_cli_did_after_it(tmp_path):
+    # farm knows the gateway ended the session; the CLI's own exit is only named
+    r, parts = await _run(tmp_path, budget_stop=True, agent_cmd="echo change >> repo/f; echo oops >&2; exit 1")
+    assert r.status is S.TRUNCATED and "then the CLI" in r.reason and "exited 1" in r.reason
+    assert r.reward == 1.0 and parts.graded == 1
+    r, _ = await _run(tmp_path, budget_stop=True, agent_cmd="sleep 60", agent_s=0.5)
+    assert r.status is S.TRUNCATED and "did not end within 0.5 s" in r.reason
+    # the grader's own failure stays infrastructure (retried), never a truncated reward 0
+    r, _ = await _run(tmp_path, budget_stop=True, grade=E.GradingError("pytest missing"))
+    assert r.status is S.GRADING_ERROR
 
 
 async def test_cancel_cleans_up(tmp_path):

@@ -67,6 +67,30 @@ async def test_submit_is_durable_and_exactly_once(tmp_path):
         np.testing.assert_array_equal(s.tokens[s.prompt_length:][s.loss_mask == 1], [100, 101, 101, 102])
 
 
+@pytest.mark.parametrize("on_truncated", ["grade", "exclude"])
+async def test_truncated_samples_are_marked_or_excluded(tmp_path, on_truncated):
+    from farm.trajectory.records import Budget, BudgetStop
+
+    cfg = reducer_config(tmp_path)
+    cfg.rollout.on_truncated = on_truncated
+    red = ReducerActor(cfg, metrics=False)
+    cut = make_result("a.0", status=RolloutStatus.TRUNCATED, reward=1.0)
+    cut.tree.budget_stop = BudgetStop(budget=Budget.OUTPUT, limit=16384, turns=2)
+    ack = await red.submit(cut)
+    assert ack.status is RolloutStatus.TRUNCATED and ack.attempt == 1
+    await red.close()
+    samples, rollouts = _tables(tmp_path)
+    (row,) = rollouts.to_pylist()
+    assert row["status"] == "truncated" and row["reward"] == 1.0  # the row is kept either way, with its reward
+    if on_truncated == "exclude":  # DAPO-style overlong filtering: no Sample
+        assert samples.num_rows == 0 and row["num_samples"] == 0
+        return
+    (sample,) = table_to_samples(samples)
+    assert sample.status == "truncated" and sample.reward == 1.0 and sample.loss_mask.sum() == 4
+    assert sample.metadata["truncated"] is True
+    assert sample.metadata["truncated_by"] == {"budget": "output", "limit": 16384, "turns": 2}
+
+
 async def test_restart_resumes_from_manifest(tmp_path):
     red = ReducerActor(reducer_config(tmp_path), metrics=False)
     await red.submit(make_result("a.0"))

@@ -1,6 +1,9 @@
 """The fault suite's quick version in CI: engine 5xx, a crashed CLI, a killed sandbox
-actor and a SIGTERM of the job, each followed by a resume of the same command, through
-`farm run` with the real Claude Code CLI. Nothing lost, doubled, poisoned or leaked."""
+actor, a SIGTERM of the job and a policy that never stops (only the turn budget ends
+it), each followed by a resume of the same command, through `farm run` with the real
+Claude Code CLI. Nothing lost, doubled, poisoned or leaked; the endless policy's
+rollouts are truncated at their first attempt, the CLI ending cleanly. (Codex and
+OpenCode at the budget: tests/harnesses/test_harnesses_e2e.py and the full bench.)"""
 
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ def test_quick_fault_suite_loses_doubles_poisons_and_leaks_nothing():
     out = res.stdout
     assert res.returncode == 0, res.stderr[-3000:]
     last = out.strip().splitlines()[-1]
-    assert last == "bench_faults: scenarios=4 lost=0 duplicated=0 poisoned=0 leaked=0", out
+    assert last == "bench_faults: scenarios=5 lost=0 duplicated=0 poisoned=0 leaked=0 truncated=2 unclean_stops=0", out
     lines = [ln for ln in out.splitlines() if ln.startswith("fault=")]
-    assert len(lines) == 4
+    assert len(lines) == 5
     for line in lines:
         figures = dict(kv.split("=", 1) for kv in line.split())
         assert figures["planned"] == figures["ended_once"] == "2" and figures["resume_exit"] == "0", line
@@ -34,3 +37,6 @@ def test_quick_fault_suite_loses_doubles_poisons_and_leaks_nothing():
     for name in ("cli_crash", "kill_sandbox_actor", "sigterm"):
         assert "injected=0" not in by[name], by[name]
     assert "interrupted" in by["sigterm"], by["sigterm"]
+    # the budget ended each endless rollout as the policy's outcome: recorded once, never retried, Samples marked
+    never = dict(kv.split("=", 1) for kv in by["never_stops"].split())
+    assert never["first_run"] == "truncated:2;retried:0" and never["truncated_samples"] == "2", by["never_stops"]

@@ -1,9 +1,13 @@
-"""examples/train_loop.py as a user runs it: a tiny CPU model trained on farm's groups
-in continuous mode (real Ray, real Claude Code CLI, the scripted engine behind the real
-router), weights pushed back every step. Its last line is the contract."""
+"""examples/train_loop.py as a user runs it (the short version of scripts/bench_learning.py):
+farm's tiny CPU model behind the scripted workers (real Ray, real Claude Code CLI, the real
+router), the choose-one-of-K-fixes family where the model's sampled choice decides the
+reward, GRPO on farm's groups in continuous mode, weights pushed back every step. Its
+last line is the contract: within the staleness bound, and the engine's logprobs of every
+trained token agree with the trainer's recomputation (train_rollout_logprob_diff)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -20,7 +24,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_train_loop_runs_within_its_staleness_bound(tmp_path):
+def test_train_loop_runs_within_its_staleness_bound_and_logprobs_agree(tmp_path):
     cfg = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
     cfg["sandbox"] = {"backend": "local", "local": {"base_dir": str(tmp_path / "sb")}}
     cfg["ray"] = {"num_sandbox_actors": 1, "reducer_flush_s": 0.2, "num_cpus": 2, "include_dashboard": False}
@@ -32,15 +36,21 @@ def test_train_loop_runs_within_its_staleness_bound(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--config", str(path), "--out", str(out),
-         "--steps", "2", "--groups", "1", "--n", "1", "--max-staleness", "1", "--on-stale", "drop"],
+         "--choice", "4", "--steps", "2", "--groups", "1", "--n", "2", "--max-staleness", "1", "--on-stale", "drop"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     m = re.fullmatch(r"train_loop: steps=(\d+) groups=(\d+) max_staleness=(\d+) stale_dropped=(\d+) "
-                     r"stale_aborted=(\d+) version_final=(\d+) bound=1", lines[-1])
+                     r"stale_aborted=(\d+) version_final=(\d+) bound=1 train_rollout_logprob_diff=(\S+) "
+                     r"train_rollout_logprob_diff_mean=(\S+)", lines[-1])
     assert m, lines[-1]
-    steps, groups, max_stale, _, _, version = map(int, m.groups())
+    steps, groups, max_stale, _, _, version = map(int, m.groups()[:6])
     assert steps == 2 and groups == 2 and max_stale <= 1 and version == 2
-    assert sum(1 for ln in lines if ln.startswith('{"step"')) == 2
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-1.pt", "step-2.pt"]
+    assert float(m.group(7)) <= 1e-4 and float(m.group(8)) <= 1e-4
+    step_lines = [json.loads(ln) for ln in lines if ln.startswith('{"step"')]
+    assert len(step_lines) == 2 and all(s["trained_tokens"] > 0 for s in step_lines)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-0", "step-1", "step-2"]
+    # the model chose: each rollout applied one candidate (or none), and the grader decided
+    rows = [json.loads(ln) for ln in (out / "tasks.jsonl").read_text().splitlines()]
+    assert all(len(r["metadata"]["candidate_patches"]) == 4 for r in rows)

@@ -28,11 +28,12 @@ BASH = {"name": "Bash", "description": "Run a shell command",
 
 
 def endpoint(kind: str, base: str, **kw: Any):
+    kw = {"max_tokens": 4096, **kw}
     if kind == "anthropic":
-        return AnthropicEndpoint(kind="anthropic", base_url=base + "/v1", model="claude-x", max_tokens=4096,
-                                 headers={"X-Team": "rl"}, **kw)
-    return OpenAIEndpoint(kind="openai", api=kind, base_url=base + "/v1", model="qwen-x", max_tokens=4096,
-                          thinking=False, headers={"X-Team": "rl"}, **kw)
+        return AnthropicEndpoint(kind="anthropic", base_url=base + "/v1", model="claude-x", headers={"X-Team": "rl"},
+                                 **kw)  # fmt: skip
+    return OpenAIEndpoint(kind="openai", api=kind, base_url=base + "/v1", model="qwen-x", thinking=False,
+                          headers={"X-Team": "rl"}, **kw)  # fmt: skip
 
 
 async def claude_turn(http: aiohttp.ClientSession, gw: Gateway, secret: str, messages: list[dict[str, Any]],
@@ -85,7 +86,7 @@ async def test_claude_request_through_each_hosted_protocol(hf_tokenizer, kind):
     (Fault(status=500, times=3), "engine_error", True, 529),
     (Fault(hang_s=1.0, times=3), "engine_error", True, 504),
     (Fault(status=429, retry_after=0.2, times=2), None, False, 200),  # retried within the budget: succeeds
-    (Fault(context_length=True), None, False, 200),  # the policy's own context overflow: an empty length reply
+    (Fault(context_length=True), None, False, 200),  # the policy's own context overflow: the session ends there
 ])  # fmt: skip
 async def test_endpoint_failures_map_to_statuses(hf_tokenizer, fault, status, failure, cli_status):
     async with HostedFake([TASK], hf_tokenizer, api_key="sk-good") as fake, aiohttp.ClientSession() as http:
@@ -103,9 +104,11 @@ async def test_endpoint_failures_map_to_statuses(hf_tokenizer, fault, status, fa
         assert transcript.failure is None and len(transcript.turns) == 1
     if fault.status == 429:
         assert len(fake.requests) == 3 and transcript.turns[0].attempts == 3 and reply["stop_reason"] == "tool_use"
-    if fault.context_length:
-        assert reply["stop_reason"] == "max_tokens" and reply["content"] == []
-        assert TurnFlag.CONTEXT_LIMIT in transcript.turns[0].flags
+    if fault.context_length:  # a normal end of turn with a short text (farm.gateway.budget), the stop remembered
+        assert reply["stop_reason"] == "end_turn" and [b["type"] for b in reply["content"]] == ["text"]
+        assert "context window" in reply["content"][0]["text"]
+        assert transcript.turns[0].flags >= {TurnFlag.CONTEXT_LIMIT, TurnFlag.BUDGET_STOP}
+        assert transcript.budget_stop is not None and transcript.budget_stop.budget.value == "context"
 
 
 async def test_wrong_key_is_an_auth_failure(hf_tokenizer):
@@ -162,3 +165,28 @@ async def test_rate_limit_retries_stop_at_the_agent_phase_deadline(hf_tokenizer)
             transcript = await gw.close_session("r1")
     assert code == 429 and len(fake.requests) == 1
     assert transcript.failure[0] == "engine_error" and "rate_limit" in transcript.failure[1]
+
+
+async def test_budgets_end_a_black_box_session_like_an_engine_one(hf_tokenizer):
+    """The endpoint's max_tokens cut a turn (its length stop), then the turn budget: the CLI
+    gets a normal end of turn each time, the transcript keeps what the endpoint said."""
+    async with HostedFake([TASK], hf_tokenizer, api_key="sk-good") as fake, aiohttp.ClientSession() as http:
+        async with Gateway.for_endpoint(GatewayConfig(), "ep", endpoint("chat", fake.base_url, max_tokens=8),
+                                        "sk-good") as gw:  # fmt: skip
+            secret = gw.open_session("cut").secret
+            code, reply = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
+            assert code == 200 and reply["stop_reason"] == "end_turn"
+            assert [b["type"] for b in reply["content"]][-1] == "text"  # (after the cut reply's thinking)
+            assert not any(b["type"] == "tool_use" for b in reply["content"])
+            code, again = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
+            assert code == 200 and again["stop_reason"] == "end_turn"  # the session is over: not sent on
+            cut = await gw.close_session("cut")
+            secret = gw.open_session("turns", max_turns=0).secret
+            code, refused = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
+            turns = await gw.close_session("turns")
+    assert len(fake.requests) == 1  # the endpoint saw the first request only
+    (first,) = cut.turns
+    assert first.finish_reason is FinishReason.LENGTH and first.output_tokens == 8  # as the endpoint answered
+    assert TurnFlag.BUDGET_STOP in first.flags and (cut.budget_stop.budget.value, cut.budget_stop.limit) == ("output", 8)
+    assert code == 200 and refused["stop_reason"] == "end_turn" and "turn budget" in refused["content"][0]["text"]
+    assert turns.budget_stop.budget.value == "max_turns" and TurnFlag.TURN_LIMIT in turns.turns[0].flags

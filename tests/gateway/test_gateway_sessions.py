@@ -162,42 +162,6 @@ async def test_side_requests_never_join_the_main_chain(hf_tokenizer):
     assert stats.side_requests == 1 and stats.count_tokens == 1 and stats.appended == 1
 
 
-async def test_turn_limit(hf_tokenizer):
-    conv = Conversation("chat")
-    async with gateway_env(hf_tokenizer) as env:
-        h = env.gw.open_session("lim", max_turns=1)
-        r1 = await turn(env, conv, h.secret, "lim", reply_text("", [("bash", {"command": "ls"})]))
-        conv.echo(r1, ["a.py"])
-        r2 = await turn(env, conv, h.secret, "lim", "never generated")
-        assert r2["finish_reason"] == "length" and r2["content"] == "" and r2["tool_calls"] == []
-        tree = env.gw.tree("lim")
-        refused = tree.turns[-1]
-        assert TurnFlag.TURN_LIMIT in refused.flags and not refused.trainable
-        assert refused.finish_reason is FinishReason.LENGTH and len(refused.output_ids) == 0
-        assert len(_engine_prompts(env, "lim")) == 1  # the engine never saw turn 2
-        assert env.gw.stats("lim").turn_limit_refusals == 1
-
-
-async def test_context_limit(hf_tokenizer):
-    conv = Conversation("anthropic")
-    async with gateway_env(hf_tokenizer) as env:
-        probe = env.gw.open_session("probe")
-        await turn(env, conv, probe.secret, "probe", "x")
-        prompt_len = env.gw.tree("probe").turns[0].prompt_length
-        h = env.gw.open_session("ctx", max_context_tokens=prompt_len + 5)
-        long = "word " * 200
-        reply = await turn(env, conv, h.secret, "ctx", long)
-        assert reply["stop_reason"] == "max_tokens"
-        t = env.gw.tree("ctx").turns[0]
-        assert len(t.output_ids) == 5 and TurnFlag.CONTEXT_LIMIT in t.flags
-        assert t.finish_reason is FinishReason.LENGTH
-        tiny = env.gw.open_session("tiny", max_context_tokens=10)
-        reply = await turn(env, conv, tiny.secret, "tiny", "x")
-        assert reply["stop_reason"] == "max_tokens" and reply["content"] == []
-        assert TurnFlag.CONTEXT_LIMIT in env.gw.tree("tiny").turns[0].flags
-        assert not _engine_prompts(env, "tiny")
-
-
 async def test_sessions_are_isolated(hf_tokenizer):
     async with gateway_env(hf_tokenizer) as env:
         a, b = env.gw.open_session("A"), env.gw.open_session("B")

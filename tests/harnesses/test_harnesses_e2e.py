@@ -1,5 +1,7 @@
 """The real CLIs (pinned npm packages) in local sandboxes, against the real gateway and
-the scripted ``oracle`` worker behind the real sglang-router, on a demo task.
+the scripted ``oracle`` worker behind the real sglang-router, on a demo task. The worker
+serves farm's tiny CPU model (``--model``): every token the CLI session trains on is
+scored by it, and the trainer's recomputation agrees with the engine's logprobs.
 
 One worker + router for the module; a gateway per test (in the test's event loop).
 """
@@ -32,6 +34,7 @@ from farm.workspace.capture import capture_diff
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks, resolve_tasks_path
 from farm.tasks.runtime import TaskRuntime
+from farm.trajectory.linearize import RolloutInfo, linearize
 from farm.workspace.prepare import prepare_workspace
 
 from harness_testutil import free_port
@@ -43,8 +46,15 @@ CLIS = ["claude_code", "codex", "opencode"]
 
 
 @pytest.fixture(scope="module")
-def stack(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """(router URL, task runtime, the demo task): an oracle worker behind the real router."""
+def model_dir(hf_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from farm.testing.lm import new_model, save_model
+
+    return save_model(new_model(len(hf_tokenizer), seed=3), tmp_path_factory.mktemp("model") / "v0")
+
+
+@pytest.fixture(scope="module")
+def stack(tokenizer_dir: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(router URL, task runtime, the demo task): an oracle worker with a model behind the real router."""
     tasks_cfg = TasksConfig(path="demo", cache_dir=str(tmp_path_factory.getbasetemp() / "farm-tasks-cache"))
     tasks_path = resolve_tasks_path(tasks_cfg)
     runtime = TaskRuntime.from_config(tasks_cfg)
@@ -53,7 +63,8 @@ def stack(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
     async def start():
         worker = await start_scripted_worker(
-            {"policy": "oracle", "tokenizer": str(tokenizer_dir), "tasks_path": str(tasks_path)},
+            {"policy": "oracle", "tokenizer": str(tokenizer_dir), "tasks_path": str(tasks_path),
+             "model_path": str(model_dir)},
             log_dir=log_dir, name="oracle-0", timeout=120,
         )  # fmt: skip
         try:
@@ -101,7 +112,7 @@ def extends(tree, turn) -> bool:
 
 
 @pytest.mark.parametrize("name", CLIS)
-async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandbox) -> None:
+async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandbox, model_dir) -> None:
     _, _, task = stack
     sb, ws = workspace_sandbox
     session = f"{name}-{uuid.uuid4().hex[:8]}"
@@ -139,6 +150,39 @@ async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandb
         if m.get("role") == "tool"
     ]
     assert call_ids <= set(answers)
+
+    # The trainer recomputes every trained token with the served weights: the engine's logprobs agree.
+    from farm.testing.agreement import logprob_agreement
+    from farm.testing.lm import load_model
+
+    samples = linearize(tree, RolloutInfo(rollout_id=session, reward=1.0))
+    agree = logprob_agreement(samples, lambda version: load_model(model_dir))
+    assert agree.tokens == sum(int(s.loss_mask.sum()) for s in samples) > 0
+    assert agree.max_abs <= 1e-4, agree
+
+
+@pytest.mark.parametrize("name", CLIS)
+async def test_real_cli_ends_cleanly_when_the_turn_budget_runs_out(name, stack, gateway, workspace_sandbox) -> None:
+    """One turn allowed: the oracle's first turn (two parallel looks) runs, the CLI sends
+    their results, the gateway ends the session (farm.gateway.budget): each CLI takes
+    that end of turn as a final answer and exits 0, not 1 as on a length stop."""
+    sb, ws = workspace_sandbox
+    session = f"{name}-budget-{uuid.uuid4().hex[:8]}"
+    handle = gateway.open_session(session, max_turns=1)
+    harness = make_harness(HarnessConfig(name=name))
+    run = HarnessRun(
+        instruction=stack[2].instruction, gateway_url=gateway.base_url, api_key=handle.secret,
+        model="farm-policy", workdir=ws.workdir, budget_s=240, env=task_env(stack),
+    )  # fmt: skip
+    result = await harness.run(sb, run)
+    tree = await gateway.close_session(session)
+    assert result.status is RolloutStatus.COMPLETED and result.exit_code == 0, (result.reason,
+                                                                               result.stderr_tail[-2000:])
+    assert "Stopping here: the turn budget (max_turns = 1) is spent." in (result.final_message or "")
+    stop = tree.budget_stop
+    assert stop is not None and (stop.budget.value, stop.limit, stop.turns) == ("max_turns", 1, 1)
+    assert gateway.stats(session).after_budget_stop == 0  # the CLI asked nothing more
+    assert not sandbox_pids(sb.id)
 
 
 async def test_real_cli_over_budget_is_killed(stack, gateway, workspace_sandbox) -> None:

@@ -126,3 +126,65 @@ def build_run(out_dir: Path, tok: Any, specs: list[Spec] = SPECS) -> Path:
     write_config(out_dir)
     asyncio.run(submit(out_dir, tok, specs))
     return out_dir
+
+
+# ---- a run served by a model (farm's tiny CPU LM behind the scripted worker) ----------------
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+async def _model_sessions(tok: Any, model_path: str, rollout_ids: list[str]) -> dict[str, TurnTree]:
+    """One chat session per rollout through the real gateway: a tool call, its result, an
+    answer; every output token scored by the model at ``model_path``."""
+    import aiohttp
+
+    from farm.engine.client import EngineClient
+    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+    from farm.gateway.config import GatewayConfig
+    from farm.gateway.gateway import Gateway
+    from farm.testing.lm import LMScorer
+
+    policy = ScriptedPolicy()
+    worker = ScriptedWorker(tok, policy, WorkerSettings(), scorer=LMScorer.from_path(model_path))
+    trees: dict[str, TurnTree] = {}
+    async with serve_worker(worker) as url, EngineClient(url) as engine:
+        async with Gateway(GatewayConfig(), tok, engine, "hermes") as gw, aiohttp.ClientSession() as http:
+            for rid in rollout_ids:
+                handle = gw.open_session(rid)
+                policy.push(f'<tool_call>\n{{"name": "bash", "arguments": {{"command": "pytest {rid}"}}}}\n</tool_call>',
+                            f"The tests of {rid} pass now.", routing_key=rid)
+                messages: list[dict[str, Any]] = [{"role": "system", "content": "You fix bugs."},
+                                                  {"role": "user", "content": f"Fix the failing test of {rid}."}]
+                for _ in range(2):
+                    async with http.post(gw.base_url + "/v1/chat/completions", headers={
+                            "Authorization": f"Bearer {handle.secret}"}, json={
+                            "model": "farm-policy", "stream": False, "tools": [BASH], "messages": messages}) as r:
+                        assert r.status == 200, await r.text()
+                        msg = (await r.json())["choices"][0]["message"]
+                    messages.append(msg)
+                    messages += [{"role": "tool", "tool_call_id": c["id"], "content": "1 passed"}
+                                 for c in msg.get("tool_calls") or []]
+                trees[rid] = await gw.close_session(rid)
+    return trees
+
+
+def build_model_run(out_dir: Path, tok: Any, model_path: str) -> Path:
+    """Groups t0, t1 of N rollouts (rewards 1, 0), sessions served by the model at ``model_path``."""
+    write_config(out_dir)
+    specs = [Spec(f"t{g}.{i}", reward=1.0 - i) for g in range(2) for i in range(N)]
+
+    async def run() -> None:
+        trees = await _model_sessions(tok, model_path, [s.rollout_id for s in specs])
+        red = ReducerActor(reducer_config(out_dir), metrics=False)
+        for spec in specs:
+            tree = trees[spec.rollout_id]
+            await red.submit(RolloutResult(
+                run_id="integ", rollout_id=spec.rollout_id, group_id=spec.task_id, task_id=spec.task_id,
+                sample_index=spec.sample_index, group_index=int(spec.task_id[1:]), harness="opencode",
+                model="farm-policy", status=spec.status, reward=spec.reward, grading={"resolved": spec.reward == 1.0},
+                counts=counts_of(tree), sandbox_id="sb", started_at=1.0, finished_at=2.0, tree=tree,
+            ))  # fmt: skip
+        await red.close()
+
+    asyncio.run(run())
+    return out_dir

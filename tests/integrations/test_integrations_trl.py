@@ -80,6 +80,57 @@ def test_grpo_trainer_trains_on_farm_groups(run_dir, hf_tokenizer, tmp_path, mon
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())  # it trained
 
 
+def test_trainers_old_logprobs_agree_with_farms(hf_tokenizer, tmp_path, monkeypatch):
+    """The trainer's own recomputation (GRPOTrainer's old per-token logps of each
+    completion, its fused LM head) against farm's rollout logprobs, on Samples the
+    scripted worker served with the same weights (farm's tiny CPU LM, a transformers
+    model TRL trains as is): the difference TRL reports as sampling_logp_difference,
+    over every trained token of the first generation batch (before any update)."""
+    from integ_helpers import build_model_run
+    from trl import GRPOConfig, GRPOTrainer
+
+    from farm.testing.lm import load_model, new_model, save_model
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    path = str(save_model(new_model(len(hf_tokenizer), seed=5, pad_token_id=hf_tokenizer.pad_token_id,
+                                    eos_token_id=hf_tokenizer.eos_token_id), tmp_path / "v0"))
+    run = build_model_run(tmp_path / "run", hf_tokenizer, path)
+    outputs = []
+
+    class Recording(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            outputs.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in out.items()})
+            return out
+
+    # num_iterations=2: TRL computes old_per_token_logps at generation time (before the update)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"), use_cpu=True, per_device_train_batch_size=4, num_generations=2,
+        max_steps=1, num_iterations=2, learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
+        gradient_checkpointing=False, bf16=False,  # float32 like the engine (TRL autocasts to bf16 by default: ~1e-2 off)
+        beta=0.0, seed=0, dataloader_num_workers=0, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = Recording(model=load_model(path), reward_funcs=farm_reward, args=args, train_dataset=prompt_dataset(8),
+                        processing_class=hf_tokenizer,
+                        rollout_func=FarmRolloutFunc(GroupReader(run, order="task"), timeout=0))  # fmt: skip
+    trainer.train()
+    out = outputs[0]
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    delta = (out["old_per_token_logps"] - out["sampling_per_token_logps"]).abs()[mask]
+    assert delta.numel() == sum(int(s.loss_mask.sum()) for g in GroupReader(run, order="task").read()
+                                for s in g.samples) > 20  # every trained token of both groups
+    assert float(delta.max()) <= 1e-4, float(delta.max())
+    # and the check is sharp: TRL with other weights disagrees by far more
+    other = load_model(str(save_model(new_model(len(hf_tokenizer), seed=6), tmp_path / "v1")))
+    with torch.no_grad():
+        ids, am = torch.cat([out["prompt_ids"], out["completion_ids"]], 1), torch.cat([out["prompt_mask"],
+                                                                                     out["completion_mask"]], 1)
+        n = out["completion_ids"].shape[1]
+        logits = other(ids, am).logits[:, -n - 1:-1]
+        theirs = torch.log_softmax(logits, -1).gather(2, out["completion_ids"][..., None])[..., 0]
+    assert float((theirs - out["sampling_per_token_logps"]).abs()[mask].max()) > 1.0
+
+
 def test_rollout_func_contract_and_errors(run_dir):
     class Trainer:  # what FarmRolloutFunc reads of a GRPOTrainer
         num_generations, num_generations_eval = 2, 2

@@ -56,6 +56,16 @@ PLAN = [("Let me look around.", [("Bash", {"command": "git status"}), ("Bash", {
 
 
 STREAM = '{"type":"system","subtype":"init"}\n{"type":"result","subtype":"success"}\n'
+INSTRUCTION = "calc.divide(a, b) returns a / 0.\nMake it divide by b; tests/test_calc.py::test_divide shows the bug."
+
+
+def task_json(task_id: str) -> str:
+    """The task a rollout was given, as the pipeline keeps it in its artifacts (task.json)."""
+    from farm.tasks.model import GitSource, Task
+
+    return Task(id=task_id, instruction=INSTRUCTION, workspace=GitSource(repo="acme/calc", base_commit="0ff1ce"),
+                test_command="python -m pytest -rA", fail_to_pass=["tests/test_calc.py::test_divide"],
+                pass_to_pass=["tests/test_calc.py::test_add"]).model_dump_json()  # fmt: skip
 
 
 def _traceback() -> str:
@@ -88,6 +98,7 @@ async def write_rollouts(out: Path, tokenizer, specs: list[tuple[str, str, float
             "timings": {"create": 0.4, "agent": 3.5, "grade": 1.25}, "task_id": rid.rsplit(".", 1)[0]})  # fmt: skip
         texts = {"agent.stdout": STREAM, "turns.jsonl": turns_jsonl(tree), "diff.patch": result.diff} if tree else \
             {"error.txt": f"status: {status}\nreason: because\n\n{_traceback()}"}
+        texts["task.json"] = task_json(result.task_id)
         result.artifacts = build_artifacts(rid, texts, cap=1 << 20, index={"attempt": 1, "status": status})
         await red.submit(result)
     await red.close()

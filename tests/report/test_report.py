@@ -8,7 +8,7 @@ import re
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
-from conftest import DIFF, TASK, write_rollouts
+from conftest import DIFF, INSTRUCTION, TASK, write_rollouts
 from farm.cli import main
 from farm.report.html import render_report
 from farm.report.server import PAGE, make_app
@@ -49,7 +49,8 @@ def test_report_holds_every_rollout_and_its_trajectory(real_run):
     assert view["drift"]["appended"] == 2
     assert data["r2"]["samples"] == [] and data["r1"]["tests"]["fail_to_pass"]["tests/test_calc.py::test_divide"] == "FAILED"
     # per-rollout artifacts: the files listed (linked), an infrastructure failure's traceback embedded
-    assert {f["name"] for f in d["artifacts"]["files"]} == {"agent.stdout.gz", "turns.jsonl.gz", "diff.patch.gz"}
+    assert {f["name"] for f in d["artifacts"]["files"]} == {"agent.stdout.gz", "turns.jsonl.gz", "diff.patch.gz",
+                                                            "task.json.gz"}  # fmt: skip
     assert d["artifacts"]["error"] is None and d["artifacts"]["dir"] == f"{TASK}.0"
     error = data["r2"]["artifacts"]["error"]
     assert "Traceback (most recent call last)" in error and "disk full" in error
@@ -82,7 +83,88 @@ async def test_view_renders_again_when_the_run_grows(tmp_path, tokenizer_dir, hf
         again = blobs(await (await client.get("/")).text())
         assert [r["rollout_id"] for r in again["rows"]] == ["a__t.0", "b__t.0"] and app[PAGE].renders == 2
         assert again["r1"]["samples"][0]["trained"] > 0
-        res = await client.get("/artifacts/b__t.0/agent.stdout.gz")  # the page's links: served unzipped
-        assert res.status == 200 and '{"type":"result","subtype":"success"}' in await res.text()
+        assert again["head"]["served"]  # the page links each artifact by its own name, served decompressed
+        for name in ("agent.stdout", "agent.stdout.gz"):
+            res = await client.get(f"/artifacts/b__t.0/{name}")
+            assert res.status == 200 and '{"type":"result","subtype":"success"}' in await res.text()
+            assert res.content_type == "text/plain" and res.charset == "utf-8"
+            assert res.headers["Content-Disposition"] == 'inline; filename="agent.stdout"'  # shown, not downloaded
+        res = await client.get("/artifacts/b__t.0/task.json")
+        assert res.content_type == "application/json" and (await res.json())["id"] == "b__t"
+        res = await client.get("/artifacts/b__t.0/diff.patch")
+        assert res.content_type == "text/plain" and (await res.text()).startswith("diff --git")
         assert (await client.get("/artifacts/b__t.0/nope.gz")).status == 404
+        assert (await client.get("/artifacts/b__t.0/nope")).status == 404
         assert (await client.get("/artifacts/../run_config.yaml")).status == 404
+
+
+def test_report_answers_what_the_task_was(real_run):
+    data = blobs(render_report(real_run))
+    ref = data["r0"]["task"]
+    assert ref is not None and data["r1"]["task"] == ref  # one blob per task, shared by its rollouts
+    task = data[f"t{ref}"]
+    assert task["instruction"] == INSTRUCTION and task["source"] == "acme/calc @ 0ff1ce"
+    assert task["tests"] == "1 FAIL_TO_PASS, 1 PASS_TO_PASS" and "task.json" in task["origin"]
+
+
+def test_report_wall_time_throughput_and_group_spread(tmp_path, real_run, tokenizer_dir, hf_tokenizer):
+    from farm.report.stats import busy_seconds, group_spread, throughput
+
+    assert busy_seconds([(0, 10), (5, 12), (100, 101)]) == 13  # overlaps once, the gap not at all
+    rows = [{"started_at": 1000.0, "finished_at": 1060.0, "turns": 6, "output_tokens": 600},
+            {"started_at": 1030.0, "finished_at": 1120.0, "turns": 3, "output_tokens": 300},
+            {"started_at": 0.0, "finished_at": 0.0, "turns": 9, "output_tokens": 900}]  # rebuilt row: no times
+    assert throughput(rows) == {"timed_rollouts": 2, "wall_busy_s": 120.0, "wall_span_s": 120.0,
+                                "rollouts_per_min": 1.0, "turns_per_s": 0.075, "output_tokens_per_s": 7.5}
+    html = render_report(real_run)
+    assert ">1 / 1<" in html and "groups with reward spread (GRPO signal)" in html and ">90<" in html
+    [g] = group_spread(blobs(html)["rows"])  # over policy outcomes: the sandbox_error is excluded
+    assert g == {"group_id": TASK, "n": 2, "excluded": 1, "mean": 0.5, "std": 0.5, "min": 0.0, "max": 1.0,
+                 "flat": False}  # fmt: skip
+    (tmp_path / "run_config.yaml").write_text(f"engine: {{tokenizer: {tokenizer_dir}}}\n")
+    import asyncio
+
+    asyncio.run(write_rollouts(tmp_path, hf_tokenizer, [("a__t.0", "completed", 1.0, None),
+                                                        ("a__t.1", "completed", 1.0, None),
+                                                        ("b__t.0", "completed", 0.0, None),
+                                                        ("b__t.1", "completed", 1.0, None)]))  # fmt: skip
+    html = render_report(tmp_path)
+    groups = html[html.index('id="groups"'):]
+    assert "1 of 2 groups have all rewards equal" in groups
+    flat = re.findall(r'<tr class="flat"><td>([^<]+)</td>.*?</tr>', groups)
+    assert flat == ["a__t"] and "all equal: no signal" in groups and ">1 / 2<" in html
+
+
+async def test_report_fidelity_is_a_table_with_its_differences_decoded(tmp_path, tokenizer_dir, hf_tokenizer):
+    """A Sample whose context differs from a fresh render (the template drops the earlier
+    reasoning): a table of counts and the differing text, as the engine saw it and re-rendered."""
+    from farm_helpers import make_result, reducer_config
+
+    from farm.actors.reducer import ReducerActor
+    from farm.gateway.fidelity import measure_session
+    from farm.gateway.render import PromptRenderer
+    from farm.trajectory.tree import TurnTree
+
+    r = PromptRenderer(hf_tokenizer)
+    h0 = [{"role": "user", "content": "fix it"}]
+    response = {"role": "assistant", "content": "On it.", "reasoning_content": "Look first."}
+    out_ids = r.encode("<think>\nLook first.\n</think>\n\nOn it.<|im_end|>")
+    tree = TurnTree("s")
+    t1 = tree.append(parent_id=None, prompt_delta_ids=r.full_prompt(h0, []), output_ids=out_ids,
+                     output_logprobs=[-0.1] * len(out_ids), finish_reason="stop", messages=h0, response=response)
+    new = [{"role": "user", "content": "go on"}]
+    tree.append(parent_id=t1.turn_id, prompt_delta_ids=r.delta_ids(response, new, generated_end="<|im_end|>"),
+                output_ids=r.encode("done"), output_logprobs=[-0.2], finish_reason="stop", messages=new)  # fmt: skip
+    assert measure_session(tree, r, {"": []}, "ends") == 1
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    await red.submit(make_result("f.0", turns=0).model_copy(update={"tree": tree}))
+    await red.close()
+    (tmp_path / "run_config.yaml").write_text(f"engine: {{tokenizer: {tokenizer_dir}}}\n")
+    html = render_report(tmp_path)
+    fid = blobs(html)["r0"]["samples"][0]["fidelity"]
+    table = dict(fid["rows"])
+    assert table["tokens that differ"] > 0 and table["  in model outputs (as the model wrote them vs re-rendered)"] > 0
+    assert any("Look first." in run["seen"] and "Look first." not in run["fresh"] for run in fid["runs"])
+    overview = html[html.index('id="fidelity"'):]
+    assert "<td>Samples with a difference</td><td class=\"num\">1</td>" in overview
+    assert "{&quot;" not in overview and '{"seen_tokens"' not in html  # no raw JSON shown

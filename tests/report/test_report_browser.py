@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TASK
+from conftest import INSTRUCTION, TASK
 from farm.report.html import write_report
 
 CHROMIUM = "/usr/bin/chromium"
@@ -35,6 +35,8 @@ def test_click_into_a_rollout(real_run, tmp_path):
             page.goto(Path(page_path).as_uri())
             rows = page.locator("#rollouts tbody tr")
             assert rows.count() == 3
+            assert page.locator("#groups table.groups tbody tr").count() == 1  # the group's reward spread
+            assert "Samples measured" in page.inner_text("#fidelity")  # the run's fidelity, a table
             # sort by reward, descending on the second click: the resolved rollout first
             page.click("th[data-k=reward]")
             page.click("th[data-k=reward]")
@@ -48,6 +50,8 @@ def test_click_into_a_rollout(real_run, tmp_path):
             text = detail.inner_text()
             assert f"{TASK}.0" in page.inner_text("#detail-title")
             assert "calc__fix-divide" in text  # the task id
+            assert "acme/calc @ 0ff1ce" in text and detail.locator("pre.instruction").inner_text() == INSTRUCTION
+            assert "context tokens the engine saw" in detail.locator("table.fidelity").first.inner_text()
             assert '"command": "git status"' in text  # a tool call the model made
             assert "+    return a / b  # </script> safe" in text  # the diff, whole
             assert "tests/test_calc.py::test_divide" in text and "FAIL_TO_PASS" in text

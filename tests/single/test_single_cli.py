@@ -35,8 +35,8 @@ def test_farm_rollout_json_on_the_default_config(tmp_path):
     assert out["turns"] >= 2 and out["tokens"]["output"] > 0 and out["duration_s"] > 0
     progress = [line for line in proc.stderr.splitlines() if line.startswith("demo-wordfreq.0 turn ")]
     assert len(progress) == out["turns"]  # one progress line per turn
-    assert out["outputs"]["output_dir"] == str(tmp_path / "runs" / "local")
-    assert stored_ids(tmp_path / "runs" / "local") == ({"demo-wordfreq.0"}, {"demo-wordfreq.0"})
+    assert out["outputs"]["output_dir"] == str(tmp_path / "runs" / "rollouts")  # not `farm run`'s runs/local
+    assert stored_ids(tmp_path / "runs" / "rollouts") == ({"demo-wordfreq.0"}, {"demo-wordfreq.0"})
 
 
 def test_farm_rollout_bad_arguments_fail_before_starting_anything(tmp_path):
@@ -64,7 +64,7 @@ def test_farm_rollout_on_a_black_box_endpoint_writes_no_samples(tmp_path, hf_tok
     out = json.loads(proc.stdout)
     assert (out["status"], out["reward"]) == ("completed", 1.0), out
     assert out["turns"] >= 2 and len(served) >= out["turns"]
-    run_dir = tmp_path / "runs" / "local"
+    run_dir = tmp_path / "runs" / "rollouts"
     assert stored_ids(run_dir) == (set(), {"demo-wordfreq.0"})  # a rollouts row, no Sample
     row = ShardReader(run_dir, name=ROLLOUTS_TABLE).read_table().to_pylist()[0]
     assert row["mode"] == "black_box" and row["num_samples"] == 0

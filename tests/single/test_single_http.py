@@ -101,8 +101,9 @@ async def test_serve_eight_rollouts_stream_abort_finalize(server, tmp_path):
         kinds = [e["kind"] for e in events]
         assert kinds[0] == "queued" and "turn_finished" in kinds and kinds[-1] == "result"
         assert events[-1]["status"] == "completed"
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         resumed = await sse(http, f"/rollouts/{watched}/events?since={len(events) - 1}")
-        assert [e["seq"] for e in resumed] == [len(events) - 1]  # a reconnect resumes, nothing doubled
+        assert [e["seq"] for e in resumed] == [len(events)]  # a reconnect resumes after its last event
 
         async def finalize(rid: str) -> dict:
             async with http.post(f"/rollouts/{rid}/finalize") as r:

@@ -30,7 +30,7 @@ async def follow(env, rid: str, until: str = "result") -> list[dict]:
     events, since = [], 0
     while True:
         got = await env.call_tool("subscribe_events", rollout_id=rid, since=since, wait_s=10)
-        assert [e["seq"] for e in got["events"]] == list(range(since, got["next"]))  # in order, none doubled
+        assert [e["seq"] for e in got["events"]] == list(range(since + 1, got["next"] + 1))  # in order, none doubled
         events += got["events"]
         since = got["next"]
         if got["done"] or any(e["kind"] == until for e in got["events"]):

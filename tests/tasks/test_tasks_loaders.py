@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from farm.errors import TaskLoadError
+from farm.errors import TaskFileErrors, TaskLoadError
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import detect_format
 from farm.tasks.loaders import load_tasks
@@ -96,12 +96,45 @@ def test_farm_jsonl_reports_and_skips_bad_lines(tmp_path: Path) -> None:
     assert list(result) == result.tasks and len(result) == 2
 
 
-def test_strict_stops_at_the_first_bad_line(tmp_path: Path) -> None:
+def test_strict_refuses_the_file_naming_every_bad_row_at_once(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "tasks.jsonl", [farm_row(1), farm_row(2, instruction=""), "{bad"])
-    with pytest.raises(TaskLoadError) as info:
+    with pytest.raises(TaskFileErrors) as info:
         load_tasks(path, strict=True)
-    assert (info.value.line, info.value.field) == (2, "instruction")
-    assert f"{path}:2: field 'instruction'" in str(info.value)
+    assert isinstance(info.value, TaskLoadError) and (info.value.line, info.value.field) == (2, "instruction")
+    assert [(e.line, e.field) for e in info.value.errors] == [(2, "instruction"), (3, "<json>")]
+    msg = str(info.value)
+    assert f"{path}: 2 problem(s) in 2 row(s):" in msg
+    assert f"{path}:2: field 'instruction'" in msg and f"{path}:3: field '<json>'" in msg
+
+
+def test_every_problem_of_a_row_is_reported_and_unknown_keys_get_a_suggestion(tmp_path: Path) -> None:
+    """A row with several wrong fields reports each (not pydantic's first); a misspelled
+    key names the field it probably meant, at any depth (a workspace source by its type)."""
+    row = farm_row(1, setup_comands=["pip install -e ."], timeouts={"agent": 60},
+                   workspace={"type": "git", "repo": "acme/x", "base_comit": "abc123"})  # fmt: skip
+    path = write_jsonl(tmp_path / "t.jsonl", [row, farm_row(2, instruction="", zzz=1)])
+    errors = load_tasks(path).errors
+    by_field = {(e.line, e.field): str(e) for e in errors}
+    assert set(by_field) == {(1, "setup_comands"), (1, "timeouts.agent"), (1, "workspace.git.base_comit"),
+                             (1, "workspace.git.base_commit"), (2, "instruction"), (2, "zzz")}  # fmt: skip
+    assert "unknown key 'setup_comands': did you mean 'setup_commands'?" in by_field[(1, "setup_comands")]
+    assert "did you mean 'agent_s'?" in by_field[(1, "timeouts.agent")]
+    assert "did you mean 'base_commit'?" in by_field[(1, "workspace.git.base_comit")]
+    assert "Extra inputs are not permitted" not in "".join(by_field.values())
+    assert "unknown key 'zzz': known keys here: id, instruction, workspace" in by_field[(2, "zzz")]
+
+
+def test_a_file_without_one_valid_task_lists_its_problems(tmp_path: Path) -> None:
+    from farm.config import load_config
+    from farm.errors import TaskError
+    from farm.rollout.tasks import load_run_tasks
+
+    path = write_jsonl(tmp_path / "t.jsonl", [farm_row(1, instruction=""), farm_row(2, setup_comands=[])])
+    with pytest.raises(TaskError) as info:
+        load_run_tasks(load_config(None, [f"tasks.path={path}"]))
+    msg = str(info.value)
+    assert f"no valid task in {path} (2 problem(s)):" in msg
+    assert ":1: field 'instruction'" in msg and "did you mean 'setup_commands'?" in msg
 
 
 def test_a_swe_task_without_a_test_command_is_rejected(tmp_path: Path) -> None:

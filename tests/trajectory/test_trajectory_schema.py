@@ -74,6 +74,10 @@ def test_slime_dict_roundtrip(hf_tokenizer):
         assert from_slime_dict(d).model_dump_json() == s.model_dump_json()
     last = to_slime_dict(_samples()[1], tokenizer=hf_tokenizer)
     assert last["status"] == "truncated" and isinstance(last["response"], str)
+    # a rollout whose policy ran out of a budget is truncated for slime, however its chain's last turn ended
+    cut = _samples()[0].model_copy(update={"status": "truncated"})
+    assert cut.finish_reason == "stop" and to_slime_dict(cut)["status"] == "truncated"
+    assert from_slime_dict(to_slime_dict(cut)).model_dump_json() == cut.model_dump_json()
 
 
 def test_plain_slime_dict_is_accepted():

@@ -10,6 +10,7 @@ from trj_helpers import add, lin, lp, mask_of, outputs, trained
 
 from farm.errors import TrajectoryError
 from farm.trajectory import FinishReason, TurnFlag, TurnTree, chain_ends
+from farm.trajectory.records import Budget, BudgetStop
 
 
 def test_single_turn():
@@ -240,9 +241,12 @@ def test_tree_accessors_pickle_and_dict_roundtrip():
     assert len(t) == 3 and [x.turn_id for x in t.turns] == [a.turn_id, b.turn_id, c.turn_id]
     assert [x.turn_id for x in t.leaves()] == [b.turn_id, c.turn_id]
     seqs = {x.turn_id: t.sequence_ids(x.turn_id).tolist() for x in t.turns}
+    assert TurnTree.from_dict(t.to_dict()).budget_stop is None
+    t.budget_stop = BudgetStop(budget=Budget.CONTEXT, limit=4096, turns=3)
     for copy in (pickle.loads(pickle.dumps(t)), TurnTree.from_dict(t.to_dict())):
         assert {x.turn_id: copy.sequence_ids(x.turn_id).tolist() for x in copy.turns} == seqs
         assert copy.drift == t.drift and copy.history(b.turn_id) == t.history(b.turn_id)
+        assert copy.budget_stop == t.budget_stop
         assert [s.tokens.tolist() for s in lin(copy)] == [s.tokens.tolist() for s in lin(t)]
         # the copy keeps mounting by history
         d = copy.mount(prompt_ids=[1, 2, 101, 102, 103, 6], output_ids=[1], output_logprobs=[],
@@ -356,3 +360,23 @@ def test_chain_kind_follows_how_the_chain_was_formed():
     assert [k for tid, k in kinds.items() if tid not in (end.turn_id,)] == [("retry", False), ("fork", False),
                                                                              ("side", False)]
 
+
+# ---- a budget's refusal is no model turn -----------------------------------------------
+def test_a_refusal_at_a_limit_is_in_no_sample_and_the_real_last_turn_ends_and_trains():
+    """The gateway refused at the turn limit (no engine call, no output ids): the chain ends
+    at the policy's real last turn, which trains; the refusal's prompt (tool results, the
+    generation prompt) is in no Sample. A turn the context cut keeps its real output."""
+    t = TurnTree("s")
+    a = add(t, None, [1, 2, 3], [10, 11])
+    b = add(t, a.turn_id, [4, 5], [12, 13], finish_reason="length", flags=frozenset({TurnFlag.CONTEXT_LIMIT}))
+    refusal = add(t, b.turn_id, [6, 7, 8], [], finish_reason="length", trainable=False,
+                  flags=frozenset({TurnFlag.TURN_LIMIT, TurnFlag.BUDGET_STOP}))  # fmt: skip
+    assert [r.turn_id for r in chain_ends(t)] == [b.turn_id]
+    (sample,) = lin(t)
+    assert sample.tokens.tolist() == [1, 2, 3, 10, 11, 4, 5, 12, 13] and trained(sample) == [10, 11, 12, 13]
+    assert sample.metadata["final"] and sample.chain_kind == "main" and refusal.turn_id not in sample.metadata["turn_ids"]
+    # a session refused on its first request (no room for the prompt): nothing at all
+    t2 = TurnTree("s2")
+    add(t2, None, [1, 2, 3], [], finish_reason="length", trainable=False,
+        flags=frozenset({TurnFlag.CONTEXT_LIMIT, TurnFlag.BUDGET_STOP}))  # fmt: skip
+    assert chain_ends(t2) == [] and lin(t2, keep_untrained=True) == []

@@ -39,12 +39,21 @@ class Job:
     """One admitted request's outcome and how to serialize its (partial) state."""
 
     def __init__(self, worker: WorkerView, req: GenerateRequest, input_ids: list[int], rid: str,
-                 completion: Completion, logprobs: list[float], cached: int, t0: float) -> None:
+                 completion: Completion, logprobs: list[float], cached: int, t0: float, *,
+                 weight_version: str | None = None, pauses: int = 0) -> None:
         self.worker, self.req, self.input_ids, self.rid = worker, req, input_ids, rid
         self.completion, self.logprobs, self.cached, self.t0 = completion, logprobs, cached, t0
+        # The version the logprobs were computed with (a model's); None: made-up logprobs,
+        # stamped with whatever version the worker serves when the reply goes out.
+        self.weight_version = weight_version
+        self.pauses = pauses  # the worker's pause count when it was computed
         sp = req.sampling_params
         self._inc = IncrementalText(lambda ids: worker.decode(ids, sp.skip_special_tokens))
         self.finish: dict[str, Any] | None = None
+
+    @property
+    def version(self) -> str:
+        return self.weight_version if self.weight_version is not None else self.worker.weight_version
 
     def text(self, k: int) -> str:
         return final_text(self.worker.decode, self.completion.output_ids[:k], self.finish,
@@ -57,7 +66,7 @@ class Job:
             self.finish = self.completion.finish_reason if complete else finish_abort(state.message or "Abort")
             stats = self.worker.stats
             stats.finished[self.finish["type"]] += 1
-            stats.versions_served[self.worker.weight_version] += 1
+            stats.versions_served[self.version] += 1
             stats.prompt_tokens += len(self.input_ids)
             stats.completion_tokens += k
             stats.cached_tokens += self.cached
@@ -68,7 +77,7 @@ class Job:
             "id": self.rid,
             "finish_reason": self.finish if final else None,
             "prompt_tokens": len(self.input_ids),
-            "weight_version": self.worker.weight_version,
+            "weight_version": self.version,
         }
         if self.req.return_logprob:
             with_text = self.req.return_text_in_logprobs
@@ -121,3 +130,12 @@ async def wait(state: Inflight, seconds: float, request: web.Request) -> bool:
             await asyncio.wait_for(state.abort.wait(), timeout=min(left, 0.05))
         if state.abort.is_set():
             return True
+
+
+async def json_or_empty(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object body, or ``{}`` (SGLang's control routes accept an empty body)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -62,7 +62,7 @@ def find_shell_tool(tools: Iterable[ToolSpec]) -> ShellTool | None:
     return None
 
 
-def _heredoc(path: str, body: str) -> str:
+def heredoc(path: str, body: str) -> str:
     tag = "FARM_PATCH_EOF"
     while tag in body:
         tag += "_"
@@ -123,7 +123,7 @@ class OraclePolicy:
             )
         if step == "apply":
             if task.gold_patch:
-                cmd = (_heredoc(PATCH_FILE, task.gold_patch)
+                cmd = (heredoc(PATCH_FILE, task.gold_patch)
                        + f"git apply --whitespace=nowarn {PATCH_FILE} || patch -p1 --forward < {PATCH_FILE}")
                 why = "I know what to change; I will write the fix as a patch and apply it."
             else:

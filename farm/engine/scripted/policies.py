@@ -22,7 +22,8 @@ def make_policy(
     replies_path: str | Path | None = None,
     replies: Sequence[str | PolicyReply] | None = None,
 ) -> Policy:
-    """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell``)."""
+    """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell`` |
+    ``loop`` | ``ramble`` | ``choose``)."""
     if name == "oracle":
         from farm.engine.scripted.oracle import OraclePolicy
         from farm.engine.scripted.tasks import load_tasks_jsonl
@@ -54,4 +55,17 @@ def make_policy(
             raise ValueError("policy 'shell' needs a script (replies_path: JSONL of {task_id, turns})")
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
         return ShellScriptPolicy(tasks, load_shell_script(replies_path), tool_format=tool_format)
-    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell")
+    if name == "loop":
+        from farm.engine.scripted.endless import LoopPolicy
+
+        return LoopPolicy(tool_format=tool_format)
+    if name == "ramble":
+        from farm.engine.scripted.endless import RamblePolicy
+
+        return RamblePolicy()
+    if name == "choose":
+        from farm.engine.scripted.choose import ChoosePolicy
+        from farm.engine.scripted.tasks import load_tasks_jsonl
+
+        return ChoosePolicy(load_tasks_jsonl(tasks_path) if tasks_path else [], tool_format=tool_format)
+    raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell, loop, ramble, choose")

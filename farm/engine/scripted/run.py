@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from farm.engine.scripted.policies import make_policy
+from farm.engine.scripted.scoring import Scorer
 from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
 from farm.model.tokenizer import load_tokenizer, resolve_tokenizer
 
@@ -23,14 +24,19 @@ def build_worker(
     replay_path: str | None = None,
     replies_path: str | None = None,
     tool_format: str = "hermes",
+    scorer: Scorer | None = None,
 ) -> ScriptedWorker:
+    """``scorer``: the model that samples choices and scores every token (None: made-up logprobs)."""
     path = resolve_tokenizer(tokenizer, tokenizer_cache_dir)
     tok = load_tokenizer(path)
+    if scorer is not None and scorer.vocab_size < len(tok):
+        raise ValueError(f"the model at {scorer.path} has {scorer.vocab_size} embeddings, the tokenizer "
+                         f"{len(tok)} tokens")
     pol = make_policy(policy, seed=settings.seed, tool_format=tool_format, tasks_path=tasks_path,
                       replay_path=replay_path, replies_path=replies_path)
     if not settings.tokenizer_path:
         settings = settings.model_copy(update={"tokenizer_path": path})
-    return ScriptedWorker(tok, pol, settings)
+    return ScriptedWorker(tok, pol, settings, scorer=scorer)
 
 
 def _write_ready(path: str, url: str) -> None:

@@ -10,7 +10,9 @@ routes: ``GET /farm/stats`` (per-worker counters, e.g. requests per routing key)
 
 What the model says comes from a :class:`~farm.engine.scripted.policy.Policy`; how
 it is decoded follows SGLang's stop rules (:mod:`.generation`); latency and injected
-faults come from :mod:`.faults`.
+faults come from :mod:`.faults`. With a model (:mod:`.scoring`: ``farm engine serve
+--model``) the model samples the policy's choices and scores every emitted token, and
+``/update_weights_from_disk`` loads new weights.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from farm.engine.config import FaultConfig, LatencyConfig
 from farm.engine.routing import MoEShape
 from farm.engine.scripted.faults import Fault, RequestPlan, plan_request
-from farm.engine.scripted.generation import apply_stop_rules, fake_logprobs, prompt_digest
+from farm.engine.scripted.generation import Completion, apply_stop_rules, fake_logprobs, prompt_digest
 from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest
-from farm.engine.scripted.protocol import GenerateRequest, RequestError, error_body, parse_generate
-from farm.engine.scripted.job import Disconnected, Dropped, Job, drop, dumps, gone, sse, wait
+from farm.engine.scripted.protocol import GenerateRequest, RequestError, SamplingParams, error_body, parse_generate
+from farm.engine.scripted.job import Disconnected, Dropped, Job, drop, dumps, gone, json_or_empty, sse, wait
 from farm.engine.scripted.replay import Recorder
+from farm.engine.scripted.scoring import Scorer, check_ids, planned_ids
 from farm.engine.scripted.state import Inflight, PrefixCache, WorkerStats
+from farm.engine.scripted.weights import WeightRoutes
 
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 VERSION = "0.5.0-farm-scripted"
@@ -58,12 +62,14 @@ class WorkerSettings(BaseModel):
     moe: MoEShape | None = Field(default=None, description="simulate this MoE (routed experts on request)")
 
 
-class ScriptedWorker:
+class ScriptedWorker(WeightRoutes):
     """State and handlers of one worker; ``app()`` builds the aiohttp application."""
 
-    def __init__(self, tokenizer: Any, policy: Policy, settings: WorkerSettings | None = None) -> None:
+    def __init__(self, tokenizer: Any, policy: Policy, settings: WorkerSettings | None = None,
+                 scorer: Scorer | None = None) -> None:
         self.tok = tokenizer
         self.policy = policy
+        self.scorer = scorer  # the model (None: made-up logprobs, uniform choices)
         self.settings = settings or WorkerSettings()
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         self.eos_ids = frozenset(eos)
@@ -89,11 +95,18 @@ class ScriptedWorker:
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
 
-    def planned_ids(self, reply: PolicyReply) -> list[int]:
-        ids = list(reply.output_ids) if reply.output_ids is not None else self.encode(reply.text)
-        if reply.eos and self.tok.eos_token_id is not None:
-            ids.append(self.tok.eos_token_id)
-        return ids
+    def complete(self, reply: PolicyReply, input_ids: list[int], sp: SamplingParams, max_new: int,
+                 scorer: Scorer | None, seed: int) -> tuple[Completion, list[float]]:
+        """The reply decoded under SGLang's stop rules, and one logprob per emitted token:
+        the model's (``scorer``) or made up. CPU work: a worker with a model runs it in a thread."""
+        ids = planned_ids(reply, input_ids, sp, encode=self.encode, decode=self.decode,
+                          eos_id=self.tok.eos_token_id, scorer=scorer, seed=seed)
+        completion = apply_stop_rules(ids, sp, eos_ids=self.eos_ids, max_new_tokens=max_new, decode=self.decode,
+                                      filler=self.filler)
+        if scorer is None:
+            n = len(completion.output_ids)
+            return completion, fake_logprobs(self.settings.seed, prompt_digest(input_ids), n, sp.temperature)
+        return completion, scorer.logprobs(input_ids, completion.output_ids, sp.temperature)
 
     # -- app -------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -140,8 +153,8 @@ class ScriptedWorker:
             "weight_version": self.weight_version,
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            "model_type": "scripted",
-            "architectures": ["ScriptedForCausalLM"],
+            "model_type": "scripted" if self.scorer is None else "farm_tiny_lm",
+            "architectures": ["ScriptedForCausalLM" if self.scorer is None else "TinyLM"],
         }
 
     async def model_info(self, request: web.Request) -> web.Response:
@@ -173,7 +186,7 @@ class ScriptedWorker:
         }]})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        body = await _json_or_empty(request)
+        body = await json_or_empty(request)
         rid = str(body.get("rid") or "")
         abort_all = bool(body.get("abort_all", False))
         for key, state in list(self.inflight.items()):
@@ -187,63 +200,6 @@ class ScriptedWorker:
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details. "
                                  "(When there are running or waiting requests, the operation will not be performed.)\n")
 
-    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
-        body = await _json_or_empty(request)
-        path = body.get("model_path")
-        if not isinstance(path, str) or not path:
-            return web.json_response({"success": False, "message": "model_path is required",
-                                      "num_paused_requests": 0}, status=400)
-        if body.get("abort_all_requests"):
-            for state in self.inflight.values():
-                state.message = "Abort for weight update"
-                state.abort.set()
-        self.model_path = path
-        message = "Succeeded to update model weights."
-        if body.get("weight_version") is not None:
-            self.weight_version = str(body["weight_version"])
-            message += f" Weight version updated to {self.weight_version}."
-        self.cache.clear()
-        return web.json_response({"success": True, "message": message, "num_paused_requests": 0})
-
-    async def update_weight_version(self, request: web.Request) -> web.Response:
-        """SGLang's ``POST /update_weight_version {new_version, abort_all_requests}``: the
-        trainer synced the weights itself (NCCL, tensors); only the stamp changes."""
-        body = await _json_or_empty(request)
-        version = body.get("new_version")
-        if not isinstance(version, str) or not version:
-            return web.json_response({"success": False, "message": "new_version is required"}, status=400)
-        if body.get("abort_all_requests"):
-            self._abort_all("Abort for weight version update")
-        self.weight_version = version
-        return web.json_response({"success": True, "message": f"Weight version updated to {version}."})
-
-    async def pause_generation(self, request: web.Request) -> web.Response:
-        """SGLang's ``POST /pause_generation {mode}``: ``abort`` ends in-flight requests
-        (finish_reason abort); ``retract`` / ``in_place`` keep them, frozen at their next
-        decode step, until ``/continue_generation``. New requests wait too."""
-        body = await _json_or_empty(request)
-        mode = body.get("mode", "abort")
-        if mode not in ("abort", "retract", "in_place"):
-            return web.json_response(error_body(f"Invalid mode: {mode!r}. Expected one of "
-                                                "['abort', 'retract', 'in_place'].", 400), status=400)
-        self._running.clear()
-        self.stats.pauses += 1
-        if mode == "abort":
-            self._abort_all("Abort for pause_generation")
-        return web.Response(status=200)
-
-    async def continue_generation(self, request: web.Request) -> web.Response:
-        self._running.set()
-        return web.Response(status=200)
-
-    def _abort_all(self, message: str) -> None:
-        for state in self.inflight.values():
-            state.message = message
-            state.abort.set()
-
-    async def get_weight_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"weight_version": self.weight_version})
-
     async def farm_stats(self, request: web.Request) -> web.Response:
         stats = {"worker_id": self.settings.worker_id, "policy": getattr(self.policy, "name", "?"),
                  "inflight": len(self.inflight), "weight_version": self.weight_version, **self.stats.as_dict()}
@@ -255,7 +211,7 @@ class ScriptedWorker:
         push = getattr(self.policy, "push", None)
         if push is None:
             return web.json_response(error_body("policy is not 'scripted'", 409), status=409)
-        body = await _json_or_empty(request)
+        body = await json_or_empty(request)
         replies = body.get("replies") or []
         if not isinstance(replies, list):
             return web.json_response(error_body("'replies' must be a list", 400), status=400)
@@ -278,6 +234,8 @@ class ScriptedWorker:
             if len(input_ids) >= ctx:
                 raise RequestError(f"The input ({len(input_ids)} tokens) is longer than the model's "
                                    f"context length ({ctx} tokens).")
+            if self.scorer is not None:
+                check_ids(self.scorer, input_ids)
             if req.return_routed_experts and not 0 <= req.routed_experts_start_len <= len(input_ids):
                 raise RequestError(f"routed_experts_start_len {req.routed_experts_start_len} must be in "
                                    f"[0, {len(input_ids)}] (the prompt tokens)")
@@ -321,12 +279,22 @@ class ScriptedWorker:
         reply = self.policy.respond(preq)
         max_new = sp.max_new_tokens if sp.max_new_tokens is not None else self.settings.context_length
         max_new = min(max_new, self.settings.context_length - len(input_ids))
-        completion = apply_stop_rules(self.planned_ids(reply), sp, eos_ids=self.eos_ids, max_new_tokens=max_new,
-                                      decode=self.decode, filler=self.filler)
-        digest = prompt_digest(input_ids)
-        logprobs = fake_logprobs(self.settings.seed, digest, len(completion.output_ids), sp.temperature)
+        # A sampled choice: SGLang's sampling_seed, else the worker's seeded stream.
+        seed = sp.sampling_seed if sp.sampling_seed is not None else (
+            self.rng.getrandbits(63) if reply.choice is not None else 0)
+        # The weights this reply is computed with; pauses so far (a later one may retract it).
+        scorer, version, pauses = self.scorer, self.weight_version, self.stats.pauses
+        try:
+            if scorer is None:
+                completion, logprobs = self.complete(reply, input_ids, sp, max_new, None, seed)
+            else:
+                completion, logprobs = await asyncio.to_thread(self.complete, reply, input_ids, sp, max_new,
+                                                               scorer, seed)
+        except RequestError as exc:
+            return web.json_response(error_body(str(exc), exc.status), status=exc.status)
         cached = self.cache.match(routing_key, input_ids)
-        job = Job(self, req, input_ids, rid, completion, logprobs, cached, t0)
+        job = Job(self, req, input_ids, rid, completion, logprobs, cached, t0,
+                  weight_version=None if scorer is None else version, pauses=pauses)
         if req.stream:
             resp = await self._stream(request, job, plan, state)
         else:
@@ -377,6 +345,7 @@ class ScriptedWorker:
             else:
                 async for emitted in self._emit(request, job, plan, state, step):
                     pass
+            await self._rescore(job)
         except Dropped:  # headers and part of the body go out, then the connection is cut
             body = dumps(job.out(emitted, state, final=False)).encode()
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -402,6 +371,7 @@ class ScriptedWorker:
             async for emitted in self._emit(request, job, plan, state, step):
                 if emitted < n:
                     await resp.write(sse(job.out(emitted, state, final=False)))
+            await self._rescore(job)
             await resp.write(sse(job.out(emitted, state, final=True)))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -411,14 +381,6 @@ class ScriptedWorker:
             self.stats.disconnected += 1
             job.finish = None
         return resp
-
-
-async def _json_or_empty(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 @contextlib.asynccontextmanager

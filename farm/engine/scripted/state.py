@@ -35,6 +35,7 @@ class WorkerStats:
     cached_tokens: int = 0
     versions_served: Counter[str] = field(default_factory=Counter)  # weight version -> replies finished under it
     pauses: int = 0
+    rescored: int = 0  # requests paused across a weight update and scored again by the new model
 
     def on_request(self, routing_key: str | None) -> None:
         self.requests += 1
@@ -54,6 +55,7 @@ class WorkerStats:
             "cached_tokens": self.cached_tokens,
             "versions_served": dict(self.versions_served),
             "pauses": self.pauses,
+            "rescored": self.rescored,
         }
 
 
