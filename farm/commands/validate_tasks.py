@@ -109,7 +109,9 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
     from rich.markup import escape
 
     def progress(result) -> None:  # noqa: ANN001
-        mark = "[green]valid[/green]" if result.valid else f"[red]INVALID[/red] {escape(short(result.reason, 160))}"
+        mark = "[green]valid[/green]" if result.valid else "[red]INVALID[/red]"
+        if result.reason:  # why it is invalid, or what a valid task's gold patch was flagged for
+            mark += f" {escape(short(result.reason, 160))}"
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
 
     return await validate_tasks(

@@ -34,6 +34,7 @@ from farm.errors import TaskError
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.views import SnapshotView, ViewLayer
 from farm.tasks.model import GitSource, Task
+from farm.tasks.repos import IncompleteTree
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.prepare import (
     SetupReport, materialize, prepare_workspace, run_setup, untracked_paths, workdir_of,
@@ -42,6 +43,7 @@ from farm.workspace.prepare import (
 log = logging.getLogger(__name__)
 
 SandboxMaker = Callable[[SandboxSpec], Awaitable[Sandbox]]
+_SETUP_COMMIT = "the commit its base environment is built at (the environment_setup_commit)"
 
 
 def build_spec(
@@ -155,6 +157,8 @@ async def build_base(
                 setup = await run_setup(sandbox, at, runtime, workdir, at.base_setup_commands, what="base setup command")
                 if setup.ok:
                     paths = await untracked_paths(sandbox, workdir)
+            except IncompleteTree as exc:  # say which commit it is: not the row's own
+                record = _failed(common, exc.describe(_SETUP_COMMIT), t0)
             except TaskError as exc:
                 record = _failed(common, str(exc), t0)
             else:

@@ -73,6 +73,10 @@ class EnvProvider:
         ident = await self.identity(task)
         base = None
         if ident.base is not None:
+            if isinstance(task.workspace, GitSource):
+                # The row's own tree first (host-side, cached; its instance needs it anyway): a
+                # mirror missing objects of it fails naming the row's base commit, not its base's.
+                await self.runtime.repos.workspace_tarball(task.workspace, task.pre_patch)
             base = await self._ensure(task, ident.base, None)
             if not base.ok:
                 return base

@@ -45,7 +45,10 @@ STATIC_PATTERNS: dict[str, re.Pattern[str]] = {
                                    r"|\bCallInfo\b|pytest_collection_modifyitems"),  # fmt: skip
     "report_channel": re.compile(r"PYTEST_ADDOPTS|--junit-?xml|farm[-_]probe|report\.jsonl"),
     "early_exit": re.compile(r"\bos\._exit\s*\(|\bsys\.exit\s*\(|\bos\.kill\s*\(\s*os\.getpid"),
-    "sys_modules": re.compile(r"\bsys\.modules\s*\["),
+    # writes only: an entry replaced or removed, or an attribute of one set (reading a module
+    # from sys.modules is ordinary library code: astroid's raw_building does it)
+    "sys_modules": re.compile(r"\bsys\.modules\s*\[(?:[^\[\]]|\[[^\[\]]*\])*\]\s*(?:\.\w+\s*)?=(?!=)|\bdel\s+sys\.modules\b"
+                             r"|\bsys\.modules\.(?:update|setdefault|pop|popitem|clear|__setitem__|__delitem__)\s*\("),
     "builtins": re.compile(r"\bbuiltins\.\w+\s*=|__builtins__"),
     "frame_tricks": re.compile(r"\bsys\._getframe\b|\.f_back\b|\.f_locals\b|\binspect\.currentframe\b"),
 }

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import FarmError
 from farm.grading.grader import grade, grading_spec
+from farm.grading.hacks import HACK_PREFIXES
 from farm.grading.report import GradingReport
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import capture_diff
@@ -83,15 +84,26 @@ async def validate_task(
             task_id=task.id, kind=task.kind, valid=False, reason=f"{type(exc).__name__}: {exc}",
             duration_s=time.monotonic() - t0,
         )
-    reasons = []
-    if not gold_r.resolved:
-        reasons.append(f"gold patch does not resolve ({gold_r.status.value}: {gold_r.reason})")
-    if empty_r.resolved:
-        reasons.append("the empty patch resolves")
+    valid, reason = verdict(gold_r, empty_r)
     return TaskValidation(
-        task_id=task.id, kind=task.kind, valid=not reasons, reason="; ".join(reasons), gold=gold_r, empty=empty_r,
+        task_id=task.id, kind=task.kind, valid=valid, reason=reason, gold=gold_r, empty=empty_r,
         duration_s=time.monotonic() - t0,
     )
+
+
+def verdict(gold: GradingReport, empty: GradingReport) -> tuple[bool, str]:
+    """Valid iff the gold patch resolves and the empty one does not. A hack finding on the
+    gold patch that the policy only flags leaves it resolved, yet every honest patch shaped
+    like it would be flagged too: it is named in the reason of a valid task."""
+    reasons = []
+    if not gold.resolved:
+        reasons.append(f"gold patch does not resolve ({gold.status.value}: {gold.reason})")
+    if empty.resolved:
+        reasons.append("the empty patch resolves")
+    findings = [f for f in gold.flags if f.startswith(HACK_PREFIXES)]
+    if not reasons and findings:
+        return True, f"valid, but the gold patch has hack findings ({gold.hack_action}): {', '.join(findings)}"
+    return not reasons, "; ".join(reasons)
 
 
 async def validate_tasks(

@@ -320,12 +320,25 @@ class RepoCache:
         if not missing:
             return
         shown = [f"{', '.join(paths) or '?'} ({oid[:12]})" for oid, paths in sorted(missing.items(), key=lambda kv: kv[1])]
-        more = f" and {len(shown) - 20} more" if len(shown) > 20 else ""
-        raise TaskError(
-            f"repository {what}: the tree of base commit {sha[:12]} is incomplete in {repo}: {len(missing)} object(s) "
-            f"missing: {'; '.join(shown[:20])}{more}{asked} (its history cannot be packed either: {history_error}). "
-            "The mirror lacks objects (e.g. made with large blobs left out): fetch them "
-            "into it, or use a complete mirror"
+        raise IncompleteTree(what=what, commit=sha, repo=repo, missing=shown, detail=f"{asked} (its history cannot be "
+                             f"packed either: {history_error})")  # fmt: skip
+
+
+class IncompleteTree(TaskError):
+    """A commit's tree lacks objects in the mirror: the paths and blob ids are named. ``describe``
+    says which commit it is to the task (its base commit, or the commit its base environment
+    is built at)."""
+
+    def __init__(self, *, what: str, commit: str, repo: Path, missing: list[str], detail: str) -> None:
+        self.what, self.commit, self.repo, self.missing, self.detail = what, commit, repo, missing, detail
+        super().__init__(self.describe("base commit"))
+
+    def describe(self, role: str) -> str:
+        more = f" and {len(self.missing) - 20} more" if len(self.missing) > 20 else ""
+        return (
+            f"repository {self.what}: the tree of {role} {self.commit[:12]} is incomplete in {self.repo}: "
+            f"{len(self.missing)} object(s) missing: {'; '.join(self.missing[:20])}{more}{self.detail}. "
+            "The mirror lacks objects (e.g. made with large blobs left out): fetch them into it, or use a complete mirror"
         )
 
 

@@ -316,6 +316,46 @@ async def test_a_failing_base_fails_each_of_its_instances_once(world, repo):
     assert (await p.view_for(good)).layers[1].path == str(p.store.tree((await p.identity(good)).base.key))
 
 
+async def test_an_incomplete_mirror_names_the_commit_each_failure_is_about(world, tmp_path):
+    """A mirror missing blobs (a snapshot without its big files): c2 adds big1.bin, c3 (the
+    environment_setup_commit) adds big2.bin, neither blob is in the mirror. A row at c2
+    fails naming its own base commit and big1.bin alone (not its base's commit); a row at c1,
+    whose tree is whole, fails on its base, naming the environment_setup_commit."""
+    work, mirrors = tmp_path / "w2", tmp_path / "m2"
+    (work / "pkg").mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    commits, blobs = [], []
+    for i in (1, 2, 3):
+        if i > 1:
+            (work / f"big{i - 1}.bin").write_bytes(os.urandom(2048))
+        (work / "pkg" / "__init__.py").write_text(f"VERSION = {i}\n")
+        git(work, "add", "-A")
+        git(work, "commit", "-qm", f"c{i}")
+        commits.append(git(work, "rev-parse", "HEAD"))
+        if i > 1:
+            blobs.append(git(work, "rev-parse", f"HEAD:big{i - 1}.bin"))
+    git(tmp_path, "init", "-q", "--bare", str(mirrors / "o__pkg.git"))
+    git(work, "push", "-q", str(mirrors / "o__pkg.git"), "main")  # loose objects: a blob can go
+    for oid in blobs:
+        (mirrors / "o__pkg.git" / "objects" / oid[:2] / oid[2:]).unlink()
+    runtime = TaskRuntime.from_config(TasksConfig(path=str(tmp_path / "t.jsonl"), cache_dir=str(tmp_path / "tc2"),
+                                                  mirror_dir=str(mirrors)))  # fmt: skip
+    p = EnvProvider(EnvsConfig(cache_dir=str(tmp_path / "envs2")), runtime, lambda spec: create_sandbox(world["sb"], spec))
+    runtime.envs = p
+    repo = {"c1": commits[0], "c2": commits[1], "c3": commits[2]}
+    with pytest.raises(TaskError) as own:
+        await p.view_for(instance(repo, "c2", "at-c2"))
+    msg = str(own.value)
+    assert f"the tree of base commit {commits[1][:12]} is incomplete" in msg, msg
+    assert f"big1.bin ({blobs[0][:12]})" in msg and "1 object(s) missing" in msg and "big2.bin" not in msg
+    assert p.built == []  # nothing built for a row whose own tree is not there
+    with pytest.raises(EnvBuildFailed) as base:
+        await p.view_for(instance(repo, "c1", "at-c1"))
+    msg = str(base.value)
+    assert "base environment" in msg and "(the environment_setup_commit)" in msg, msg
+    assert f"{commits[2][:12]} is incomplete" in msg and "2 object(s) missing" in msg and "big2.bin" in msg
+
+
 async def test_an_infrastructure_failure_publishes_nothing(world, repo):
     calls = []
 

@@ -63,3 +63,20 @@ def test_the_report_holds_reasons_whole(tmp_path: Path) -> None:
     cut = short(reason, 160)
     assert cut.startswith(reason[:160]) and f"[{len(reason) - 160} more characters in the report]" in cut
     assert short("fine", 160) == "fine"
+
+
+def test_a_flagged_gold_patch_is_named_in_a_valid_tasks_reason() -> None:
+    """A finding the policy only flags leaves the gold patch resolved: the task is valid, and
+    the reason says what it was flagged for (every honest patch like it would be too)."""
+    from farm.grading.report import GradeStatus, GradingReport
+    from farm.grading.validate import verdict
+
+    def report(resolved: bool, flags: list[str] = [], action: str | None = None) -> GradingReport:  # noqa: B006
+        status = GradeStatus.RESOLVED if resolved else GradeStatus.UNRESOLVED
+        return GradingReport(task_id="t", kind="swe", status=status, resolved=resolved, flags=flags, hack_action=action)
+
+    assert verdict(report(True, ["diff_touches_tests"]), report(False)) == (True, "")  # not a hack finding
+    valid, reason = verdict(report(True, ["static:sys_modules"], "flag"), report(False))
+    assert valid and reason == "valid, but the gold patch has hack findings (flag): static:sys_modules"
+    valid, reason = verdict(report(False, ["runtime:body_not_run"], "zero_reward"), report(True))
+    assert not valid and reason.startswith("gold patch does not resolve") and "empty patch resolves" in reason

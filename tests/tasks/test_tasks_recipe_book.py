@@ -78,6 +78,20 @@ def test_the_book_covers_swebench_and_every_entry_is_well_formed() -> None:
     assert "bin/test -C --verbose {test_files}" in book["sympy/sympy"]["1.12"].test_command
 
 
+def test_the_book_carries_what_the_real_dev_rows_needed() -> None:
+    """What the SWE-bench Lite dev rows showed, run through `farm validate-tasks` (README,
+    "Real SWE-bench rows"): pydicom 1.2 to 2.3's nose-style setup() methods need pytest
+    below 8 (else 2 PASS_TO_PASS tests of pydicom-1139/1413 fail); astroid 2.12 to 2.14 pin
+    setuptools~=62.6 (no PEP 660 editable hook): pip installs them, uv cannot."""
+    book = builtin_recipes()
+    pydicom = book["pydicom/pydicom"]
+    for version, pinned in (("1.1", False), ("1.2", True), ("1.3", True), ("2.0", True), ("2.3", True), ("2.4", False)):
+        assert any("'pytest<8'" in c for c in pydicom[version].base_setup) is pinned, version
+    astroid = book["pylint-dev/astroid"]
+    for version, with_pip in (("2.10", False), ("2.12", True), ("2.13", True), ("2.14", True), ("2.15", False)):
+        assert (astroid[version].setup[-1] == ".venv/bin/python -m pip install -q -e .") is with_pip, version
+
+
 def test_requirement_entries_and_checks() -> None:
     req = Requirement.model_validate({"apt": "graphviz", "check": "command:dot"})
     assert req.check == ["command:dot"] and req.kind == "apt"
