@@ -1,6 +1,9 @@
 """The driver's dispatch loop: rollouts onto a pool of sandbox actors, with
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
-and cancellation on Ctrl-C. Decisions are the pure functions of ``farm.rollout.plan``.
+and cancellation on Ctrl-C. Whether a rollout runs again is ``farm.rollout.retry.decide``
+(the actor or reducer decided it when it hands back a summary not durable; the dispatcher
+decides it when an actor was lost, a rollout hung or was aborted as stale); the
+dispatcher only carries the decision out.
 
 An actor that lost a rollout gets no new ones until it answers a probe: Ray restarts
 it (``ray.actor_max_restarts``), or it is dead for good (restarts used up, ``ray.kill``,
@@ -31,10 +34,11 @@ from ray.exceptions import (
 
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
-from farm.rollout.plan import Decision, next_attempt, on_actor_death, pick_actor
+from farm.rollout.plan import pick_actor
 from farm.rollout.progress import RunProgress
 from farm.rollout.stream import StreamFeed
-from farm.status import FailureClass, RolloutStatus
+from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
+from farm.status import RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ class Dispatcher:
         self.reducer = reducer
         self.progress = progress
         self.capacity = cfg.rollout.concurrency
-        self.max_attempts = cfg.rollout.max_attempts
+        self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
         self.load = {name: 0 for name in actors}
         self.failures = {name: 0 for name in actors}
@@ -219,38 +223,42 @@ class Dispatcher:
             self._actor_failed(item.actor)
             self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return
-        except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself)
+        except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself):
+            # recorded at once, never retried: a bug does not go away on a rerun
             summary = self._record(spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {exc.cause!r}", item.actor)
-        if not summary.durable and not self.interrupted and (aborted or summary.status is RolloutStatus.STALE):
-            self._rerun_stale(spec, summary, aborted)
+        if summary.durable or self.interrupted:
+            self._finish(summary)
             return
-        if not summary.durable and summary.status.failure_class is FailureClass.INFRASTRUCTURE \
-                and not summary.status.reruns and not self.interrupted:
-            self._retry(spec, summary)
-            return
-        self._finish(summary)
-
-    def _retry(self, spec: RolloutSpec, failed: RolloutSummary) -> None:
-        """An infrastructure failure the actor did not record (retries left): run it again
-        after an exponential backoff, as a new attempt."""
-        delay = self.cfg.rollout.retry_backoff_s * 2 ** (spec.attempt - 1)
-        self.retried += 1
-        self.progress.note(f"{spec.rollout_id}: {failed.status.value} ({failed.reason[:120]}); "
-                           f"retrying in {delay:g} s (attempt {spec.attempt + 1})")  # fmt: skip
-        self.delayed.append((time.monotonic() + delay, next_attempt(spec)))
-
-    def _rerun_stale(self, spec: RolloutSpec, summary: RolloutSummary, aborted: bool) -> None:
-        """Dropped (finished too stale) or aborted at a weight update: run it again now,
-        under the current weights; after stream.max_stale_reruns it is recorded as stale."""
-        if aborted:
+        if aborted:  # cancelled at a weight update as too stale (whatever it came back as)
             self.stale_aborted += 1
-            if spec.attempt > self.cfg.stream.max_stale_reruns:
-                reason = f"aborted as stale at weight version {self.policy_version} {spec.attempt} time(s)"
+            decision = decide(RolloutStatus.STALE, spec.reruns, self.budgets, ending=Ending.TOO_STALE)
+            if not decision.runs_again:
+                reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
                 self._finish(self._record(spec, RolloutStatus.STALE, reason, ""))
                 return
+        else:  # the actor (or the reducer) decided; a summary without a decision is a stopped rollout's
+            decision = summary.retry or decide(summary.status, spec.reruns, self.budgets)
+        if decision.runs_again:
+            self._run_again(spec, decision, f"{summary.status.value} ({summary.reason[:120]})", aborted=aborted)
         else:
+            self._finish(summary)
+
+    def _run_again(self, spec: RolloutSpec, decision: RetryDecision, why: str, *, aborted: bool = False) -> None:
+        """Carry out a RUN_AGAIN: the next attempt, spending ``decision.kind``'s budget. An
+        infrastructure retry waits out its backoff; the others go first in the queue."""
+        again = spec.next(decision.kind)
+        if decision.kind is RetryKind.INFRASTRUCTURE:
+            self.retried += 1
+            self.progress.note(f"{spec.rollout_id}: {why}; retrying in {decision.delay_s:g} s "
+                               f"(attempt {again.attempt}, {decision.reason})")  # fmt: skip
+            self.delayed.append((time.monotonic() + decision.delay_s, again))
+            return
+        if decision.kind is RetryKind.ACTOR_LOST:
+            self.redispatched += 1
+            self.progress.note(f"{spec.rollout_id}: {why}; re-dispatching (attempt {again.attempt}, {decision.reason})")
+        elif not aborted:  # finished too stale, not recorded (on_stale=drop): under the current weights now
             self.stale_dropped += 1
-        self.queue.appendleft(next_attempt(spec))
+        self.queue.appendleft(again)
 
     def _release_delayed(self, now: float) -> None:
         due = [spec for t, spec in self.delayed if t <= now]
@@ -263,13 +271,14 @@ class Dispatcher:
         if stored is not None:  # it was made durable before the actor died
             self._finish(stored)
             return
-        if on_actor_death(spec.attempt, self.max_attempts) is Decision.RETRY:
-            self.redispatched += 1
-            self.progress.note(f"{spec.rollout_id}: actor {actor} lost it ({why}); re-dispatching (attempt {spec.attempt + 1})")
-            self.queue.appendleft(next_attempt(spec))
-            return
-        reason = f"sandbox actor died {spec.attempt} time(s) under this rollout (last: {why})"
-        self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, reason, actor))
+        decision = decide(RolloutStatus.SANDBOX_ERROR, spec.reruns, self.budgets, ending=Ending.ACTOR_LOST,
+                          stopping=self.interrupted)
+        if decision.verdict is Verdict.RUN_AGAIN:
+            self._run_again(spec, decision, f"actor {actor} lost it ({why})")
+        elif decision.verdict is Verdict.DROP:
+            self._finish(_cancelled(spec, actor))
+        else:
+            self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
 
     def _actor_failed(self, name: str) -> None:
         """``name`` lost a rollout: no new ones for it until it answers a probe (once per death)."""
@@ -306,7 +315,13 @@ class Dispatcher:
                 ray.cancel(ref)
                 self._release(ref)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
-                self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
+                # a hung actor is an infrastructure failure: it spends the infrastructure budget
+                decision = decide(RolloutStatus.SANDBOX_ERROR, item.spec.reruns, self.budgets, ending=Ending.HUNG,
+                                  stopping=self.interrupted)
+                if decision.runs_again:
+                    self._run_again(item.spec, decision, reason)
+                else:
+                    self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
 
     def _give_up_all(self, reason: str) -> None:
         while self.queue:
@@ -324,6 +339,7 @@ class Dispatcher:
             sample_index=spec.sample_index,
             group_index=spec.group_index,
             attempt=spec.attempt,
+            reruns=spec.reruns,
             harness=self.cfg.harness.name,
             model=self.cfg.engine.model_name,
             status=status,

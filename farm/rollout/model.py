@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.rollout.retry import Reruns, RetryDecision, RetryKind
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 
@@ -27,9 +28,14 @@ class RolloutSpec(BaseModel):
     group_id: str = Field(description="rollouts of the same task form one GRPO group")
     sample_index: int = Field(ge=0)
     task: Task
-    attempt: int = Field(default=1, ge=1, description="dispatch attempt (re-dispatch after an actor died)")
+    attempt: int = Field(default=1, ge=1, description="dispatch attempt: 1 + every rerun, of any kind")
+    reruns: Reruns = Field(default_factory=Reruns, description="reruns spent so far, per kind (farm.rollout.retry)")
     group_index: int | None = Field(default=None, ge=0, description="the group's position in the run's task stream")
     epoch: int = Field(default=0, ge=0, description="pass over the task set this rollout belongs to")
+
+    def next(self, kind: RetryKind) -> RolloutSpec:
+        """The next attempt of this rollout, run again as ``kind`` (spends that kind's budget only)."""
+        return self.model_copy(update={"attempt": self.attempt + 1, "reruns": self.reruns.after(kind)})
 
 
 class RolloutCounts(BaseModel):
@@ -58,6 +64,7 @@ class RolloutResult(BaseModel):
     sample_index: int
     group_index: int | None = None
     attempt: int = 1
+    reruns: Reruns = Field(default_factory=Reruns, exclude=True, description="its spec's reruns per kind (not stored)")
     harness: str
     model: str = ""
     status: RolloutStatus
@@ -130,3 +137,6 @@ class RolloutSummary(BaseModel):
     actor: str = ""
     node: str = ""
     durable: bool = Field(default=True, description="the reducer acknowledged it (written, or already there)")
+    retry: RetryDecision | None = Field(
+        default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
+    )

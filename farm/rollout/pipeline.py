@@ -225,6 +225,7 @@ class RolloutPipeline:
             sample_index=spec.sample_index,
             group_index=spec.group_index,
             attempt=spec.attempt,
+            reruns=spec.reruns,
             harness=self.harness,
             model=self.model,
             status=outcome.status,

@@ -1,10 +1,9 @@
-"""The driver's decisions as small pure functions: what to run, where, and what to do
-when the actor running a rollout died. The Ray loop in ``farm.driver`` carries them out."""
+"""The driver's decisions as small pure functions: what to run, and where. (Whether a
+rollout runs again is ``farm.rollout.retry``.) The Ray loop in ``farm.actors.dispatch`` carries them out."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from enum import Enum
 
 from farm.rollout.model import RolloutSpec
 from farm.tasks.model import Task
@@ -39,17 +38,3 @@ def pick_actor(inflight: Mapping[str, int], capacity: int, prefer: str | None = 
         if n < capacity and (best is None or n < inflight[best]):
             best = name
     return best
-
-
-class Decision(str, Enum):
-    RETRY = "retry"
-    GIVE_UP = "give_up"
-
-
-def on_actor_death(attempt: int, max_attempts: int) -> Decision:
-    """A rollout's actor died under it (attempt = the attempt that was lost)."""
-    return Decision.RETRY if attempt < max_attempts else Decision.GIVE_UP
-
-
-def next_attempt(spec: RolloutSpec) -> RolloutSpec:
-    return spec.model_copy(update={"attempt": spec.attempt + 1})

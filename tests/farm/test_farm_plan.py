@@ -1,4 +1,4 @@
-"""Driver decisions as pure functions: expansion, resume, backpressure, re-dispatch, summary."""
+"""Driver decisions as pure functions: expansion, resume, backpressure, summary (re-dispatch: tests/rollout/test_rollout_retry.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from farm.rollout.model import RolloutSummary
-from farm.rollout.plan import Decision, expand_rollouts, next_attempt, on_actor_death, pick_actor
+from farm.rollout.plan import expand_rollouts, pick_actor
 from farm.rollout.groups import group_states
 from farm.rollout.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
@@ -52,19 +52,6 @@ def test_pick_actor_prefers_the_node_with_the_environment_while_it_has_room():
     assert pick_actor({"x": 0}, 2, prefer="gone") == "x"  # its actor died: anyone
     assert pick_actor({"x": 2}, 2, prefer="x") is None
     assert pick_actor({}, 4) is None
-
-
-def test_redispatch_is_bounded():
-    spec = expand_rollouts("r", _tasks("a"), 1)[0]
-    decisions = []
-    while True:
-        d = on_actor_death(spec.attempt, 3)
-        decisions.append(d)
-        if d is Decision.GIVE_UP:
-            break
-        spec = next_attempt(spec)
-    assert decisions == [Decision.RETRY, Decision.RETRY, Decision.GIVE_UP]
-    assert spec.attempt == 3 and spec.rollout_id == "a.0"
 
 
 def _s(rid: str, status: RolloutStatus, reward: float = 0.0, dur: float = 1.0, out: int = 10) -> RolloutSummary:

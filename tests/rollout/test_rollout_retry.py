@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from farm.config import FarmConfig
+from farm.rollout.model import RolloutSpec
 from farm.rollout.retry import Ending, RetryBudgets, RetryKind, Reruns, Verdict, decide
 from farm.status import RolloutStatus as S
+from farm.tasks.model import Task
 
 V, K = Verdict, RetryKind
 BUDGETS = RetryBudgets(infrastructure=2, actor_lost=1, stale=3, backoff_s=0.5)  # distinct: a swapped budget shows
@@ -123,3 +125,31 @@ def test_each_kind_spends_only_its_own_budget(endings):
             break
         reruns = reruns.after(d.kind)
     assert all(reruns.spent(k) <= BUDGETS.of(k) for k in K)
+
+
+def _spec() -> RolloutSpec:
+    return RolloutSpec(run_id="r", rollout_id="a.0", group_id="a", sample_index=0, task=Task(id="a", instruction="x"))
+
+
+def _dispatches(endings: list[tuple[S, Ending]], budgets: RetryBudgets) -> RolloutSpec:
+    """Run a spec through ``endings`` as the dispatcher would; the attempt that was recorded."""
+    spec = _spec()
+    for status, ending in endings:
+        d = decide(status, spec.reruns, budgets, ending=ending)
+        if not d.runs_again:
+            return spec
+        spec = spec.next(d.kind)
+    raise AssertionError("still running again")
+
+
+def test_redispatch_after_actor_deaths_is_bounded_by_max_attempts():
+    spec = _dispatches([(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] * 9, RetryBudgets(actor_lost=2))  # max_attempts 3
+    assert spec.attempt == 3 and spec.reruns == Reruns(actor_lost=2) and spec.rollout_id == "a.0"
+
+
+def test_an_actor_death_leaves_every_infrastructure_retry():
+    """One actor death, then an infrastructure failure every time: recorded at attempt
+    4 = 1 + 1 death + 2 infrastructure retries (before issue 29 the death used one up: 3)."""
+    endings = [(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] + [(S.ENGINE_ERROR, Ending.FINISHED)] * 9
+    spec = _dispatches(endings, RetryBudgets(infrastructure=2, actor_lost=2))
+    assert spec.attempt == 4 and spec.reruns == Reruns(infrastructure=2, actor_lost=1)
