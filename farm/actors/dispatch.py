@@ -5,12 +5,12 @@ and cancellation on Ctrl-C. Whether a rollout runs again is ``farm.rollout.retry
 decides it when an actor was lost, a rollout hung or was aborted as stale); the
 dispatcher only carries the decision out.
 
-An actor that lost a rollout gets no new ones until it answers a probe: Ray restarts
-it (``ray.actor_max_restarts``), or it is dead for good (restarts used up, ``ray.kill``,
-its node gone) and leaves the pool. Without the probe, the dead actor would be the
-least loaded one and take every re-dispatch, each failing at once. An actor pinned to a
-node that died is lost the same way (its node's rollouts go to the other nodes), and
-sandbox actors started on nodes that join mid-run (``scale_out``) enter the pool once ready.
+Which actor takes a rollout, and which may take none (lost a rollout, waiting for its
+probe; retired), is ``farm.actors.pool.ActorPool``; the dispatcher keeps the Ray refs
+(rollouts in flight, probes, joining actors) and tells the pool what they answered. An
+actor pinned to a node that died is lost the same way (its node's rollouts go to the
+other nodes), and sandbox actors started on nodes that join mid-run (``scale_out``)
+enter the pool once ready.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from ray.exceptions import (
     TaskCancelledError,
 )
 
+from farm.actors.pool import ActorPool, Health
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
-from farm.rollout.plan import pick_actor
 from farm.rollout.progress import RunProgress
 from farm.rollout.stream import StreamFeed
 from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
@@ -76,11 +76,9 @@ class Dispatcher:
         self.actors = actors
         self.reducer = reducer
         self.progress = progress
-        self.capacity = cfg.rollout.concurrency
         self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
-        self.load = {name: 0 for name in actors}
-        self.failures = {name: 0 for name in actors}
+        self.pool = ActorPool(actors, capacity=cfg.rollout.concurrency, max_deaths=cfg.ray.actor_max_restarts + 1)
         self.probes: dict[Any, tuple[str, float]] = {}  # probe ref -> (actor, sent): actors that lost a rollout
         self.inflight: dict[Any, _InFlight] = {}
         self.queue: deque[RolloutSpec] = deque()
@@ -118,7 +116,7 @@ class Dispatcher:
                 self._grow()
                 self._dispatch()
                 if not self.inflight and not self.probes and not self.joining:
-                    if self.queue and not self.load:
+                    if self.queue and self.pool.empty:
                         self._give_up_all("no sandbox actor left alive")
                     elif self.delayed and not self.queue:
                         time.sleep(min(1.0, max(0.0, min(t for t, _ in self.delayed) - time.monotonic())))
@@ -147,7 +145,7 @@ class Dispatcher:
         """Pull groups while the actors have free slots for them."""
         if feed is None:
             return
-        free = sum(max(0, self.capacity - n) for n in self.load.values())
+        free = self.pool.free_slots
         while len(self.queue) < free:
             group = feed.next()
             if group is None:
@@ -168,7 +166,7 @@ class Dispatcher:
         except (*ACTOR_LOST, RayTaskError) as exc:
             self.progress.note(f"actor {name} did not start on its new node: {type(exc).__name__}")
             return
-        self.load[name], self.failures[name] = 0, 0
+        self.pool.joined(name)
         self.progress.note(f"actor {name} joined on node {where.get('node', '')[:8]}: taking rollouts")
 
     # --- weight versions and staleness -----------------------------------------
@@ -191,23 +189,21 @@ class Dispatcher:
                     ray.cancel(ref)
 
     def _dispatch(self) -> None:
-        probing = {name for name, _ in self.probes.values()}
         while self.queue:
             spec = self.queue[0]
             home = self.homes.get(spec.task.id) if self.cfg.ray.env_affinity else None
-            name = pick_actor({n: k for n, k in self.load.items() if n not in probing}, self.capacity, prefer=home)
+            name = self.pool.pick(prefer=home)
             if name is None:
                 return
             self.homes.setdefault(spec.task.id, name)
             self.queue.popleft()
             ref = self.actors[name].run.remote(spec)
             self.inflight[ref] = _InFlight(spec, name, time.monotonic(), self.policy_version)
-            self.load[name] += 1
+            self.pool.took(name)
 
     def _release(self, ref: Any) -> _InFlight:
         item = self.inflight.pop(ref)
-        if item.actor in self.load:
-            self.load[item.actor] -= 1
+        self.pool.freed(item.actor)
         return item
 
     def _collect(self, ref: Any) -> None:
@@ -282,34 +278,30 @@ class Dispatcher:
 
     def _actor_failed(self, name: str) -> None:
         """``name`` lost a rollout: no new ones for it until it answers a probe (once per death)."""
-        if name not in self.load or any(n == name for n, _ in self.probes.values()):
-            return
-        self.failures[name] += 1
-        self._probe(name)
+        self._carry_out(name, self.pool.lost(name))
 
-    def _probe(self, name: str) -> None:
-        if self.failures[name] > self.cfg.ray.actor_max_restarts + 1:
+    def _carry_out(self, name: str, health: Health | None) -> None:
+        if health is Health.PROBE:
+            self.probes[self.actors[name].stats.remote()] = (name, time.monotonic())
+        elif health is Health.RETIRED:
             self.progress.note(f"actor {name} keeps dying: no more rollouts for it")
-            self.load.pop(name, None)
-            return
-        self.probes[self.actors[name].stats.remote()] = (name, time.monotonic())
 
     def _probed(self, ref: Any) -> None:
         name, _ = self.probes.pop(ref)
         try:
             ray.get(ref)
         except ACTOR_LOST:  # dead, or not back yet: ask again (bounded)
-            self.failures[name] += 1
-            self._probe(name)
+            self._carry_out(name, self.pool.probe_failed(name))
+            return
         except RayTaskError:  # it runs code, so it is alive
             pass
+        self.pool.probe_answered(name)
 
     def _guard(self, now: float) -> None:
         for ref, (name, sent) in list(self.probes.items()):
             if now - sent > CONTROL_TIMEOUT_S:  # restarting for too long: counts as one more death
                 del self.probes[ref]
-                self.failures[name] += 1
-                self._probe(name)
+                self._carry_out(name, self.pool.probe_failed(name))
         for ref, item in list(self.inflight.items()):
             if now - item.started > self.guard_s:
                 ray.cancel(ref)

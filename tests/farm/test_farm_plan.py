@@ -1,4 +1,4 @@
-"""Driver decisions as pure functions: expansion, resume, backpressure, summary (re-dispatch: tests/rollout/test_rollout_retry.py)."""
+"""Driver decisions as pure functions: expansion, resume, summary (re-dispatch: tests/rollout/test_rollout_retry.py; picking an actor: tests/actors/test_actors_pool.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from farm.rollout.model import RolloutSummary
-from farm.rollout.plan import expand_rollouts, pick_actor
+from farm.rollout.plan import expand_rollouts
 from farm.rollout.groups import group_states
 from farm.rollout.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
@@ -38,20 +38,6 @@ def test_expand_skips_done_and_limit_applies_before_skipping():
 def test_expand_rejects_duplicate_task_ids():
     with pytest.raises(ValueError, match="duplicate"):
         expand_rollouts("r", _tasks("a", "a"), 1)
-
-
-def test_pick_actor_least_loaded_with_backpressure():
-    assert pick_actor({"x": 2, "y": 1, "z": 1}, 2) == "y"
-    assert pick_actor({"x": 0}, 1) == "x"
-    assert pick_actor({"x": 2, "y": 2}, 2) is None
-
-
-def test_pick_actor_prefers_the_node_with_the_environment_while_it_has_room():
-    assert pick_actor({"x": 0, "y": 1}, 2, prefer="y") == "y"  # y holds the snapshot: not the least loaded
-    assert pick_actor({"x": 0, "y": 2}, 2, prefer="y") == "x"  # full: overflow elsewhere
-    assert pick_actor({"x": 0}, 2, prefer="gone") == "x"  # its actor died: anyone
-    assert pick_actor({"x": 2}, 2, prefer="x") is None
-    assert pick_actor({}, 4) is None
 
 
 def _s(rid: str, status: RolloutStatus, reward: float = 0.0, dur: float = 1.0, out: int = 10) -> RolloutSummary:
