@@ -34,11 +34,11 @@ from ray.exceptions import (
 
 from farm.actors.pool import ActorPool, Health
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary, Runner
 from farm.rollout.progress import RunProgress
 from farm.rollout.stream import StreamFeed
 from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
-from farm.status import RolloutStatus
+from farm.status import Outcome, RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class Dispatcher:
         try:
             summary: RolloutSummary = ray.get(ref)
         except TaskCancelledError:
-            summary = _cancelled(spec, item.actor)
+            summary = RolloutSummary.interrupted(spec, item.actor)
         except ACTOR_LOST as exc:
             self._actor_failed(item.actor)
             self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -272,7 +272,7 @@ class Dispatcher:
         if decision.verdict is Verdict.RUN_AGAIN:
             self._run_again(spec, decision, f"actor {actor} lost it ({why})")
         elif decision.verdict is Verdict.DROP:
-            self._finish(_cancelled(spec, actor))
+            self._finish(RolloutSummary.interrupted(spec, actor))
         else:
             self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
 
@@ -323,23 +323,8 @@ class Dispatcher:
     def _record(self, spec: RolloutSpec, status: RolloutStatus, reason: str, actor: str) -> RolloutSummary:
         """Record a rollout the driver ends itself; returns what the reducer holds (first write wins)."""
         now = time.time()
-        result = RolloutResult(
-            run_id=spec.run_id,
-            rollout_id=spec.rollout_id,
-            group_id=spec.group_id,
-            task_id=spec.task.id,
-            sample_index=spec.sample_index,
-            group_index=spec.group_index,
-            attempt=spec.attempt,
-            reruns=spec.reruns,
-            harness=self.cfg.harness.name,
-            model=self.cfg.engine.model_name,
-            status=status,
-            reason=reason,
-            actor=actor,
-            started_at=now,
-            finished_at=now,
-        )
+        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), Outcome(status=status, reason=reason),
+                                  started_at=now, finished_at=now)
         return ray.get(self.reducer.submit.remote(result), timeout=CONTROL_TIMEOUT_S)
 
     def _finish(self, summary: RolloutSummary) -> None:
@@ -353,7 +338,7 @@ class Dispatcher:
         runs it again); wait (bounded) for their cleanup."""
         self.queue.clear()
         for _, spec in self.delayed:
-            self._finish(_cancelled(spec, ""))
+            self._finish(RolloutSummary.interrupted(spec, ""))
         self.delayed.clear()
         # Actors first learn the run is stopping: a rollout that ends now (its sandbox
         # closed under it, its CLI killed) is interrupted, never a recorded failure.
@@ -370,13 +355,13 @@ class Dispatcher:
                     try:
                         summary = ray.get(ref)
                     except Exception:  # cancelled, or the actor died while cleaning up
-                        summary = _cancelled(item.spec, item.actor)
+                        summary = RolloutSummary.interrupted(item.spec, item.actor)
                     self._finish(summary)
         except KeyboardInterrupt:
             pass
         for ref, item in list(self.inflight.items()):
             self._release(ref)
-            self._finish(_cancelled(item.spec, item.actor))
+            self._finish(RolloutSummary.interrupted(item.spec, item.actor))
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:
@@ -384,16 +369,3 @@ def _wait_quietly(refs: list[Any], timeout: float) -> None:
         ray.get(refs, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a dead actor has nothing in flight to tell
         log.debug("stop notice not delivered: %s", exc)
-
-
-def _cancelled(spec: RolloutSpec, actor: str) -> RolloutSummary:
-    return RolloutSummary(
-        rollout_id=spec.rollout_id,
-        group_id=spec.group_id,
-        task_id=spec.task.id,
-        attempt=spec.attempt,
-        status=RolloutStatus.INTERRUPTED,
-        reason="the run was stopped while it ran: the next invocation runs it again",
-        actor=actor,
-        durable=False,
-    )

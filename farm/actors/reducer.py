@@ -30,7 +30,7 @@ from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of
-from farm.status import RolloutStatus
+from farm.status import Outcome, RolloutStatus
 from farm.trajectory.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -130,8 +130,7 @@ class ReducerActor:
                 return result.summary().model_copy(
                     update={"status": RolloutStatus.STALE, "reason": stale, "durable": False, "retry": decision})
             # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
-            result = result.model_copy(update={"status": RolloutStatus.STALE, "reason": stale + " (out of reruns)",
-                                               "tree": result.tree})
+            result = result.ended_as(Outcome(status=RolloutStatus.STALE, reason=stale + " (out of reruns)"))
         fut = self._pending.get(rid)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()

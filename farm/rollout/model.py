@@ -4,12 +4,14 @@ and the small summary the driver sees (RolloutSummary)."""
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.rollout.retry import Reruns, RetryDecision, RetryKind
-from farm.status import RolloutStatus
+from farm.status import Outcome, RolloutStatus
 from farm.tasks.model import Task
 
 
@@ -52,8 +54,29 @@ class RolloutCounts(BaseModel):
     policy_version_max: int | None = None
 
 
+@dataclass(frozen=True)
+class Runner:
+    """Who ran a rollout, as its result records it: one per sandbox actor (its pipeline),
+    one for the dispatcher (rollouts it ends itself), one per ``farm.Rollouts`` harness."""
+
+    harness: str
+    model: str = ""
+    mode: str = "token_exact"  # black_box: a hosted endpoint served the CLI
+    actor: str = ""
+    node: str = ""
+
+    @classmethod
+    def of(cls, cfg: Any, *, actor: str = "", node: str = "", harness: str | None = None) -> Runner:
+        """From a FarmConfig: its harness (unless ``harness``), engine model and mode."""
+        return cls(harness=harness or cfg.harness.name, model=cfg.engine.model_name,
+                   mode="black_box" if cfg.black_box else "token_exact", actor=actor, node=node)
+
+
 class RolloutResult(BaseModel):
-    """Everything a finished rollout produced. Exactly one status, with its reason."""
+    """Everything a finished rollout produced. Exactly one status, with its reason.
+
+    Built by ``RolloutResult.of`` (its identity always from its spec) and changed by
+    ``ended_as`` (the same rollout, ended otherwise)."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -90,6 +113,36 @@ class RolloutResult(BaseModel):
     artifacts: Any = Field(
         default=None, exclude=True, description="its RolloutArtifacts (compressed files; the reducer writes them)"
     )
+
+    @classmethod
+    def of(cls, spec: RolloutSpec, runner: Runner, outcome: Outcome, *, started_at: float,
+           finished_at: float | None = None, **produced: Any) -> RolloutResult:
+        """The result of ``spec``'s attempt, run by ``runner``, ended with ``outcome``;
+        ``produced``: what the rollout made (reward, grading, diff, counts, tree, ...)."""
+        return cls(
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            group_id=spec.group_id,
+            task_id=spec.task.id,
+            sample_index=spec.sample_index,
+            group_index=spec.group_index,
+            attempt=spec.attempt,
+            reruns=spec.reruns,
+            harness=runner.harness,
+            model=runner.model,
+            mode=runner.mode,
+            actor=runner.actor,
+            node=runner.node,
+            status=outcome.status,
+            reason=outcome.reason,
+            started_at=started_at,
+            finished_at=time.time() if finished_at is None else finished_at,
+            **produced,
+        )
+
+    def ended_as(self, outcome: Outcome, **changes: Any) -> RolloutResult:
+        """The same rollout, ended with ``outcome`` instead (too stale, aborted by its caller)."""
+        return self.model_copy(update={"status": outcome.status, "reason": outcome.reason, **changes})
 
     @property
     def duration_s(self) -> float:
@@ -140,3 +193,10 @@ class RolloutSummary(BaseModel):
     retry: RetryDecision | None = Field(
         default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
     )
+
+    @classmethod
+    def interrupted(cls, spec: RolloutSpec, actor: str = "") -> RolloutSummary:
+        """A rollout the run stopped before it ended: not recorded, the next invocation runs it."""
+        return cls(rollout_id=spec.rollout_id, group_id=spec.group_id, task_id=spec.task.id, attempt=spec.attempt,
+                   status=RolloutStatus.INTERRUPTED, actor=actor, durable=False,
+                   reason="the run was stopped while it ran: the next invocation runs it again")

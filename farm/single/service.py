@@ -29,7 +29,7 @@ from typing import Any, Literal, get_args
 from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
-from farm.rollout.model import RolloutSpec, make_rollout_id
+from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
 from farm.single.placement import InProcess, OnRay
@@ -173,8 +173,8 @@ class Rollouts:
         spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
                            task=resolved)  # fmt: skip
         handle = RolloutHandle(
-            spec, name, live_transcript=lambda: place.transcript(actor, rid), store=place.submit,
-            outputs=self.outputs(),
+            spec, Runner.of(self.cfg, harness=name), live_transcript=lambda: place.transcript(actor, rid),
+            store=place.submit, outputs=self.outputs(),
             remote_abort=None if place.cancels_locally else lambda: place.abort(actor, rid),
         )  # fmt: skip
         handle.attach(asyncio.ensure_future(place.execute(actor, spec, handle.observe)))
