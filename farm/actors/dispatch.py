@@ -227,17 +227,21 @@ class Dispatcher:
             return
         if aborted:  # cancelled at a weight update as too stale (whatever it came back as)
             self.stale_aborted += 1
-            decision = decide(RolloutStatus.STALE, spec.reruns, self.budgets, ending=Ending.TOO_STALE)
+            decision = self._decide(spec, RolloutStatus.STALE, Ending.TOO_STALE)
             if not decision.runs_again:
                 reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
                 self._finish(self._record(spec, RolloutStatus.STALE, reason, ""))
                 return
         else:  # the actor (or the reducer) decided; a summary without a decision is a stopped rollout's
-            decision = summary.retry or decide(summary.status, spec.reruns, self.budgets)
+            decision = summary.retry or self._decide(spec, summary.status)
         if decision.runs_again:
             self._run_again(spec, decision, f"{summary.status.value} ({summary.reason[:120]})", aborted=aborted)
         else:
             self._finish(summary)
+
+    def _decide(self, spec: RolloutSpec, status: RolloutStatus, ending: Ending = Ending.FINISHED) -> RetryDecision:
+        """The retry decision (``farm.rollout.retry``) for an attempt of ``spec`` the dispatcher saw end."""
+        return decide(status, spec.reruns, self.budgets, ending=ending, stopping=self.interrupted)
 
     def _run_again(self, spec: RolloutSpec, decision: RetryDecision, why: str, *, aborted: bool = False) -> None:
         """Carry out a RUN_AGAIN: the next attempt, spending ``decision.kind``'s budget. An
@@ -267,8 +271,7 @@ class Dispatcher:
         if stored is not None:  # it was made durable before the actor died
             self._finish(stored)
             return
-        decision = decide(RolloutStatus.SANDBOX_ERROR, spec.reruns, self.budgets, ending=Ending.ACTOR_LOST,
-                          stopping=self.interrupted)
+        decision = self._decide(spec, RolloutStatus.SANDBOX_ERROR, Ending.ACTOR_LOST)
         if decision.verdict is Verdict.RUN_AGAIN:
             self._run_again(spec, decision, f"actor {actor} lost it ({why})")
         elif decision.verdict is Verdict.DROP:
@@ -308,8 +311,7 @@ class Dispatcher:
                 self._release(ref)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
                 # a hung actor is an infrastructure failure: it spends the infrastructure budget
-                decision = decide(RolloutStatus.SANDBOX_ERROR, item.spec.reruns, self.budgets, ending=Ending.HUNG,
-                                  stopping=self.interrupted)
+                decision = self._decide(item.spec, RolloutStatus.SANDBOX_ERROR, Ending.HUNG)
                 if decision.runs_again:
                     self._run_again(item.spec, decision, reason)
                 else:
