@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import ray
 from ray.exceptions import (
@@ -35,8 +35,6 @@ from ray.exceptions import (
 from farm.actors.pool import ActorPool, Health
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary, Runner
-from farm.rollout.progress import RunProgress
-from farm.rollout.stream import StreamFeed
 from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
 from farm.status import Outcome, RolloutStatus
 
@@ -49,6 +47,24 @@ CONTROL_TIMEOUT_S = 120.0
 # An actor call failed because the actor is gone: dead, restarting, or pinned to a node
 # that died (a node-pinned actor cannot restart anywhere else: unschedulable).
 ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
+
+
+class Feed(Protocol):
+    """Where groups come from in continuous mode (farm.run.stream.StreamFeed)."""
+
+    exhausted: bool
+
+    def next(self) -> list[RolloutSpec] | None: ...
+
+
+class Progress(Protocol):
+    """What the loop reports to (farm.run.progress.RunProgress)."""
+
+    def note(self, message: str) -> None: ...
+
+    def grow(self, n: int) -> None: ...
+
+    def advance(self, summary: RolloutSummary, in_flight: int) -> None: ...
 
 
 @dataclass
@@ -67,7 +83,7 @@ class Dispatcher:
         cfg: FarmConfig,
         actors: dict[str, Any],
         reducer: Any,
-        progress: RunProgress,
+        progress: Progress,
         *,
         guard_s: float | None = None,
         scale_out: Callable[[], dict[str, Any]] | None = None,
@@ -99,7 +115,7 @@ class Dispatcher:
         self.joining: dict[Any, str] = {}
 
     # --- loop ---------------------------------------------------------------
-    def run(self, specs: list[RolloutSpec] = (), *, feed: StreamFeed | None = None,
+    def run(self, specs: list[RolloutSpec] = (), *, feed: Feed | None = None,
             stop: threading.Event | None = None) -> list[RolloutSummary]:
         """Run ``specs``, then whatever ``feed`` hands out (continuous mode) until it is
         exhausted, or until ``stop`` is set (in-flight rollouts are then interrupted)."""
@@ -141,7 +157,7 @@ class Dispatcher:
             self.cancel_inflight(self.cfg.ray.drain_timeout_s)
         return list(self.summaries.values())
 
-    def _feed(self, feed: StreamFeed | None) -> None:
+    def _feed(self, feed: Feed | None) -> None:
         """Pull groups while the actors have free slots for them."""
         if feed is None:
             return

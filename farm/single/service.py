@@ -73,8 +73,8 @@ class Rollouts:
     async def start_farm(self) -> Rollouts:
         """Own the output dir, load the tasks, start the reducer and the engine."""
         from farm.driver import _write_run_config
-        from farm.rollout.runlock import RunLock
-        from farm.rollout.tasks import load_run_tasks
+        from farm.run.lock import RunLock
+        from farm.run.tasks import load_run_tasks
 
         if self._started:
             return self
@@ -118,7 +118,7 @@ class Rollouts:
         """This session as an invocation of the output directory (``invocations.jsonl``,
         ``summary.json`` with the directory's counts read back from its rollouts table), so
         the summary stays true when rollouts are added to a `farm run`'s directory."""
-        from farm.rollout.summary import summarize, with_history, write_summary
+        from farm.run.summary import summarize, with_history, write_summary
 
         stored = [h.result_summary() for h in self.handles.values() if h.stored]
         if not self._started or not stored:

@@ -11,7 +11,7 @@ from farm.actors.reducer import ReducerActor
 from farm.config import FarmConfig
 from farm.rollout.group_reader import GroupReader
 from farm.rollout.retry import Reruns, RetryKind
-from farm.rollout.stream import StreamConfig, StreamFeed, TaskStream
+from farm.run.stream import StreamConfig, StreamFeed, TaskStream
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 from farm.trajectory.schema import to_slime_dict
@@ -31,7 +31,7 @@ def test_stream_epochs_ids_and_group_indexes():
     assert [g[0].group_index for g in groups] == list(range(6))
     assert [s.rollout_id for s in groups[3]] == ["t0@1.0", "t0@1.1"] and groups[3][0].epoch == 1
     # epoch 0 plans exactly what farm run always planned (resume depends on the ids)
-    from farm.rollout.plan import expand_rollouts
+    from farm.run.stream import expand_rollouts
 
     assert [x.rollout_id for x in expand_rollouts("r", _tasks(3), 2)] == [x.rollout_id for g in groups[:3] for x in g]
     # done rollouts are skipped, group indexes stay where they were

@@ -1,4 +1,6 @@
-"""Driver decisions as pure functions: expansion, resume, summary (re-dispatch: tests/rollout/test_rollout_retry.py; picking an actor: tests/actors/test_actors_pool.py)."""
+"""The run's plan and summary as pure functions: expansion, resume, summary
+(farm.run.stream, farm.run.summary). Re-dispatch: tests/rollout/test_rollout_retry.py;
+picking an actor: tests/actors/test_actors_pool.py."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ import json
 import pytest
 
 from farm.rollout.model import RolloutSummary
-from farm.rollout.plan import expand_rollouts
+from farm.run.stream import expand_rollouts
 from farm.rollout.groups import group_states
-from farm.rollout.summary import cumulative, summarize, summary_table, write_summary
+from farm.run.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 
