@@ -21,7 +21,7 @@ from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.loggers.config import LoggerConfig
 from farm.rollout.artifacts import ArtifactsConfig
-from farm.rollout.stream import StreamConfig
+from farm.run.config import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
 from farm.trajectory.config import OutputConfig

@@ -34,7 +34,7 @@ from rich.console import Console
 
 from farm.config import FarmConfig, load_config
 from farm.rollout.group_reader import Group, GroupOrder, GroupReader
-from farm.rollout.stream import Curriculum, StreamFeed, TaskStream
+from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,9 @@ class Farm:
         from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
         from farm.actors.assembly import FarmActors, init_ray
         from farm.driver import _start_loggers, _write_run_config
-        from farm.rollout.progress import RunProgress
-        from farm.rollout.runlock import RunLock
-        from farm.rollout.tasks import load_run_tasks
+        from farm.run.progress import RunProgress
+        from farm.run.lock import RunLock
+        from farm.run.tasks import load_run_tasks
 
         cfg = self.cfg
         self._lock = RunLock(self.out_dir, cfg.run_id)

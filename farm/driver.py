@@ -19,11 +19,11 @@ from farm.actors.assembly import FarmActors, init_ray
 from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
 from farm.config import FarmConfig
 from farm.loggers import RunLoggers
-from farm.rollout.stream import StreamFeed, TaskStream
-from farm.rollout.progress import RunProgress
-from farm.rollout.runlock import RunLock
-from farm.rollout.signals import cleanup_phase, stop_signals
-from farm.rollout.summary import RunSummary, summarize, summary_table, with_history, write_summary
+from farm.run.stream import StreamFeed, TaskStream
+from farm.run.progress import RunProgress
+from farm.run.lock import RunLock
+from farm.run.signals import cleanup_phase, stop_signals
+from farm.run.summary import RunSummary, summarize, summary_table, with_history, write_summary
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def run_farm(
     real layers, ``farm.rollout.parts.FarmParts``; a factory also means no engine is
     started) are seams for tests and embedding.
     """
-    from farm.rollout.tasks import load_run_tasks
+    from farm.run.tasks import load_run_tasks
 
     console = console or Console()
     out_dir = Path(cfg.output.dir).expanduser().resolve()

@@ -1,13 +1,16 @@
 """The driver's dispatch loop: rollouts onto a pool of sandbox actors, with
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
-and cancellation on Ctrl-C. Decisions are the pure functions of ``farm.rollout.plan``.
+and cancellation on Ctrl-C. Whether a rollout runs again is ``farm.rollout.retry.decide``
+(the actor or reducer decided it when it hands back a summary not durable; the dispatcher
+decides it when an actor was lost, a rollout hung or was aborted as stale); the
+dispatcher only carries the decision out.
 
-An actor that lost a rollout gets no new ones until it answers a probe: Ray restarts
-it (``ray.actor_max_restarts``), or it is dead for good (restarts used up, ``ray.kill``,
-its node gone) and leaves the pool. Without the probe, the dead actor would be the
-least loaded one and take every re-dispatch, each failing at once. An actor pinned to a
-node that died is lost the same way (its node's rollouts go to the other nodes), and
-sandbox actors started on nodes that join mid-run (``scale_out``) enter the pool once ready.
+Which actor takes a rollout, and which may take none (lost a rollout, waiting for its
+probe; retired), is ``farm.actors.pool.ActorPool``; the dispatcher keeps the Ray refs
+(rollouts in flight, probes, joining actors) and tells the pool what they answered. An
+actor pinned to a node that died is lost the same way (its node's rollouts go to the
+other nodes), and sandbox actors started on nodes that join mid-run (``scale_out``)
+enter the pool once ready.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import ray
 from ray.exceptions import (
@@ -29,12 +32,11 @@ from ray.exceptions import (
     TaskCancelledError,
 )
 
+from farm.actors.pool import ActorPool, Health
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
-from farm.rollout.plan import Decision, next_attempt, on_actor_death, pick_actor
-from farm.rollout.progress import RunProgress
-from farm.rollout.stream import StreamFeed
-from farm.status import FailureClass, RolloutStatus
+from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary, Runner
+from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
+from farm.status import Outcome, RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,24 @@ CONTROL_TIMEOUT_S = 120.0
 # An actor call failed because the actor is gone: dead, restarting, or pinned to a node
 # that died (a node-pinned actor cannot restart anywhere else: unschedulable).
 ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
+
+
+class Feed(Protocol):
+    """Where groups come from in continuous mode (farm.run.stream.StreamFeed)."""
+
+    exhausted: bool
+
+    def next(self) -> list[RolloutSpec] | None: ...
+
+
+class Progress(Protocol):
+    """What the loop reports to (farm.run.progress.RunProgress)."""
+
+    def note(self, message: str) -> None: ...
+
+    def grow(self, n: int) -> None: ...
+
+    def advance(self, summary: RolloutSummary, in_flight: int) -> None: ...
 
 
 @dataclass
@@ -63,7 +83,7 @@ class Dispatcher:
         cfg: FarmConfig,
         actors: dict[str, Any],
         reducer: Any,
-        progress: RunProgress,
+        progress: Progress,
         *,
         guard_s: float | None = None,
         scale_out: Callable[[], dict[str, Any]] | None = None,
@@ -72,11 +92,9 @@ class Dispatcher:
         self.actors = actors
         self.reducer = reducer
         self.progress = progress
-        self.capacity = cfg.rollout.concurrency
-        self.max_attempts = cfg.rollout.max_attempts
+        self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
-        self.load = {name: 0 for name in actors}
-        self.failures = {name: 0 for name in actors}
+        self.pool = ActorPool(actors, capacity=cfg.rollout.concurrency, max_deaths=cfg.ray.actor_max_restarts + 1)
         self.probes: dict[Any, tuple[str, float]] = {}  # probe ref -> (actor, sent): actors that lost a rollout
         self.inflight: dict[Any, _InFlight] = {}
         self.queue: deque[RolloutSpec] = deque()
@@ -97,7 +115,7 @@ class Dispatcher:
         self.joining: dict[Any, str] = {}
 
     # --- loop ---------------------------------------------------------------
-    def run(self, specs: list[RolloutSpec] = (), *, feed: StreamFeed | None = None,
+    def run(self, specs: list[RolloutSpec] = (), *, feed: Feed | None = None,
             stop: threading.Event | None = None) -> list[RolloutSummary]:
         """Run ``specs``, then whatever ``feed`` hands out (continuous mode) until it is
         exhausted, or until ``stop`` is set (in-flight rollouts are then interrupted)."""
@@ -114,7 +132,7 @@ class Dispatcher:
                 self._grow()
                 self._dispatch()
                 if not self.inflight and not self.probes and not self.joining:
-                    if self.queue and not self.load:
+                    if self.queue and self.pool.empty:
                         self._give_up_all("no sandbox actor left alive")
                     elif self.delayed and not self.queue:
                         time.sleep(min(1.0, max(0.0, min(t for t, _ in self.delayed) - time.monotonic())))
@@ -139,11 +157,11 @@ class Dispatcher:
             self.cancel_inflight(self.cfg.ray.drain_timeout_s)
         return list(self.summaries.values())
 
-    def _feed(self, feed: StreamFeed | None) -> None:
+    def _feed(self, feed: Feed | None) -> None:
         """Pull groups while the actors have free slots for them."""
         if feed is None:
             return
-        free = sum(max(0, self.capacity - n) for n in self.load.values())
+        free = self.pool.free_slots
         while len(self.queue) < free:
             group = feed.next()
             if group is None:
@@ -164,7 +182,7 @@ class Dispatcher:
         except (*ACTOR_LOST, RayTaskError) as exc:
             self.progress.note(f"actor {name} did not start on its new node: {type(exc).__name__}")
             return
-        self.load[name], self.failures[name] = 0, 0
+        self.pool.joined(name)
         self.progress.note(f"actor {name} joined on node {where.get('node', '')[:8]}: taking rollouts")
 
     # --- weight versions and staleness -----------------------------------------
@@ -187,23 +205,21 @@ class Dispatcher:
                     ray.cancel(ref)
 
     def _dispatch(self) -> None:
-        probing = {name for name, _ in self.probes.values()}
         while self.queue:
             spec = self.queue[0]
             home = self.homes.get(spec.task.id) if self.cfg.ray.env_affinity else None
-            name = pick_actor({n: k for n, k in self.load.items() if n not in probing}, self.capacity, prefer=home)
+            name = self.pool.pick(prefer=home)
             if name is None:
                 return
             self.homes.setdefault(spec.task.id, name)
             self.queue.popleft()
             ref = self.actors[name].run.remote(spec)
             self.inflight[ref] = _InFlight(spec, name, time.monotonic(), self.policy_version)
-            self.load[name] += 1
+            self.pool.took(name)
 
     def _release(self, ref: Any) -> _InFlight:
         item = self.inflight.pop(ref)
-        if item.actor in self.load:
-            self.load[item.actor] -= 1
+        self.pool.freed(item.actor)
         return item
 
     def _collect(self, ref: Any) -> None:
@@ -214,43 +230,51 @@ class Dispatcher:
         try:
             summary: RolloutSummary = ray.get(ref)
         except TaskCancelledError:
-            summary = _cancelled(spec, item.actor)
+            summary = RolloutSummary.interrupted(spec, item.actor)
         except ACTOR_LOST as exc:
             self._actor_failed(item.actor)
             self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return
-        except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself)
+        except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself):
+            # recorded at once, never retried: a bug does not go away on a rerun
             summary = self._record(spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {exc.cause!r}", item.actor)
-        if not summary.durable and not self.interrupted and (aborted or summary.status is RolloutStatus.STALE):
-            self._rerun_stale(spec, summary, aborted)
+        if summary.durable or self.interrupted:
+            self._finish(summary)
             return
-        if not summary.durable and summary.status.failure_class is FailureClass.INFRASTRUCTURE \
-                and not summary.status.reruns and not self.interrupted:
-            self._retry(spec, summary)
-            return
-        self._finish(summary)
-
-    def _retry(self, spec: RolloutSpec, failed: RolloutSummary) -> None:
-        """An infrastructure failure the actor did not record (retries left): run it again
-        after an exponential backoff, as a new attempt."""
-        delay = self.cfg.rollout.retry_backoff_s * 2 ** (spec.attempt - 1)
-        self.retried += 1
-        self.progress.note(f"{spec.rollout_id}: {failed.status.value} ({failed.reason[:120]}); "
-                           f"retrying in {delay:g} s (attempt {spec.attempt + 1})")  # fmt: skip
-        self.delayed.append((time.monotonic() + delay, next_attempt(spec)))
-
-    def _rerun_stale(self, spec: RolloutSpec, summary: RolloutSummary, aborted: bool) -> None:
-        """Dropped (finished too stale) or aborted at a weight update: run it again now,
-        under the current weights; after stream.max_stale_reruns it is recorded as stale."""
-        if aborted:
+        if aborted:  # cancelled at a weight update as too stale (whatever it came back as)
             self.stale_aborted += 1
-            if spec.attempt > self.cfg.stream.max_stale_reruns:
-                reason = f"aborted as stale at weight version {self.policy_version} {spec.attempt} time(s)"
+            decision = self._decide(spec, RolloutStatus.STALE, Ending.TOO_STALE)
+            if not decision.runs_again:
+                reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
                 self._finish(self._record(spec, RolloutStatus.STALE, reason, ""))
                 return
+        else:  # the actor (or the reducer) decided; a summary without a decision is a stopped rollout's
+            decision = summary.retry or self._decide(spec, summary.status)
+        if decision.runs_again:
+            self._run_again(spec, decision, f"{summary.status.value} ({summary.reason[:120]})", aborted=aborted)
         else:
+            self._finish(summary)
+
+    def _decide(self, spec: RolloutSpec, status: RolloutStatus, ending: Ending = Ending.FINISHED) -> RetryDecision:
+        """The retry decision (``farm.rollout.retry``) for an attempt of ``spec`` the dispatcher saw end."""
+        return decide(status, spec.reruns, self.budgets, ending=ending, stopping=self.interrupted)
+
+    def _run_again(self, spec: RolloutSpec, decision: RetryDecision, why: str, *, aborted: bool = False) -> None:
+        """Carry out a RUN_AGAIN: the next attempt, spending ``decision.kind``'s budget. An
+        infrastructure retry waits out its backoff; the others go first in the queue."""
+        again = spec.next(decision.kind)
+        if decision.kind is RetryKind.INFRASTRUCTURE:
+            self.retried += 1
+            self.progress.note(f"{spec.rollout_id}: {why}; retrying in {decision.delay_s:g} s "
+                               f"(attempt {again.attempt}, {decision.reason})")  # fmt: skip
+            self.delayed.append((time.monotonic() + decision.delay_s, again))
+            return
+        if decision.kind is RetryKind.ACTOR_LOST:
+            self.redispatched += 1
+            self.progress.note(f"{spec.rollout_id}: {why}; re-dispatching (attempt {again.attempt}, {decision.reason})")
+        elif not aborted:  # finished too stale, not recorded (on_stale=drop): under the current weights now
             self.stale_dropped += 1
-        self.queue.appendleft(next_attempt(spec))
+        self.queue.appendleft(again)
 
     def _release_delayed(self, now: float) -> None:
         due = [spec for t, spec in self.delayed if t <= now]
@@ -263,50 +287,51 @@ class Dispatcher:
         if stored is not None:  # it was made durable before the actor died
             self._finish(stored)
             return
-        if on_actor_death(spec.attempt, self.max_attempts) is Decision.RETRY:
-            self.redispatched += 1
-            self.progress.note(f"{spec.rollout_id}: actor {actor} lost it ({why}); re-dispatching (attempt {spec.attempt + 1})")
-            self.queue.appendleft(next_attempt(spec))
-            return
-        reason = f"sandbox actor died {spec.attempt} time(s) under this rollout (last: {why})"
-        self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, reason, actor))
+        decision = self._decide(spec, RolloutStatus.SANDBOX_ERROR, Ending.ACTOR_LOST)
+        if decision.verdict is Verdict.RUN_AGAIN:
+            self._run_again(spec, decision, f"actor {actor} lost it ({why})")
+        elif decision.verdict is Verdict.DROP:
+            self._finish(RolloutSummary.interrupted(spec, actor))
+        else:
+            self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
 
     def _actor_failed(self, name: str) -> None:
         """``name`` lost a rollout: no new ones for it until it answers a probe (once per death)."""
-        if name not in self.load or any(n == name for n, _ in self.probes.values()):
-            return
-        self.failures[name] += 1
-        self._probe(name)
+        self._carry_out(name, self.pool.lost(name))
 
-    def _probe(self, name: str) -> None:
-        if self.failures[name] > self.cfg.ray.actor_max_restarts + 1:
+    def _carry_out(self, name: str, health: Health | None) -> None:
+        if health is Health.PROBE:
+            self.probes[self.actors[name].stats.remote()] = (name, time.monotonic())
+        elif health is Health.RETIRED:
             self.progress.note(f"actor {name} keeps dying: no more rollouts for it")
-            self.load.pop(name, None)
-            return
-        self.probes[self.actors[name].stats.remote()] = (name, time.monotonic())
 
     def _probed(self, ref: Any) -> None:
         name, _ = self.probes.pop(ref)
         try:
             ray.get(ref)
         except ACTOR_LOST:  # dead, or not back yet: ask again (bounded)
-            self.failures[name] += 1
-            self._probe(name)
+            self._carry_out(name, self.pool.probe_failed(name))
+            return
         except RayTaskError:  # it runs code, so it is alive
             pass
+        self.pool.probe_answered(name)
 
     def _guard(self, now: float) -> None:
         for ref, (name, sent) in list(self.probes.items()):
             if now - sent > CONTROL_TIMEOUT_S:  # restarting for too long: counts as one more death
                 del self.probes[ref]
-                self.failures[name] += 1
-                self._probe(name)
+                self._carry_out(name, self.pool.probe_failed(name))
         for ref, item in list(self.inflight.items()):
             if now - item.started > self.guard_s:
                 ray.cancel(ref)
                 self._release(ref)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
-                self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
+                # a hung actor is an infrastructure failure: it spends the infrastructure budget
+                decision = self._decide(item.spec, RolloutStatus.SANDBOX_ERROR, Ending.HUNG)
+                if decision.runs_again:
+                    self._run_again(item.spec, decision, reason)
+                else:
+                    self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
 
     def _give_up_all(self, reason: str) -> None:
         while self.queue:
@@ -316,22 +341,8 @@ class Dispatcher:
     def _record(self, spec: RolloutSpec, status: RolloutStatus, reason: str, actor: str) -> RolloutSummary:
         """Record a rollout the driver ends itself; returns what the reducer holds (first write wins)."""
         now = time.time()
-        result = RolloutResult(
-            run_id=spec.run_id,
-            rollout_id=spec.rollout_id,
-            group_id=spec.group_id,
-            task_id=spec.task.id,
-            sample_index=spec.sample_index,
-            group_index=spec.group_index,
-            attempt=spec.attempt,
-            harness=self.cfg.harness.name,
-            model=self.cfg.engine.model_name,
-            status=status,
-            reason=reason,
-            actor=actor,
-            started_at=now,
-            finished_at=now,
-        )
+        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), Outcome(status=status, reason=reason),
+                                  started_at=now, finished_at=now)
         return ray.get(self.reducer.submit.remote(result), timeout=CONTROL_TIMEOUT_S)
 
     def _finish(self, summary: RolloutSummary) -> None:
@@ -345,7 +356,7 @@ class Dispatcher:
         runs it again); wait (bounded) for their cleanup."""
         self.queue.clear()
         for _, spec in self.delayed:
-            self._finish(_cancelled(spec, ""))
+            self._finish(RolloutSummary.interrupted(spec, ""))
         self.delayed.clear()
         # Actors first learn the run is stopping: a rollout that ends now (its sandbox
         # closed under it, its CLI killed) is interrupted, never a recorded failure.
@@ -362,13 +373,13 @@ class Dispatcher:
                     try:
                         summary = ray.get(ref)
                     except Exception:  # cancelled, or the actor died while cleaning up
-                        summary = _cancelled(item.spec, item.actor)
+                        summary = RolloutSummary.interrupted(item.spec, item.actor)
                     self._finish(summary)
         except KeyboardInterrupt:
             pass
         for ref, item in list(self.inflight.items()):
             self._release(ref)
-            self._finish(_cancelled(item.spec, item.actor))
+            self._finish(RolloutSummary.interrupted(item.spec, item.actor))
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:
@@ -376,16 +387,3 @@ def _wait_quietly(refs: list[Any], timeout: float) -> None:
         ray.get(refs, timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a dead actor has nothing in flight to tell
         log.debug("stop notice not delivered: %s", exc)
-
-
-def _cancelled(spec: RolloutSpec, actor: str) -> RolloutSummary:
-    return RolloutSummary(
-        rollout_id=spec.rollout_id,
-        group_id=spec.group_id,
-        task_id=spec.task.id,
-        attempt=spec.attempt,
-        status=RolloutStatus.INTERRUPTED,
-        reason="the run was stopped while it ran: the next invocation runs it again",
-        actor=actor,
-        durable=False,
-    )

@@ -27,9 +27,10 @@ from typing import Any
 
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSummary
+from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of
-from farm.status import RolloutStatus
+from farm.status import Outcome, RolloutStatus
 from farm.trajectory.transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ def _compact(report: dict[str, Any] | None) -> dict[str, Any]:
 class ReducerActor:
     def __init__(self, cfg: FarmConfig, *, metrics: bool = True) -> None:
         self.cfg = cfg
+        self.budgets = RetryBudgets.from_config(cfg)
         self.out_dir = Path(cfg.output.dir)
         self.store = RolloutStore(self.out_dir, cfg.output)
         self.store.recover()
@@ -126,12 +128,12 @@ class ReducerActor:
         stale = self._stale(result)
         if stale is not None:
             self.stale_dropped += 1
-            if result.attempt <= self.cfg.stream.max_stale_reruns:  # the driver runs it again under new weights
+            decision = decide(result.status, result.reruns, self.budgets, ending=Ending.TOO_STALE)
+            if decision.runs_again:  # the dispatcher runs it again under the current weights
                 return result.summary().model_copy(
-                    update={"status": RolloutStatus.STALE, "reason": stale, "durable": False})
+                    update={"status": RolloutStatus.STALE, "reason": stale, "durable": False, "retry": decision})
             # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
-            result = result.model_copy(update={"status": RolloutStatus.STALE, "reason": stale + " (out of reruns)",
-                                               "tree": result.tree})
+            result = result.ended_as(Outcome(status=RolloutStatus.STALE, reason=stale + " (out of reruns)"))
         fut = self._pending.get(rid)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()

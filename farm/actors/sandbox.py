@@ -18,7 +18,8 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.pipeline import RolloutPipeline
-from farm.status import FailureClass, RolloutStatus
+from farm.rollout.retry import RetryBudgets, Verdict, decide
+from farm.status import RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class SandboxActor:
     ) -> None:
         self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (black-box runs), from `farm run`
         self.cfg = cfg
+        self.budgets = RetryBudgets.from_config(cfg)
         self.engine_url = engine_url
         self.reducer = reducer
         self.name = name
@@ -190,20 +192,19 @@ class SandboxActor:
         return main_line_messages(self.live_tree(rollout_id))
 
     async def run(self, spec: RolloutSpec) -> RolloutSummary:
-        """Run one rollout, hand it to the reducer, return its (durable) summary."""
+        """Run one rollout, hand it to the reducer, return its (durable) summary; or, when
+        ``farm.rollout.retry.decide`` says it runs again (or is dropped), its summary not
+        durable, carrying that decision for the dispatcher."""
         result = await self.execute(spec)
-        status = result.status
-        finished = status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)  # graded (or zeroed) to its end
-        if status is RolloutStatus.CANCELLED or (self._stopping and not finished):
+        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping)
+        if decision.verdict is Verdict.DROP:
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
-            why = f"the run was stopped while it ran ({status.value}: {result.reason[:200]}); it runs again"
+            why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"
             return result.summary().model_copy(
-                update={"status": RolloutStatus.INTERRUPTED, "reason": why, "durable": False}
+                update={"status": RolloutStatus.INTERRUPTED, "reason": why, "durable": False, "retry": decision}
             )
-        if (status.failure_class is FailureClass.INFRASTRUCTURE and spec.attempt <= self.cfg.rollout.infra_retries
-                and status is not RolloutStatus.AUTH_ERROR):  # a refused key stays refused: no retry
-            # Not recorded yet: the driver runs it again after a backoff (the last attempt is recorded).
-            return result.summary().model_copy(update={"durable": False})
+        if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
+            return result.summary().model_copy(update={"durable": False, "retry": decision})
         return await call(self.reducer, "submit", result)
 
     def live_tree(self, rollout_id: str) -> Any:

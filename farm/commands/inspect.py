@@ -65,7 +65,7 @@ def _overview(out: Path, console: Any) -> None:
 
     from farm.rollout.groups import group_size_of
     from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.rollout.summary import directory_summary
+    from farm.run.summary import directory_summary
     from farm.trajectory.reader import ShardReader
 
     reader = ShardReader(out, name=ROLLOUTS_TABLE)

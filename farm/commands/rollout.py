@@ -58,7 +58,7 @@ def progress_line(ev: dict[str, Any]) -> str | None:
 async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     from farm.config import SINGLE_DEFAULTS, load_config
     from farm.errors import TaskError
-    from farm.rollout.tasks import load_run_tasks
+    from farm.run.tasks import load_run_tasks
     from farm.single import Rollouts
 
     cfg = load_config(args.config, overrides, defaults=SINGLE_DEFAULTS)

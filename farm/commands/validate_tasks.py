@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from farm.config import load_config
     from farm.errors import ConfigError, TaskLoadError
-    from farm.rollout.tasks import load_task_file
+    from farm.run.tasks import load_task_file
 
     console = Console(stderr=True)
     overrides = [*args.overrides, f"tasks.path={args.tasks}"]

@@ -34,7 +34,7 @@ def _check(out: Path) -> int:
 def _repair(out: Path) -> None:
     import yaml
 
-    from farm.rollout.runlock import RunLock
+    from farm.run.lock import RunLock
     from farm.rollout.store import RolloutStore
     from farm.trajectory.config import OutputConfig
 

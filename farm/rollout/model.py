@@ -4,11 +4,14 @@ and the small summary the driver sees (RolloutSummary)."""
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.status import RolloutStatus
+from farm.rollout.retry import Reruns, RetryDecision, RetryKind
+from farm.status import Outcome, RolloutStatus
 from farm.tasks.model import Task
 
 
@@ -27,9 +30,14 @@ class RolloutSpec(BaseModel):
     group_id: str = Field(description="rollouts of the same task form one GRPO group")
     sample_index: int = Field(ge=0)
     task: Task
-    attempt: int = Field(default=1, ge=1, description="dispatch attempt (re-dispatch after an actor died)")
+    attempt: int = Field(default=1, ge=1, description="dispatch attempt: 1 + every rerun, of any kind")
+    reruns: Reruns = Field(default_factory=Reruns, description="reruns spent so far, per kind (farm.rollout.retry)")
     group_index: int | None = Field(default=None, ge=0, description="the group's position in the run's task stream")
     epoch: int = Field(default=0, ge=0, description="pass over the task set this rollout belongs to")
+
+    def next(self, kind: RetryKind) -> RolloutSpec:
+        """The next attempt of this rollout, run again as ``kind`` (spends that kind's budget only)."""
+        return self.model_copy(update={"attempt": self.attempt + 1, "reruns": self.reruns.after(kind)})
 
 
 class RolloutCounts(BaseModel):
@@ -46,8 +54,29 @@ class RolloutCounts(BaseModel):
     policy_version_max: int | None = None
 
 
+@dataclass(frozen=True)
+class Runner:
+    """Who ran a rollout, as its result records it: one per sandbox actor (its pipeline),
+    one for the dispatcher (rollouts it ends itself), one per ``farm.Rollouts`` harness."""
+
+    harness: str
+    model: str = ""
+    mode: str = "token_exact"  # black_box: a hosted endpoint served the CLI
+    actor: str = ""
+    node: str = ""
+
+    @classmethod
+    def of(cls, cfg: Any, *, actor: str = "", node: str = "", harness: str | None = None) -> Runner:
+        """From a FarmConfig: its harness (unless ``harness``), engine model and mode."""
+        return cls(harness=harness or cfg.harness.name, model=cfg.engine.model_name,
+                   mode="black_box" if cfg.black_box else "token_exact", actor=actor, node=node)
+
+
 class RolloutResult(BaseModel):
-    """Everything a finished rollout produced. Exactly one status, with its reason."""
+    """Everything a finished rollout produced. Exactly one status, with its reason.
+
+    Built by ``RolloutResult.of`` (its identity always from its spec) and changed by
+    ``ended_as`` (the same rollout, ended otherwise)."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -58,6 +87,7 @@ class RolloutResult(BaseModel):
     sample_index: int
     group_index: int | None = None
     attempt: int = 1
+    reruns: Reruns = Field(default_factory=Reruns, exclude=True, description="its spec's reruns per kind (not stored)")
     harness: str
     model: str = ""
     status: RolloutStatus
@@ -83,6 +113,36 @@ class RolloutResult(BaseModel):
     artifacts: Any = Field(
         default=None, exclude=True, description="its RolloutArtifacts (compressed files; the reducer writes them)"
     )
+
+    @classmethod
+    def of(cls, spec: RolloutSpec, runner: Runner, outcome: Outcome, *, started_at: float,
+           finished_at: float | None = None, **produced: Any) -> RolloutResult:
+        """The result of ``spec``'s attempt, run by ``runner``, ended with ``outcome``;
+        ``produced``: what the rollout made (reward, grading, diff, counts, tree, ...)."""
+        return cls(
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            group_id=spec.group_id,
+            task_id=spec.task.id,
+            sample_index=spec.sample_index,
+            group_index=spec.group_index,
+            attempt=spec.attempt,
+            reruns=spec.reruns,
+            harness=runner.harness,
+            model=runner.model,
+            mode=runner.mode,
+            actor=runner.actor,
+            node=runner.node,
+            status=outcome.status,
+            reason=outcome.reason,
+            started_at=started_at,
+            finished_at=time.time() if finished_at is None else finished_at,
+            **produced,
+        )
+
+    def ended_as(self, outcome: Outcome, **changes: Any) -> RolloutResult:
+        """The same rollout, ended with ``outcome`` instead (too stale, aborted by its caller)."""
+        return self.model_copy(update={"status": outcome.status, "reason": outcome.reason, **changes})
 
     @property
     def duration_s(self) -> float:
@@ -130,3 +190,13 @@ class RolloutSummary(BaseModel):
     actor: str = ""
     node: str = ""
     durable: bool = Field(default=True, description="the reducer acknowledged it (written, or already there)")
+    retry: RetryDecision | None = Field(
+        default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
+    )
+
+    @classmethod
+    def interrupted(cls, spec: RolloutSpec, actor: str = "") -> RolloutSummary:
+        """A rollout the run stopped before it ended: not recorded, the next invocation runs it."""
+        return cls(rollout_id=spec.rollout_id, group_id=spec.group_id, task_id=spec.task.id, attempt=spec.attempt,
+                   status=RolloutStatus.INTERRUPTED, actor=actor, durable=False,
+                   reason="the run was stopped while it ran: the next invocation runs it again")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from farm.rollout.artifacts import ArtifactsConfig, RolloutArtifacts, build_artifacts, turns_jsonl
-from farm.rollout.model import RolloutResult, RolloutSpec
+from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.outcome import (
     Phase,
     final_answer_given,
@@ -168,15 +168,12 @@ class RolloutPipeline:
         on_truncated: str = "grade",
     ) -> None:
         self.on_truncated = on_truncated  # rollout.on_truncated: grade | zero (not graded) | exclude (graded, no Samples)
-        self.mode = mode  # black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
         self.parts = parts
-        self.harness = harness
-        self.model = model
+        # mode black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
+        self.runner = Runner(harness=harness, model=model, mode=mode, actor=actor, node=node)
         self.timeout_s = timeout_s
         self.agent_timeout_s = agent_timeout_s
-        self.actor = actor
         self.artifacts = artifacts
-        self.node = node
 
     async def run(
         self, spec: RolloutSpec, observer: Callable[[str, dict[str, Any]], None] | None = None
@@ -217,18 +214,12 @@ class RolloutPipeline:
         reward = grade.reward if grade is not None and graded and grade.status is RolloutStatus.COMPLETED else 0.0
         finished = time.time()
         state.timings["total"] = finished - started
-        result = RolloutResult(
-            run_id=spec.run_id,
-            rollout_id=spec.rollout_id,
-            group_id=spec.group_id,
-            task_id=spec.task.id,
-            sample_index=spec.sample_index,
-            group_index=spec.group_index,
-            attempt=spec.attempt,
-            harness=self.harness,
-            model=self.model,
-            status=outcome.status,
-            reason=_redact(outcome.reason, state.key),
+        result = RolloutResult.of(
+            spec,
+            self.runner,
+            Outcome(status=outcome.status, reason=_redact(outcome.reason, state.key)),
+            started_at=started,
+            finished_at=finished,
             reward=reward,
             grading=_redact_json(grade.report, state.key) if grade is not None else None,
             grading_summary=grade.summary if grade is not None else None,
@@ -238,11 +229,6 @@ class RolloutPipeline:
             timings={k: round(v, 4) for k, v in state.timings.items()},
             sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
             sandbox_policy=_policy_of(state.sandbox),
-            actor=self.actor,
-            mode=self.mode,
-            node=self.node,
-            started_at=started,
-            finished_at=finished,
             tree=state.tree,
         )
         if self.artifacts is not None and self.artifacts.enabled:

@@ -1,55 +1,8 @@
-"""The driver's decisions as small pure functions: what to run, where, and what to do
-when the actor running a rollout died. The Ray loop in ``farm.driver`` carries them out."""
+"""Moved to ``farm.run.stream`` (issue 29: the run's modules live in ``farm/run/``); this
+name keeps working for one release."""
 
-from __future__ import annotations
+import warnings
 
-from collections.abc import Collection, Iterable, Mapping
-from enum import Enum
+from farm.run.stream import *  # noqa: F403
 
-from farm.rollout.model import RolloutSpec
-from farm.tasks.model import Task
-
-
-def expand_rollouts(
-    run_id: str,
-    tasks: Iterable[Task],
-    n_samples: int,
-    *,
-    done: Collection[str] = (),
-    limit: int | None = None,
-) -> list[RolloutSpec]:
-    """``n_samples`` rollouts per task (one group per task), minus those already ``done``.
-
-    ``limit`` caps the plan *before* skipping done ones, so a resumed smoke run plans
-    the same rollouts as the first one.
-    """
-    from farm.rollout.stream import TaskStream
-
-    return TaskStream(run_id, list(tasks), n_samples, done=done).plan(limit)
-
-
-def pick_actor(inflight: Mapping[str, int], capacity: int, prefer: str | None = None) -> str | None:
-    """``prefer`` when it has a free slot (the actor whose node already holds the task's
-    environment snapshot: see farm.envs), else the least-loaded actor with a free slot
-    (ties: first in order), or None (backpressure)."""
-    if prefer is not None and inflight.get(prefer, capacity) < capacity:
-        return prefer
-    best: str | None = None
-    for name, n in inflight.items():
-        if n < capacity and (best is None or n < inflight[best]):
-            best = name
-    return best
-
-
-class Decision(str, Enum):
-    RETRY = "retry"
-    GIVE_UP = "give_up"
-
-
-def on_actor_death(attempt: int, max_attempts: int) -> Decision:
-    """A rollout's actor died under it (attempt = the attempt that was lost)."""
-    return Decision.RETRY if attempt < max_attempts else Decision.GIVE_UP
-
-
-def next_attempt(spec: RolloutSpec) -> RolloutSpec:
-    return spec.model_copy(update={"attempt": spec.attempt + 1})
+warnings.warn("farm.rollout.plan moved to farm.run.stream", DeprecationWarning, stacklevel=2)

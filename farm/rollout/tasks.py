@@ -1,38 +1,8 @@
-"""The run's task list, from ``tasks.*`` of the config (through ``farm.tasks``' loaders)."""
+"""Moved to ``farm.run.tasks`` (issue 29: the run's modules live in ``farm/run/``); this
+name keeps working for one release."""
 
-from __future__ import annotations
+import warnings
 
-import logging
-from typing import TYPE_CHECKING
+from farm.run.tasks import *  # noqa: F403
 
-from farm.config import FarmConfig
-from farm.errors import TaskError
-from farm.tasks.config import TasksConfig
-from farm.tasks.model import Task
-
-if TYPE_CHECKING:
-    from farm.tasks.loaders import TaskLoadResult
-
-log = logging.getLogger(__name__)
-MAX_LISTED = 50  # problems listed in the error of a file without one valid task
-
-
-def load_task_file(tasks: TasksConfig) -> "TaskLoadResult":
-    """The tasks of ``tasks.path``, each row also checked against what grading needs (a
-    ``log_parser`` farm reads): a row it cannot grade is a load error, not a grading one."""
-    from farm.grading.parsers import check_log_parser
-    from farm.tasks.loaders import load_tasks
-
-    return load_tasks(tasks, check=check_log_parser)
-
-
-def load_run_tasks(cfg: FarmConfig) -> list[Task]:
-    """Every valid task (bad rows are logged and skipped unless ``tasks.strict``)."""
-    result = load_task_file(cfg.tasks)
-    for err in result.errors:
-        log.warning("skipping task: %s", err)
-    if not result.tasks:
-        shown = "".join(f"\n  {e}" for e in result.errors[:MAX_LISTED])
-        more = f"\n  ... and {len(result.errors) - MAX_LISTED} more" if len(result.errors) > MAX_LISTED else ""
-        raise TaskError(f"no valid task in {result.path} ({len(result.errors)} problem(s)):{shown}{more}")
-    return list(result.tasks)
+warnings.warn("farm.rollout.tasks moved to farm.run.tasks", DeprecationWarning, stacklevel=2)

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from farm.rollout.model import RolloutResult, RolloutSpec
-from farm.status import RolloutStatus
+from farm.rollout.model import RolloutResult, RolloutSpec, Runner
+from farm.status import Outcome, RolloutStatus
 from farm.trajectory.transcript import main_line_messages
 
 
@@ -42,13 +42,14 @@ class RolloutEvent:
 class RolloutHandle:
     """A rollout in flight (or finished): state, events, messages, abort, result, finalize."""
 
-    def __init__(self, spec: RolloutSpec, harness: str, *,
+    def __init__(self, spec: RolloutSpec, runner: Runner, *,
                  live_transcript: Callable[[], Awaitable[list[dict[str, Any]]]],
                  store: Callable[[RolloutResult], Awaitable[Any]], outputs: dict[str, str],
                  remote_abort: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.spec = spec
         self.id = spec.rollout_id
-        self.harness = harness
+        self.runner = runner
+        self.harness = runner.harness
         self._live_transcript = live_transcript
         self._remote_abort = remote_abort  # the rollout runs elsewhere (Ray): ask its actor
         self._store = store
@@ -70,7 +71,7 @@ class RolloutHandle:
         self.started = time.time()
         self._t0 = time.monotonic()
         self._ended_at: float | None = None
-        self.emit("queued", {"task_id": spec.task.id, "harness": harness})
+        self.emit("queued", {"task_id": spec.task.id, "harness": runner.harness})
 
     # --- what the farm tells it ------------------------------------------------------
     def attach(self, task: asyncio.Task[RolloutResult]) -> None:
@@ -130,22 +131,19 @@ class RolloutHandle:
         if result is None or (self._aborting and result.status is RolloutStatus.CANCELLED):
             return self._aborted(result)
         if self._aborting and not result.status.trainable:
-            return result.model_copy(update={"status": RolloutStatus.ABORTED,
-                                             "reason": f"aborted by the caller ({result.reason})"})
+            return result.ended_as(Outcome(status=RolloutStatus.ABORTED,
+                                           reason=f"aborted by the caller ({result.reason})"))
         return result
 
     def _aborted(self, result: RolloutResult | None) -> RolloutResult:
         where = result.reason.removeprefix("cancelled ") if result is not None else "while queued"
         reason = f"aborted by the caller {where}"
         if result is not None:
-            return result.model_copy(update={"status": RolloutStatus.ABORTED, "reason": reason, "reward": 0.0})
+            return result.ended_as(Outcome(status=RolloutStatus.ABORTED, reason=reason), reward=0.0)
         return self._ended_without_pipeline(RolloutStatus.ABORTED, reason)
 
     def _ended_without_pipeline(self, status: RolloutStatus, reason: str) -> RolloutResult:
-        s = self.spec
-        return RolloutResult(run_id=s.run_id, rollout_id=s.rollout_id, group_id=s.group_id, task_id=s.task.id,
-                             sample_index=s.sample_index, harness=self.harness, status=status, reason=reason,
-                             started_at=self.started, finished_at=time.time())  # fmt: skip
+        return RolloutResult.of(self.spec, self.runner, Outcome(status=status, reason=reason), started_at=self.started)
 
     # --- what a caller asks --------------------------------------------------------------
     @property

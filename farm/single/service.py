@@ -29,7 +29,7 @@ from typing import Any, Literal, get_args
 from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
-from farm.rollout.model import RolloutSpec, make_rollout_id
+from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
 from farm.single.placement import InProcess, OnRay
@@ -73,8 +73,8 @@ class Rollouts:
     async def start_farm(self) -> Rollouts:
         """Own the output dir, load the tasks, start the reducer and the engine."""
         from farm.driver import _write_run_config
-        from farm.rollout.runlock import RunLock
-        from farm.rollout.tasks import load_run_tasks
+        from farm.run.lock import RunLock
+        from farm.run.tasks import load_run_tasks
 
         if self._started:
             return self
@@ -118,7 +118,7 @@ class Rollouts:
         """This session as an invocation of the output directory (``invocations.jsonl``,
         ``summary.json`` with the directory's counts read back from its rollouts table), so
         the summary stays true when rollouts are added to a `farm run`'s directory."""
-        from farm.rollout.summary import summarize, with_history, write_summary
+        from farm.run.summary import summarize, with_history, write_summary
 
         stored = [h.result_summary() for h in self.handles.values() if h.stored]
         if not self._started or not stored:
@@ -173,8 +173,8 @@ class Rollouts:
         spec = RolloutSpec(run_id=self.cfg.run_id, rollout_id=rid, group_id=resolved.id, sample_index=index,
                            task=resolved)  # fmt: skip
         handle = RolloutHandle(
-            spec, name, live_transcript=lambda: place.transcript(actor, rid), store=place.submit,
-            outputs=self.outputs(),
+            spec, Runner.of(self.cfg, harness=name), live_transcript=lambda: place.transcript(actor, rid),
+            store=place.submit, outputs=self.outputs(),
             remote_abort=None if place.cancels_locally else lambda: place.abort(actor, rid),
         )  # fmt: skip
         handle.attach(asyncio.ensure_future(place.execute(actor, spec, handle.observe)))

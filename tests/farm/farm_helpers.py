@@ -81,14 +81,14 @@ class FakeParts:
         from farm.rollout.pipeline import AgentRun
 
         md = spec.task.metadata
+        if md.get("crash_actor") and spec.attempt <= md.get("crash_actor_attempts", spec.attempt):
+            import os
+
+            os._exit(1)  # the actor process dies under the rollout
         if spec.attempt <= md.get("infra_fail_attempts", 0):
             from farm.errors import SandboxError
 
             raise SandboxError(f"injected sandbox failure (attempt {spec.attempt})")
-        if md.get("crash_actor"):
-            import os
-
-            os._exit(1)  # the actor process dies under the rollout
         proc = await sb.start(f"sleep {md.get('agent_s', 0.1)}; exit {md.get('exit', 0)}")
         try:
             res = await proc.wait(timeout=budget_s)

@@ -150,14 +150,25 @@ def test_killed_reducer_loses_and_duplicates_nothing(tmp_path):
 
 
 def test_rollout_that_kills_its_actor_gives_up_after_max_attempts(tmp_path):
-    cfg = _cfg(tmp_path, "crash", max_attempts=2, concurrency=1)  # no other rollout shares the crash
-    tasks = _tasks(tmp_path, 3) + [Task(id="bad", instruction="crash", metadata={"crash_actor": True})]
+    cfg = _cfg(tmp_path, "crash", max_attempts=2, concurrency=1, retry_backoff_s=0.1)  # no other rollout shares a crash
+    # three actor deaths in one run, and each probe that finds an actor still restarting counts as one
+    # more: room enough that no actor leaves the pool (the rollouts would then end "no sandbox actor left")
+    cfg.ray.actor_max_restarts = 8
+    # "worse" kills its actor once, then fails for infrastructure every time: the death does not
+    # spend an infrastructure retry (each kind has its own budget: farm.rollout.retry)
+    worse = {"log_dir": str(tmp_path), "crash_actor": True, "crash_actor_attempts": 1, "infra_fail_attempts": 99}
+    tasks = _tasks(tmp_path, 3) + [Task(id="bad", instruction="crash", metadata={"crash_actor": True}),
+                                   Task(id="worse", instruction="crash once, then fail", metadata=worse)]
     summary = _run(cfg, tasks)
-    assert summary.by_status == {"completed": 3, "sandbox_error": 1} and summary.redispatched == 1
     rows = {r["rollout_id"]: r for r in ShardReader(tmp_path / "out", name="rollouts").read_table().to_pylist()}
-    assert sorted(rows) == ["bad.0", "task0.0", "task1.0", "task2.0"]
-    assert rows["bad.0"]["status"] == "sandbox_error" and "died 2 time(s)" in rows["bad.0"]["reason"]
+    assert sorted(rows) == ["bad.0", "task0.0", "task1.0", "task2.0", "worse.0"]
+    assert rows["bad.0"]["status"] == "sandbox_error" and "died 2 time(s)" in rows["bad.0"]["reason"], rows["bad.0"]
     assert rows["bad.0"]["attempt"] == 2
+    worse = rows["worse.0"]
+    assert "injected sandbox failure (attempt 4)" in worse["reason"], worse  # 1 + 1 death + 2 infrastructure retries
+    assert worse["status"] == "sandbox_error" and worse["attempt"] == 4
+    assert summary.by_status == {"completed": 3, "sandbox_error": 2} and summary.redispatched == 2
+    assert summary.retried == 2
     _assert_nothing_left(tmp_path, "crash")
 
 

@@ -10,7 +10,8 @@ import pytest
 from farm.actors.reducer import ReducerActor
 from farm.config import FarmConfig
 from farm.rollout.group_reader import GroupReader
-from farm.rollout.stream import StreamConfig, StreamFeed, TaskStream
+from farm.rollout.retry import Reruns, RetryKind
+from farm.run.stream import StreamConfig, StreamFeed, TaskStream
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 from farm.trajectory.schema import to_slime_dict
@@ -30,7 +31,7 @@ def test_stream_epochs_ids_and_group_indexes():
     assert [g[0].group_index for g in groups] == list(range(6))
     assert [s.rollout_id for s in groups[3]] == ["t0@1.0", "t0@1.1"] and groups[3][0].epoch == 1
     # epoch 0 plans exactly what farm run always planned (resume depends on the ids)
-    from farm.rollout.plan import expand_rollouts
+    from farm.run.stream import expand_rollouts
 
     assert [x.rollout_id for x in expand_rollouts("r", _tasks(3), 2)] == [x.rollout_id for g in groups[:3] for x in g]
     # done rollouts are skipped, group indexes stay where they were
@@ -81,7 +82,8 @@ def test_feed_back_pressure_counts_rollouts_ahead():
     assert len(big.next()) == 8 and big.next() is None
 
 
-def _versioned_result(rid: str, versions: list[int], *, status=RolloutStatus.COMPLETED, reward=1.0, attempt=1):
+def _versioned_result(rid: str, versions: list[int], *, status=RolloutStatus.COMPLETED, reward=1.0,
+                      reruns: Reruns = Reruns()):
     r = make_result(rid, status=status, reward=reward)
     tree = TurnTree(rid)
     parent = None
@@ -89,7 +91,7 @@ def _versioned_result(rid: str, versions: list[int], *, status=RolloutStatus.COM
         rec = tree.append(parent_id=parent, prompt_delta_ids=[10 + k, 11 + k] if parent is None else [7],
                           output_ids=[100 + k], output_logprobs=[-0.5], finish_reason="stop", policy_version=v)
         parent = rec.turn_id
-    return r.model_copy(update={"tree": tree, "attempt": attempt,
+    return r.model_copy(update={"tree": tree, "attempt": 1 + reruns.total, "reruns": reruns,
                                 "group_index": int(rid[1]) if rid[1].isdigit() else None})
 
 
@@ -134,7 +136,10 @@ async def test_stale_rollouts_are_dropped_then_rerun_then_recorded_as_stale(tmp_
     dropped = await red.submit(_versioned_result("t0.1", [1, 3]))
     assert not dropped.durable and dropped.status is RolloutStatus.STALE and "staleness 2" in dropped.reason
     assert "t0.1" not in await red.done_ids()
-    last = await red.submit(_versioned_result("t0.1", [1], attempt=2))  # out of reruns: recorded, no Samples
+    # its actor died twice since: that spends the actor-death budget, not the stale one
+    again = await red.submit(_versioned_result("t0.1", [1], reruns=Reruns(actor_lost=2)))
+    assert not again.durable and again.retry.kind is RetryKind.STALE
+    last = await red.submit(_versioned_result("t0.1", [1], reruns=Reruns(stale=1)))  # out of reruns: recorded, no Samples
     assert last.durable and last.status is RolloutStatus.STALE
     await red.close()
     groups = GroupReader(tmp_path, size=2, include_incomplete=True).read()

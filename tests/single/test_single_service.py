@@ -68,3 +68,27 @@ def _statuses(out_dir) -> dict[str, str]:
 
     rows = ShardReader(out_dir, name=ROLLOUTS_TABLE).read_table().to_pylist()
     return {r["rollout_id"]: r["status"] for r in rows}
+
+
+async def test_a_rollout_ended_outside_the_pipeline_keeps_its_identity():
+    """A handle's own result (the actor failed; aborted while queued) carries the spec's
+    attempt and group index and the runner's model, as the pipeline's results do."""
+    from farm.rollout.model import RolloutSpec, Runner
+    from farm.single.handle import RolloutHandle
+
+    spec = RolloutSpec(run_id="r", rollout_id="t.0", group_id="t", sample_index=0, task=task("t", 0.1),
+                       attempt=2, group_index=5)  # fmt: skip
+
+    async def nothing(*_):
+        return []
+
+    handle = RolloutHandle(spec, Runner("claude_code", model="policy-m"), live_transcript=nothing, store=nothing,
+                           outputs={})  # fmt: skip
+
+    async def broken():
+        raise RuntimeError("actor bug")
+
+    handle.attach(asyncio.ensure_future(broken()))
+    result = await asyncio.wait_for(handle.result(), 10)
+    assert result.status.value == "sandbox_error" and "actor bug" in result.reason
+    assert (result.attempt, result.group_index, result.model, result.harness) == (2, 5, "policy-m", "claude_code")

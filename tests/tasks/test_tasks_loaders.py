@@ -127,7 +127,7 @@ def test_every_problem_of_a_row_is_reported_and_unknown_keys_get_a_suggestion(tm
 def test_a_file_without_one_valid_task_lists_its_problems(tmp_path: Path) -> None:
     from farm.config import load_config
     from farm.errors import TaskError
-    from farm.rollout.tasks import load_run_tasks
+    from farm.run.tasks import load_run_tasks
 
     path = write_jsonl(tmp_path / "t.jsonl", [farm_row(1, instruction=""), farm_row(2, setup_comands=[])])
     with pytest.raises(TaskError) as info:
@@ -328,9 +328,9 @@ def test_swebench_test_files_are_those_the_test_patch_leaves(tmp_path: Path) -> 
 
 
 def test_an_unknown_log_parser_is_a_row_error_when_the_rows_load(tmp_path: Path) -> None:
-    """What farm run and farm validate-tasks load with (farm.rollout.tasks.load_task_file):
+    """What farm run and farm validate-tasks load with (farm.run.tasks.load_task_file):
     a row whose log_parser farm cannot read is reported on its line, before any grading."""
-    from farm.rollout.tasks import load_task_file
+    from farm.run.tasks import load_task_file
 
     rows = [
         swebench_row(log_parser="parse_log_sqlfluff"),

@@ -1,4 +1,6 @@
-"""Driver decisions as pure functions: expansion, resume, backpressure, re-dispatch, summary."""
+"""The run's plan and summary as pure functions: expansion, resume, summary
+(farm.run.stream, farm.run.summary). Re-dispatch: tests/rollout/test_rollout_retry.py;
+picking an actor: tests/actors/test_actors_pool.py."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ import json
 import pytest
 
 from farm.rollout.model import RolloutSummary
-from farm.rollout.plan import Decision, expand_rollouts, next_attempt, on_actor_death, pick_actor
+from farm.run.stream import expand_rollouts
 from farm.rollout.groups import group_states
-from farm.rollout.summary import cumulative, summarize, summary_table, write_summary
+from farm.run.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
 
@@ -38,33 +40,6 @@ def test_expand_skips_done_and_limit_applies_before_skipping():
 def test_expand_rejects_duplicate_task_ids():
     with pytest.raises(ValueError, match="duplicate"):
         expand_rollouts("r", _tasks("a", "a"), 1)
-
-
-def test_pick_actor_least_loaded_with_backpressure():
-    assert pick_actor({"x": 2, "y": 1, "z": 1}, 2) == "y"
-    assert pick_actor({"x": 0}, 1) == "x"
-    assert pick_actor({"x": 2, "y": 2}, 2) is None
-
-
-def test_pick_actor_prefers_the_node_with_the_environment_while_it_has_room():
-    assert pick_actor({"x": 0, "y": 1}, 2, prefer="y") == "y"  # y holds the snapshot: not the least loaded
-    assert pick_actor({"x": 0, "y": 2}, 2, prefer="y") == "x"  # full: overflow elsewhere
-    assert pick_actor({"x": 0}, 2, prefer="gone") == "x"  # its actor died: anyone
-    assert pick_actor({"x": 2}, 2, prefer="x") is None
-    assert pick_actor({}, 4) is None
-
-
-def test_redispatch_is_bounded():
-    spec = expand_rollouts("r", _tasks("a"), 1)[0]
-    decisions = []
-    while True:
-        d = on_actor_death(spec.attempt, 3)
-        decisions.append(d)
-        if d is Decision.GIVE_UP:
-            break
-        spec = next_attempt(spec)
-    assert decisions == [Decision.RETRY, Decision.RETRY, Decision.GIVE_UP]
-    assert spec.attempt == 3 and spec.rollout_id == "a.0"
 
 
 def _s(rid: str, status: RolloutStatus, reward: float = 0.0, dur: float = 1.0, out: int = 10) -> RolloutSummary:

@@ -1,0 +1,166 @@
+"""Does a rollout run again? The one answer, as a pure function (no Ray, no I/O).
+
+A rollout attempt ends in one of a few ways, and each way that may run it again spends
+its own budget:
+
+- **infrastructure**: the sandbox, engine, CLI, setup or grader failed, or the driver's
+  guard gave up on an actor that did not answer (a hung actor): ``rollout.infra_retries``
+  reruns, after an exponential backoff (``rollout.retry_backoff_s``, doubling).
+- **actor lost**: the sandbox actor running it died (or its node did):
+  ``rollout.max_attempts - 1`` re-dispatches.
+- **stale**: it finished (or was aborted) beyond ``stream.max_staleness``:
+  ``stream.max_stale_reruns`` reruns under the current weights.
+
+A budget counts only its own kind, so an actor death does not use up infrastructure
+retries and the other way round. Policy outcomes (``completed``, ``timeout``,
+``truncated``, ``limit_exceeded``, ``patch_failed``) are the policy's doing and always
+recorded; so are ``auth_error`` (a refused key stays refused) and ``aborted`` (a
+caller's decision). A rollout stopped under it (``interrupted``/``cancelled``, or any
+unfinished one once the run is stopping) is dropped: not recorded, the next invocation
+of the run runs it again.
+
+Callers decide where the facts are: the sandbox actor when a rollout finished, the
+reducer when it is too stale to keep, the dispatcher when an actor was lost, a
+rollout was aborted as stale or hung. Only the dispatcher carries a ``RUN_AGAIN`` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from farm.status import FailureClass, RolloutStatus
+
+
+class RetryKind(str, Enum):
+    """What made a rollout run again: each kind has its own budget."""
+
+    INFRASTRUCTURE = "infrastructure"
+    ACTOR_LOST = "actor_lost"
+    STALE = "stale"
+
+
+class Ending(str, Enum):
+    """How an attempt ended, as far as the caller deciding knows."""
+
+    FINISHED = "finished"  # the pipeline returned a status (the usual case)
+    ACTOR_LOST = "actor_lost"  # its sandbox actor (or node) died under it
+    TOO_STALE = "too_stale"  # finished or aborted beyond stream.max_staleness
+    HUNG = "hung"  # the driver's guard gave up waiting for the actor
+
+
+class Verdict(str, Enum):
+    RECORD = "record"  # final: hand it to the reducer (under ``RetryDecision.status`` when set)
+    RUN_AGAIN = "run_again"  # in this run, as a new attempt of ``RetryDecision.kind``
+    DROP = "drop"  # not recorded: a later invocation of the run runs it again
+
+
+class Reruns(BaseModel):
+    """Reruns a rollout has spent so far, per kind (0 on its first attempt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    infrastructure: int = Field(default=0, ge=0)
+    actor_lost: int = Field(default=0, ge=0)
+    stale: int = Field(default=0, ge=0)
+
+    @property
+    def total(self) -> int:
+        return self.infrastructure + self.actor_lost + self.stale
+
+    def spent(self, kind: RetryKind) -> int:
+        return getattr(self, kind.value)
+
+    def after(self, kind: RetryKind) -> Reruns:
+        """These reruns plus one of ``kind``."""
+        return self.model_copy(update={kind.value: self.spent(kind) + 1})
+
+
+@dataclass(frozen=True)
+class RetryBudgets:
+    """Reruns allowed per kind, and the first infrastructure retry's delay."""
+
+    infrastructure: int = 2
+    actor_lost: int = 2
+    stale: int = 3
+    backoff_s: float = 2.0
+
+    def of(self, kind: RetryKind) -> int:
+        return getattr(self, kind.value)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> RetryBudgets:
+        """From a FarmConfig (keys: rollout.infra_retries, rollout.max_attempts,
+        rollout.retry_backoff_s, stream.max_stale_reruns)."""
+        return cls(
+            infrastructure=cfg.rollout.infra_retries,
+            actor_lost=cfg.rollout.max_attempts - 1,  # max_attempts counts the first dispatch too
+            stale=cfg.stream.max_stale_reruns,
+            backoff_s=cfg.rollout.retry_backoff_s,
+        )
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What to do with an attempt that ended. ``status``/``reason``, on a RECORD, are what
+    it is recorded as when that differs from how it ended (e.g. ``sandbox_error``,
+    "sandbox actor died 3 time(s) under this rollout"); on the other verdicts ``reason``
+    says why, for the progress log."""
+
+    verdict: Verdict
+    kind: RetryKind | None = None
+    delay_s: float = 0.0
+    status: RolloutStatus | None = None
+    reason: str = ""
+
+    @property
+    def runs_again(self) -> bool:
+        return self.verdict is Verdict.RUN_AGAIN
+
+
+RECORD = RetryDecision(Verdict.RECORD)
+
+
+def decide(
+    status: RolloutStatus,
+    reruns: Reruns,
+    budgets: RetryBudgets,
+    *,
+    ending: Ending = Ending.FINISHED,
+    stopping: bool = False,
+) -> RetryDecision:
+    """The one retry decision for an attempt that ended with ``status`` (see the module doc)."""
+    graded = status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)  # finished to its end: keep it
+    if (stopping and not graded) or status.reruns:
+        return RetryDecision(Verdict.DROP, status=RolloutStatus.INTERRUPTED,
+                             reason="the run was stopped while it ran: the next invocation runs it again")
+    if ending is Ending.ACTOR_LOST:
+        died = reruns.actor_lost + 1
+        return _again_or(RetryKind.ACTOR_LOST, reruns, budgets, RolloutStatus.SANDBOX_ERROR,
+                         f"sandbox actor died {died} time(s) under this rollout")
+    if ending is Ending.HUNG:  # the actor did not answer: an infrastructure failure like any other
+        return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, RolloutStatus.SANDBOX_ERROR,
+                         "the sandbox actor did not answer (driver guard)")
+    if ending is Ending.TOO_STALE or status is RolloutStatus.STALE:
+        return _again_or(RetryKind.STALE, reruns, budgets, RolloutStatus.STALE,
+                         f"too stale {reruns.stale + 1} time(s) (out of reruns)")
+    if status.failure_class is FailureClass.POLICY:
+        return RECORD
+    if status in (RolloutStatus.AUTH_ERROR, RolloutStatus.ABORTED):  # a refused key stays refused; a caller's call
+        return RECORD
+    return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, None, "")
+
+
+def _again_or(kind: RetryKind, reruns: Reruns, budgets: RetryBudgets, status: RolloutStatus | None,
+              reason: str) -> RetryDecision:
+    """RUN_AGAIN as ``kind`` while its budget lasts, else RECORD (as ``status`` with ``reason``, when given)."""
+    spent, allowed = reruns.spent(kind), budgets.of(kind)
+    if spent < allowed:
+        delay = budgets.backoff_s * 2**spent if kind is RetryKind.INFRASTRUCTURE else 0.0
+        return RetryDecision(Verdict.RUN_AGAIN, kind, delay,
+                             reason=f"{kind.value} rerun {spent + 1} of {allowed}")
+    return RetryDecision(Verdict.RECORD, kind, status=status,
+                         reason=reason or f"{kind.value} reruns used up ({allowed})")

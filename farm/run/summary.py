@@ -1,0 +1,279 @@
+"""The end-of-run summary: counts by status, resolved rate, turns, tokens, throughput,
+duration percentiles. Printed as a table and written as ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from farm.rollout.groups import group_states
+from farm.rollout.model import RolloutSummary
+from farm.status import RolloutStatus
+
+RESOLVED_REWARD = 1.0
+INVOCATIONS_FILE = "invocations.jsonl"  # one line per `farm run` invocation on this output dir
+log = logging.getLogger(__name__)
+
+
+class CumulativeSummary(BaseModel):
+    """What the output directory holds, whatever invocation wrote it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int = 0
+    by_status: dict[str, int] = Field(default_factory=dict)
+    by_class: dict[str, int] = Field(default_factory=dict, description="policy / infrastructure")
+    retried: int = Field(default=0, description="rollouts recorded on a later attempt (attempt > 1)")
+    resolved: int = 0
+    resolved_rate: float = Field(default=0.0, description="resolved / policy outcomes (infrastructure excluded)")
+    mean_reward: float = Field(default=0.0, description="over policy outcomes")
+    invocations: int = 0
+    groups: int = Field(default=0, description="task groups with at least one recorded rollout")
+    groups_complete: int = Field(default=0, description="groups whose every rollout is a trainable outcome")
+    groups_incomplete: int = Field(
+        default=0, description="groups missing a trainable rollout (an infrastructure failure, or not run yet)"
+    )
+    incomplete_groups: list[str] = Field(default_factory=list, description="their ids (first 100)")
+    grading_flags: dict[str, int] = Field(
+        default_factory=dict, description="rollouts per grading flag (runtime:/static:/judge: hack findings, test surface)"
+    )
+    hack_actions: dict[str, int] = Field(default_factory=dict, description="rollouts a finding zeroed or excluded")
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    planned: int = Field(description="rollouts this invocation planned (after resume skipped done ones)")
+    skipped_done: int = Field(default=0, description="rollouts already in the output before this run")
+    finished: int = 0
+    by_status: dict[str, int] = Field(default_factory=dict)
+    resolved: int = 0
+    resolved_rate: float = Field(default=0.0, description="resolved / finished (cancelled excluded)")
+    mean_reward: float = 0.0
+    turns: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    rollouts_per_min: float = 0.0
+    output_tokens_per_s: float = 0.0
+    duration_p50_s: float = 0.0
+    duration_p95_s: float = 0.0
+    redispatched: int = 0
+    retried: int = Field(default=0, description="infrastructure retries this invocation")
+    interrupted: bool = False
+    nodes: dict[str, int] = Field(
+        default_factory=dict, description="rollouts finished this invocation per Ray node id (of the actor that ran it)"
+    )
+    lost_nodes: dict[str, str] = Field(
+        default_factory=dict, description="nodes that died holding sandbox actors -> what became of their sandboxes"
+    )
+    recovery: list[str] = Field(
+        default_factory=list, description="what opening the output directory repaired (farm.trajectory.recovery)"
+    )
+    fidelity: dict[str, Any] | None = Field(
+        default=None, description="token fidelity of the output's Samples (farm.trajectory.fidelity): context "
+        "tokens, tokens differing from a fresh chat-template render, by kind",
+    )
+    cumulative: CumulativeSummary | None = Field(
+        default=None, description="the whole output directory, across every invocation (from the rollouts table)"
+    )
+
+
+def summarize(
+    run_id: str,
+    summaries: Sequence[RolloutSummary],
+    *,
+    planned: int,
+    skipped_done: int = 0,
+    wall_s: float,
+    redispatched: int = 0,
+    retried: int = 0,
+    interrupted: bool = False,
+) -> RunSummary:
+    by_status = Counter(s.status.value for s in summaries)
+    finished = [s for s in summaries if not s.status.reruns]
+    resolved = sum(1 for s in finished if s.reward >= RESOLVED_REWARD)
+    durations = np.array([s.duration_s for s in finished], dtype=np.float64)
+    output_tokens = sum(s.output_tokens for s in summaries)
+    return RunSummary(
+        run_id=run_id,
+        planned=planned,
+        skipped_done=skipped_done,
+        finished=len(finished),
+        by_status={k: by_status[k] for k in sorted(by_status)},
+        resolved=resolved,
+        resolved_rate=resolved / len(finished) if finished else 0.0,
+        mean_reward=float(np.mean([s.reward for s in finished])) if finished else 0.0,
+        turns=sum(s.turns for s in summaries),
+        prompt_tokens=sum(s.prompt_tokens for s in summaries),
+        output_tokens=output_tokens,
+        wall_s=wall_s,
+        rollouts_per_min=60.0 * len(finished) / wall_s if wall_s > 0 else 0.0,
+        output_tokens_per_s=output_tokens / wall_s if wall_s > 0 else 0.0,
+        duration_p50_s=float(np.percentile(durations, 50)) if len(durations) else 0.0,
+        duration_p95_s=float(np.percentile(durations, 95)) if len(durations) else 0.0,
+        redispatched=redispatched,
+        retried=retried,
+        interrupted=interrupted,
+        nodes=dict(sorted(Counter(s.node for s in finished if s.node).items())),
+    )
+
+
+def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> CumulativeSummary:
+    """Counts over every recorded rollout (rows of the rollouts table)."""
+    groups = group_states(rows, group_size) if rows and "group_id" in rows[0] else {}
+    flags: Counter[str] = Counter()
+    actions: Counter[str] = Counter()
+    for r in rows:
+        report = _grading(r.get("grading"))
+        flags.update(set(report.get("flags") or ()))
+        if report.get("hack_action") in ("zero_reward", "exclude"):
+            actions[report["hack_action"]] += 1
+    incomplete = sorted(g.group_id for g in groups.values() if not g.complete)
+    by_status = Counter(r["status"] for r in rows)
+    by_class = Counter(RolloutStatus(r["status"]).failure_class.value for r in rows)
+    policy = [r for r in rows if RolloutStatus(r["status"]).trainable]
+    resolved = sum(1 for r in policy if r["reward"] >= RESOLVED_REWARD)
+    return CumulativeSummary(
+        rollouts=len(rows),
+        by_status={k: by_status[k] for k in sorted(by_status)},
+        by_class={k: by_class[k] for k in sorted(by_class)},
+        retried=sum(1 for r in rows if r["attempt"] > 1),
+        resolved=resolved,
+        resolved_rate=resolved / len(policy) if policy else 0.0,
+        mean_reward=float(np.mean([r["reward"] for r in policy])) if policy else 0.0,
+        invocations=invocations,
+        groups=len(groups),
+        groups_complete=len(groups) - len(incomplete),
+        groups_incomplete=len(incomplete),
+        incomplete_groups=incomplete[:100],
+        grading_flags={k: flags[k] for k in sorted(flags)},
+        hack_actions={k: actions[k] for k in sorted(actions)},
+    )
+
+
+def _grading(raw: str | None) -> dict:
+    try:
+        out = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def with_history(
+    summary: RunSummary, out_dir: str | Path, *, started_at: float, group_size: int = 1, command: str = "run"
+) -> RunSummary:
+    """Append this invocation to ``invocations.jsonl`` and add the cumulative counts
+    (read back from the rollouts table on disk, so they hold across invocations).
+    ``command``: what wrote it (``run``: farm run / farm.Farm; ``rollouts``: farm.Rollouts,
+    i.e. farm rollout / farm serve)."""
+    out = Path(out_dir)
+    line = {
+        "command": command, "started_at": started_at, "ended_at": time.time(), "planned": summary.planned,
+        "skipped_done": summary.skipped_done, "finished": summary.finished, "by_status": summary.by_status,
+        "interrupted": summary.interrupted, "retried": summary.retried, "redispatched": summary.redispatched,
+        "recovery": summary.recovery,
+    }  # fmt: skip
+    with open(out / INVOCATIONS_FILE, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        current = directory_summary(out, group_size)
+    except Exception as exc:  # noqa: BLE001 - the summary must still be written
+        log.warning("cumulative summary: cannot read the rollouts table: %s", exc)
+        return summary
+    return summary.model_copy(update={"cumulative": current})
+
+
+def count_invocations(out_dir: str | Path) -> int:
+    try:
+        return sum(1 for ln in (Path(out_dir) / INVOCATIONS_FILE).read_text().splitlines() if ln.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
+    """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
+    the rows): the ``cumulative`` of summary.json, never a stale count."""
+    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.trajectory.reader import ShardReader
+
+    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
+    cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
+    rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+    return cumulative(rows, count_invocations(out_dir), group_size)
+
+
+def write_summary(summary: RunSummary, out_dir: str | Path) -> Path:
+    """Atomically write ``summary.json`` next to the shards."""
+    path = Path(out_dir) / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(summary.model_dump(), indent=2) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def summary_table(summary: RunSummary):
+    """A rich Table of the summary."""
+    from rich.table import Table
+
+    table = Table(title=f"farm run {summary.run_id}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, str]] = [
+        ("planned", str(summary.planned)),
+        ("already done (skipped)", str(summary.skipped_done)),
+        ("finished", str(summary.finished)),
+    ]
+    rows += [(f"  {status}", str(n)) for status, n in summary.by_status.items()]
+    rows += [
+        ("resolved", f"{summary.resolved} ({summary.resolved_rate:.1%})"),
+        ("mean reward", f"{summary.mean_reward:.3f}"),
+        ("turns", str(summary.turns)),
+        ("prompt / output tokens", f"{summary.prompt_tokens} / {summary.output_tokens}"),
+        ("wall time", f"{summary.wall_s:.1f} s"),
+        ("throughput", f"{summary.rollouts_per_min:.2f} rollouts/min, {summary.output_tokens_per_s:.1f} tok/s"),
+        ("duration p50 / p95", f"{summary.duration_p50_s:.1f} s / {summary.duration_p95_s:.1f} s"),
+        ("re-dispatched", str(summary.redispatched)),
+    ]
+    if summary.retried:
+        rows.append(("infrastructure retries", str(summary.retried)))
+    if len(summary.nodes) > 1:
+        rows.append(("nodes", ", ".join(f"{node[:8]}={n}" for node, n in summary.nodes.items())))
+    rows += [(f"lost node {node[:8]}", what) for node, what in summary.lost_nodes.items()]
+    if summary.interrupted:
+        rows.append(("interrupted", "yes (rerun to resume)"))
+    c = summary.cumulative
+    if c is not None:
+        rows.append((f"output dir, all {c.invocations} invocation(s)", f"{c.rollouts} rollouts"))
+        rows += [(f"  {cls}", str(n)) for cls, n in c.by_class.items()]
+        rows.append(("  resolved (of policy outcomes)", f"{c.resolved} ({c.resolved_rate:.1%})"))
+        if c.groups_incomplete:
+            rows.append(("  groups complete / incomplete", f"{c.groups_complete} / {c.groups_incomplete}"))
+        hacks = {k: n for k, n in c.grading_flags.items() if k.startswith(("runtime:", "static:", "judge:"))}
+        if hacks:
+            rows.append(("  reward-hack flags", ", ".join(f"{k}={n}" for k, n in hacks.items())))
+    f = summary.fidelity
+    if f and f.get("samples_measured"):
+        rows.append(("token fidelity (vs a fresh render)",
+                     f"{f['differing_tokens']}/{f['context_tokens']} tokens differ ({f['differing_pct']}%) in "
+                     f"{f['samples_with_differences']}/{f['samples_measured']} Samples"))  # fmt: skip
+        if f.get("special_tokens_in_content"):
+            rows.append(("  special tokens inside content", str(f["special_tokens_in_content"])))
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
