@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from farm.rollout.model import RolloutResult
 
-RESOLVED_REWARD = 1.0  # as farm.rollout.summary counts "resolved"
+RESOLVED_REWARD = 1.0  # as farm.run.summary counts "resolved"
 _LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _DURATION_BOUNDS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 _REWARD_BOUNDS = (0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)

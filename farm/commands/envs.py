@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store = EnvStore(cfg.envs.cache_dir)
     if args.envs_command == "build":
-        from farm.rollout.tasks import load_task_file  # with `farm run`'s row checks (log_parser)
+        from farm.run.tasks import load_task_file  # with `farm run`'s row checks (log_parser)
 
         try:
             loaded = load_task_file(cfg.tasks)
