@@ -80,6 +80,11 @@ def _env_has(pid: int, needle: bytes) -> bool:
         return False
 
 
+def _is_relay(cmd: bytes) -> bool:
+    """A sandbox's port relay (socat into the sandbox's /run/farm/)."""
+    return b"socat" in cmd and b"/run/farm/" in cmd
+
+
 class Scenario:
     def __init__(self, name: str, root: Path, tasks: int) -> None:
         self.name, self.root, self.tasks = name, root / name, tasks
@@ -89,6 +94,9 @@ class Scenario:
         self.run_id = f"f-{name}"
         self.injected = 0  # kills / signals delivered (scenarios that inject from outside)
         self.first_exit: int | None = None
+        # A port relay's command line does not name the run, so relays already running when the
+        # scenario starts (another farm on this machine, a killed earlier test) are not its leaks.
+        self.relays_before = set(_procs_matching(_is_relay))
 
     def config(self, **over) -> Path:
         cfg = {
@@ -161,7 +169,8 @@ class Scenario:
         base = str(self.base).encode()
 
         def leaked_now() -> list[int]:
-            found = _procs_matching(lambda c: base in c or (b"socat" in c and b"/run/farm/" in c))
+            found = _procs_matching(lambda c: base in c)
+            found += [p for p in _procs_matching(_is_relay) if p not in self.relays_before]
             found += [p for p in _procs_matching(lambda c: True) if _env_has(p, b"FARM_SANDBOX_ID=")
                       and base in Path(f"/proc/{p}/environ").read_bytes()]  # fmt: skip
             return found
