@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the whole test suite. Extra args go to pytest.
 # `--fast` first: only the tests not marked slow (no real CLIs, Ray clusters or router
-# binary end to end): a few minutes, for your own loop; CI runs everything.
+# binary end to end), for your own loop; CI runs everything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
