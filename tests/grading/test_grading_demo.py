@@ -158,6 +158,7 @@ async def test_failing_setup_in_the_grading_sandbox(demo, grader) -> None:
     assert report.outcome().status is RolloutStatus.SETUP_FAILED
 
 
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_broken_task_is_an_error_not_a_zero(demo, grader) -> None:
     task = demo["demo-intervals"]
     broken = task.model_copy(update={"test_patch": task.test_patch.replace("+from intervals", "+from nowhere").replace("new file mode 100644\n", "new file mode 100644\n", 1)})
@@ -185,6 +186,7 @@ async def test_reward_file_brought_by_the_diff_is_ignored(demo, grader) -> None:
     assert "not a float" in fallback.reason
 
 
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_agent_work_captured_then_graded(demo, runtime, new_sandbox, grader) -> None:
     task = demo["demo-semverlite"]
     async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as agent_sb:
@@ -204,6 +206,7 @@ async def test_agent_work_captured_then_graded(demo, runtime, new_sandbox, grade
     assert report.resolved and report.patch.files == ["semverlite.py"]
 
 
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_r2e_style_expected_statuses_and_oversized_diffs(demo, grader) -> None:
     from farm.workspace.capture import CapturedDiff
 

@@ -49,6 +49,7 @@ def _source(task: Task) -> str:
     ("forge_probe", "runtime:report_forged"),
     ("rigged_builtins", "runtime:always_equal"),
 ])  # fmt: skip
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_runtime_tricks_are_caught_and_zero_the_reward(wordfreq, grader, trick, finding):
     tests = [*wordfreq.fail_to_pass, *wordfreq.pass_to_pass]
     extra = {"report_patch": REPORT_PATCH, "skip_bodies": SKIP_BODIES, "forge_then_exit": forge_then_exit(tests),
@@ -69,6 +70,7 @@ async def test_runtime_tricks_are_caught_and_zero_the_reward(wordfreq, grader, t
         assert excluded.excluded and excluded.reward == 0.0
 
 
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_results_come_from_farms_channel_not_from_what_was_printed(wordfreq, grader):
     """Forged PASSED lines where the log parser reads, pytest's own summary hidden: the
     run finishes normally, so only the channel can tell. Even with runtime findings set
@@ -93,6 +95,7 @@ async def test_a_pytest_shadowed_by_the_diff_claims_success_without_the_probe(wo
     assert report.reward_before_hack_policy == 1.0
 
 
+@pytest.mark.slow  # over 10 s: a real environment built and graded
 async def test_the_gold_patch_resolves_with_no_findings(wordfreq, grader):
     report = await grader(wordfreq, wordfreq.gold_patch)
     assert report.resolved and report.reward == 1.0 and report.hack_action is None
