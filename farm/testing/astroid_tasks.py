@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from farm.testing.sdist_task import _git
+from farm.testing.sdist_task import _git, default_sdist_cache, download_sdist
 
 PACKAGE, VERSION = "astroid", "3.3.8"
 REPO = "pypi/astroid"
@@ -98,15 +97,7 @@ FIXES = (
 
 def fetch_sdist(cache: Path) -> Path:
     """astroid's sdist from the package registry (pip download), cached."""
-    cache.mkdir(parents=True, exist_ok=True)
-    name = f"{PACKAGE}-{VERSION}.tar.gz"
-    if not (cache / name).exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
-             f"{PACKAGE}=={VERSION}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    return cache / name
+    return download_sdist(cache, PACKAGE, VERSION)
 
 
 def build_mirror(root: Path, sdist: Path) -> tuple[Path, dict[str, tuple[str, str]]]:
@@ -182,7 +173,7 @@ def make_task_set(root: Path, *, sdist_cache: Path | None = None) -> dict[str, P
     cannot run its tests (``-no-pytest``: a venv without pytest; ``-conftest``: a conftest
     importing numpy, which the venv lacks)."""
     root.mkdir(parents=True, exist_ok=True)
-    sdist = fetch_sdist(sdist_cache or Path(os.path.expanduser("~/.cache/farm/testing/sdists")))
+    sdist = fetch_sdist(sdist_cache or default_sdist_cache())
     mirrors, built = build_mirror(root, sdist)
     rows = [swebench_row(fix, *built[fix.instance]) for fix in FIXES]
     first, second = FIXES

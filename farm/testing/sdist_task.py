@@ -96,17 +96,22 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return res.stdout.strip()
 
 
-def fetch_sdist(cache: Path, project: SdistProject = INFLECTION) -> Path:
-    """The sdist from the package registry (pip download), cached."""
+def download_sdist(cache: Path, package: str, version: str) -> Path:
+    """``package==version``'s sdist from the package registry (pip download), cached."""
     cache.mkdir(parents=True, exist_ok=True)
-    name = f"{project.package}-{project.version}.tar.gz"
+    name = f"{package}-{version}.tar.gz"
     if not (cache / name).is_file():
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
-             f"{project.package}=={project.version}"],
+             f"{package}=={version}"],
             check=True, capture_output=True,
         )  # fmt: skip
     return cache / name
+
+
+def fetch_sdist(cache: Path, project: SdistProject = INFLECTION) -> Path:
+    """The project's sdist (``download_sdist``)."""
+    return download_sdist(cache, project.package, project.version)
 
 
 def build_mirror(root: Path, sdist: Path, project: SdistProject = INFLECTION) -> tuple[Path, str, str, str]:
