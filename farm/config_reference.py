@@ -133,24 +133,23 @@ def type_name(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
+# annotated_types' bounds: (metadata class, its attribute, how the reference writes it)
+_BOUNDS = (
+    (annotated_types.Ge, "ge", ">= {}"), (annotated_types.Gt, "gt", "> {}"),
+    (annotated_types.Le, "le", "<= {}"), (annotated_types.Lt, "lt", "< {}"),
+    (annotated_types.MinLen, "min_length", "length >= {}"), (annotated_types.MaxLen, "max_length", "length <= {}"),
+)  # fmt: skip
+
+
 def constraints(info: FieldInfo) -> str:
     """``>= 1``, ``> 0``, ``<= 1``, lengths, patterns, from the field's metadata."""
     out = []
     for m in info.metadata:
-        if isinstance(m, annotated_types.Ge):
-            out.append(f">= {m.ge}")
-        elif isinstance(m, annotated_types.Gt):
-            out.append(f"> {m.gt}")
-        elif isinstance(m, annotated_types.Le):
-            out.append(f"<= {m.le}")
-        elif isinstance(m, annotated_types.Lt):
-            out.append(f"< {m.lt}")
-        elif isinstance(m, annotated_types.MinLen):
-            out.append(f"length >= {m.min_length}")
-        elif isinstance(m, annotated_types.MaxLen):
-            out.append(f"length <= {m.max_length}")
-        elif getattr(m, "pattern", None):
-            out.append(f"matches `{m.pattern}`")
+        shown = next((fmt.format(getattr(m, attr)) for kind, attr, fmt in _BOUNDS if isinstance(m, kind)), None)
+        if shown is None and getattr(m, "pattern", None):
+            shown = f"matches `{m.pattern}`"
+        if shown is not None:
+            out.append(shown)
     return ", ".join(out)
 
 
