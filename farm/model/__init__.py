@@ -1,4 +1,3 @@
-"""What the policy model's text looks like, below both the engine and the gateway:
-loading its tokenizer (``tokenizer``) and its native tool-call formats (``toolcalls``:
-how each model family writes a call into its output, parsed back by the gateway and
-written by the scripted engine's policies)."""
+"""Moved to ``farm.modeltext`` (issue 29: a name that says what it holds, the policy
+model's text, apart from ``rollout/`` and ``tasks/`` models). ``farm.model.tokenizer``
+and ``farm.model.toolcalls`` keep working for one release."""

@@ -1,0 +1,4 @@
+"""What the policy model's text looks like, below both the engine and the gateway:
+loading its tokenizer (``tokenizer``) and its native tool-call formats (``toolcalls``:
+how each model family writes a call into its output, parsed back by the gateway and
+written by the scripted engine's policies)."""
