@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from farm import Farm
     from farm.config import load_config
-    from farm.model.tokenizer import load_tokenizer
+    from farm.modeltext.tokenizer import load_tokenizer
     from farm.testing.agreement import ModelsByVersion, logprob_agreement
     from farm.testing.lm import new_model, save_model
 

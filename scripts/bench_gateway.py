@@ -71,7 +71,7 @@ def tool_output(rng: random.Random, lines: int = 40) -> str:
 
 
 def bash_reply(fmt: Any, n: int) -> str:
-    from farm.model.toolcalls import ToolCall
+    from farm.modeltext.toolcalls import ToolCall
 
     call = ToolCall("x", "Bash", {"command": f"sed -n '{n * 60},{n * 60 + 60}p' src/calc.py",
                                   "description": f"Read part {n} of calc.py"})  # fmt: skip
@@ -97,7 +97,7 @@ def bench_turns(tok: Any, reps: int) -> dict[int, dict[str, float]]:
     from farm.gateway.render import PromptRenderer
     from farm.gateway.service import TurnService
     from farm.gateway.sessions import SessionTable
-    from farm.model.toolcalls import get_format
+    from farm.modeltext.toolcalls import get_format
 
     cfg = GatewayConfig(max_context_tokens=1 << 22)
     renderer = PromptRenderer(tok)
@@ -162,7 +162,7 @@ async def client_main(job: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "tests" / "gateway"))
     from gateway_helpers import check_anthropic_stream
 
-    from farm.model.toolcalls import ToolCall
+    from farm.modeltext.toolcalls import ToolCall
 
     errors: list[str] = []
     turns = 0
@@ -239,7 +239,7 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int 
     from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
-    from farm.model.toolcalls import get_format
+    from farm.modeltext.toolcalls import get_format
 
     fmt = get_format("hermes")
     policy = ScriptedPolicy()
@@ -368,7 +368,7 @@ def main() -> int:
         asyncio.run(gateway_hostile.serve(json.loads(args.serve)))
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from farm.model.tokenizer import load_tokenizer
+    from farm.modeltext.tokenizer import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer, args.cache_dir)
     turns = bench_turns(tok, args.reps)

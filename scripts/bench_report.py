@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=1000)
     ap.add_argument("--turns", type=int, default=6)
     args = ap.parse_args()
-    from farm.model.tokenizer import resolve_tokenizer
+    from farm.modeltext.tokenizer import resolve_tokenizer
     from farm.report.html import write_report
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -155,7 +155,7 @@ async def drive(url: str, secret: str, clock: int, turns: int, target: int, befo
     sys.path.insert(0, str(ROOT / "tests" / "gateway"))
     from gateway_helpers import check_anthropic_stream
 
-    from farm.model.toolcalls import ToolCall
+    from farm.modeltext.toolcalls import ToolCall
 
     body = first_body()
     rng = random.Random(0)
@@ -199,7 +199,7 @@ def session_run(name: str, tok: Any, shape: Any, args: argparse.Namespace) -> Ru
     from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
-    from farm.model.toolcalls import get_format
+    from farm.modeltext.toolcalls import get_format
 
     fmt = get_format("hermes")
     run = Run(name)
@@ -378,7 +378,7 @@ def main() -> int:
     t_start = time.perf_counter()
 
     from farm.engine.routing import MoEShape
-    from farm.model.tokenizer import load_tokenizer
+    from farm.modeltext.tokenizer import load_tokenizer
     from farm.trajectory.linearize import RolloutInfo, linearize
     from farm.trajectory.output import open_sample_reader
     from farm.trajectory.schema import samples_to_table, table_to_samples

@@ -69,7 +69,7 @@ async def serve(config: dict[str, Any]) -> None:
 
     from farm.engine.client import EngineClient
     from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
-    from farm.model.tokenizer import load_tokenizer
+    from farm.modeltext.tokenizer import load_tokenizer
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
 

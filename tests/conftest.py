@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real byte-level BPE + Qwen3-style chat template, trained for the session."""
-    from farm.testing.tokenizer import build_tokenizer
+    from farm.modeltext.builtin_tokenizer import build_tokenizer
 
     return build_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 

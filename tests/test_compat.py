@@ -16,6 +16,10 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.summary": ("farm.run.summary", ["RunSummary", "summarize", "write_summary", "directory_summary"]),
     "farm.rollout.tasks": ("farm.run.tasks", ["load_run_tasks"]),
     "farm.rollout.plan": ("farm.run.stream", ["expand_rollouts"]),
+    "farm.model": ("farm.modeltext", []),
+    "farm.model.tokenizer": ("farm.modeltext.tokenizer", ["resolve_tokenizer", "load_tokenizer"]),
+    "farm.model.toolcalls": ("farm.modeltext.toolcalls", ["ToolCall", "ToolCallFormat", "get_format", "split_reasoning"]),
+    "farm.testing.tokenizer": ("farm.modeltext.builtin_tokenizer", ["build_tokenizer"]),
 }
 
 

@@ -190,7 +190,7 @@ def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
 
 
 def _load_tokenizer(out: Path, spec: str | None) -> Any:
-    from farm.model.tokenizer import load_tokenizer
+    from farm.modeltext.tokenizer import load_tokenizer
 
     cache_dir = None
     if spec is None:

@@ -9,7 +9,7 @@ Public API (import from the modules; this package imports nothing on its own):
   ``stats(session_id) -> SessionStats``, ``await stop()``; an async context manager.
 - ``farm.gateway.config.GatewayConfig`` (section ``gateway`` of ``FarmConfig``).
 - ``farm.engine.client.EngineClient`` -- the SGLang ``/generate`` client the gateway uses.
-- Below both the gateway and the engine (``farm.model``): ``farm.model.toolcalls``
+- Below both the gateway and the engine (``farm.modeltext``): ``farm.modeltext.toolcalls``
   (``get_format(name)``, ``ToolCall``, ``ParsedOutput``) and
-  ``farm.model.tokenizer.load_tokenizer(spec, cache_dir)`` (``engine.tokenizer`` -> HF tokenizer).
+  ``farm.modeltext.tokenizer.load_tokenizer(spec, cache_dir)`` (``engine.tokenizer`` -> HF tokenizer).
 """

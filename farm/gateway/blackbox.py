@@ -46,7 +46,7 @@ from farm.gateway.hosted_wire import output_cap
 from farm.gateway.service import is_side_request
 from farm.gateway.sessions import Session
 from farm.gateway.wire import new_id
-from farm.model.toolcalls import ToolCall
+from farm.modeltext.toolcalls import ToolCall
 from farm.status import RolloutStatus
 from farm.trajectory.records import Budget, FinishReason, TurnFlag
 from farm.trajectory.transcript import TranscriptTurn

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Literal
 
 import orjson
 
-from farm.model.toolcalls import ToolCall, split_reasoning
+from farm.modeltext.toolcalls import ToolCall, split_reasoning
 from farm.trajectory.records import FinishReason, TurnFlag
 
 Message = dict[str, Any]

@@ -37,8 +37,8 @@ from farm.gateway.hosted import HostedClient
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
 from farm.gateway.sessions import SessionHandle, SessionStats, SessionTable
-from farm.model.tokenizer import load_tokenizer
-from farm.model.toolcalls import ToolCallFormat, get_format
+from farm.modeltext.tokenizer import load_tokenizer
+from farm.modeltext.toolcalls import ToolCallFormat, get_format
 from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
 

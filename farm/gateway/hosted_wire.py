@@ -19,7 +19,7 @@ import orjson
 
 from farm.gateway.canonical import CanonicalRequest, Message, parse_arguments
 from farm.gateway.endpoints import AnthropicEndpoint, HostedEndpoint, OpenAIEndpoint
-from farm.model.toolcalls import ToolCall
+from farm.modeltext.toolcalls import ToolCall
 from farm.trajectory.records import FinishReason
 
 

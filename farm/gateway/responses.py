@@ -38,7 +38,7 @@ from farm.gateway.canonical import (
     parse_arguments,
     translate_all,
 )
-from farm.model.toolcalls import ToolCall
+from farm.modeltext.toolcalls import ToolCall
 from farm.gateway.wire import ReplyContext, bad_request, new_id, opt_int, opt_number, require_dict, sse, text_of
 
 NS_SEP = "__"

@@ -44,7 +44,7 @@ from farm.gateway.config import GatewayConfig
 from farm.gateway.history import NEW_CONVERSATION, TurnPlan, full_plan, plan_turn
 from farm.gateway.render import PromptRenderer, PromptTooLong
 from farm.gateway.sessions import Lane, Session
-from farm.model.toolcalls import ToolCallFormat
+from farm.modeltext.toolcalls import ToolCallFormat
 from farm.gateway.wire import new_id
 from farm.trajectory.records import Budget, FinishReason, TurnFlag
 

@@ -33,7 +33,7 @@ def resolve_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None
     name = spec[len(BUILTIN_PREFIX):]
     if name not in BUILTINS:
         raise ConfigError(f"unknown builtin tokenizer {spec!r}; known: {[BUILTIN_PREFIX + b for b in BUILTINS]}")
-    from farm.testing.tokenizer import build_tokenizer
+    from farm.modeltext.builtin_tokenizer import build_tokenizer
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root.mkdir(parents=True, exist_ok=True)

@@ -146,7 +146,7 @@ def tokenizer_spec(data: RunData, override: str | None = None) -> tuple[str, str
 def load_tokenizer(spec: str, cache_dir: str | None) -> Any:
     from transformers import AutoTokenizer
 
-    from farm.model.tokenizer import resolve_tokenizer
+    from farm.modeltext.tokenizer import resolve_tokenizer
 
     return AutoTokenizer.from_pretrained(resolve_tokenizer(spec, cache_dir))
 

@@ -64,7 +64,7 @@ class FarmParts:
 
     async def start(self) -> str:
         from farm.engine.client import EngineClient
-        from farm.model.tokenizer import load_tokenizer
+        from farm.modeltext.tokenizer import load_tokenizer
         from farm.envs.provider import provider_for
         from farm.gateway.gateway import Gateway
         from farm.harnesses import make_harness

@@ -13,7 +13,7 @@ from farm.actors.router import RouterActor, SGLangServerActor
 from farm.engine.config import EngineConfig, LaunchConfig
 from farm.engine.launchers import sglang_server_argv, start_scripted_worker
 from farm.engine.scripted import ScriptedPolicy
-from farm.model.tokenizer import resolve_tokenizer
+from farm.modeltext.tokenizer import resolve_tokenizer
 from farm.errors import ConfigError, EngineError
 
 

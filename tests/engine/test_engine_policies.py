@@ -16,7 +16,7 @@ from farm.engine.scripted.prompt import parse_chatml
 from farm.engine.scripted.protocol import SamplingParams
 from farm.engine.scripted.tasks import load_tasks_jsonl, write_tasks_jsonl
 from farm.errors import TaskLoadError
-from farm.model.toolcalls import get_format
+from farm.modeltext.toolcalls import get_format
 from farm.tasks.model import GitSource, Task
 
 INSTRUCTION = "The add() function in calc.py subtracts instead of adding. Make it add its two arguments."

@@ -17,7 +17,7 @@ from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings,
 from farm.engine.config import EngineClientConfig
 from farm.gateway.config import GatewayConfig
 from farm.gateway.gateway import Gateway
-from farm.model.toolcalls import ToolCall, get_format
+from farm.modeltext.toolcalls import ToolCall, get_format
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 PATHS = {"anthropic": "/v1/messages?beta=true", "responses": "/v1/responses", "chat": "/v1/chat/completions"}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from farm.gateway.canonical import assistant_message, echo_matches, merge_consecutive
 from farm.gateway.render import PromptRenderer, _probe_conversation
-from farm.model.toolcalls import ToolCall, get_format, split_reasoning
+from farm.modeltext.toolcalls import ToolCall, get_format, split_reasoning
 
 CALLS = [ToolCall("a", "Bash", {"command": "ls -la", "n": 3}), ToolCall("b", "Read", {"path": "x.py", "opts": [1, 2]})]
 

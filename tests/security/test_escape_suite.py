@@ -38,7 +38,7 @@ from rich.console import Console
 import farm
 from farm.config import FarmConfig
 from farm.driver import run_farm
-from farm.model.tokenizer import load_tokenizer
+from farm.modeltext.tokenizer import load_tokenizer
 from farm.rollout.store import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set

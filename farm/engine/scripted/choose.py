@@ -26,7 +26,7 @@ from farm.engine.scripted.oracle import find_shell_tool, heredoc
 from farm.engine.scripted.policy import Choice, PolicyReply, PolicyRequest
 from farm.engine.scripted.prompt import parse_chatml, with_reasoning
 from farm.engine.scripted.tasks import TaskIndex
-from farm.model.toolcalls import get_format
+from farm.modeltext.toolcalls import get_format
 from farm.tasks.model import Task
 
 CANDIDATES_KEY = "candidate_patches"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from farm.engine.scripted.oracle import find_shell_tool
 from farm.engine.scripted.policy import PolicyReply, PolicyRequest
 from farm.engine.scripted.prompt import parse_chatml, with_reasoning
-from farm.model.toolcalls import get_format
+from farm.modeltext.toolcalls import get_format
 
 _LOOK = ("ls", "git status --short", "git log --oneline -3", "ls -la")
 

@@ -12,7 +12,7 @@ works through the task one model turn per completed tool round-trip:
 
 Steps without material (no gold patch / solution, no test command) are skipped. An
 unknown task, or a prompt without a shell tool, gets a polite answer without tools.
-Tool calls are written in the model's own format (``farm.model.toolcalls``), after a
+Tool calls are written in the model's own format (``farm.modeltext.toolcalls``), after a
 short ``<think>`` block, so the gateway's parser reads them back like a real model's.
 """
 
@@ -25,7 +25,7 @@ from typing import Iterable
 from farm.engine.scripted.policy import PolicyReply, PolicyRequest
 from farm.engine.scripted.prompt import ParsedPrompt, ToolSpec, parse_chatml, with_reasoning
 from farm.engine.scripted.tasks import TaskIndex
-from farm.model.toolcalls import ToolCall, get_format
+from farm.modeltext.toolcalls import ToolCall, get_format
 from farm.tasks.model import Task
 
 # Shell tools by harness, in preference order: Claude Code, Codex, OpenCode.

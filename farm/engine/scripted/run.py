@@ -11,7 +11,7 @@ from pathlib import Path
 from farm.engine.scripted.policies import make_policy
 from farm.engine.scripted.scoring import Scorer
 from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
-from farm.model.tokenizer import load_tokenizer, resolve_tokenizer
+from farm.modeltext.tokenizer import load_tokenizer, resolve_tokenizer
 
 
 def build_worker(
