@@ -1,29 +1,160 @@
-"""The layers import one way: no import cycle between farm's modules (lazy and
-type-checking imports included), and the rules DESIGN.md states hold."""
+"""The layers import one way. Every package of farm stands on one ladder (RANKS) and
+imports only packages of a lower rank, or itself; config modules import only config
+modules; nothing below farm/actors imports Ray; no import cycle between farm's modules.
+Lazy and type-checking imports count like any other. Old module paths kept one release
+(shims: only imports and a DeprecationWarning, listed in tests/test_compat.py) re-export
+their new home and stand outside the ladder."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 FARM = Path(__file__).resolve().parents[1] / "farm"
 
+# The ladder, top down. A package is a folder or a module directly under farm/ ("farm"
+# is the face, farm/__init__.py). A rank may name a package that is not built yet.
+RANKS = {
+    "__main__": 12, "farm": 12,
+    "cli": 11, "commands": 11,
+    "single": 10, "driver": 10, "continuous": 10,  # the entry points beside `farm run` (driver, continuous: see run)
+    "run": 9,  # the run session: one invocation on one output directory
+    "actors": 8,  # the only Ray code
+    "rollout": 7, "report": 7, "integrations": 7,
+    "testing": 6,  # the test kit: builds tasks, hosted doubles and models from everything below
+    "envs": 5, "grading": 5,
+    "workspace": 4, "harnesses": 4, "gateway": 4, "simulator": 4,
+    "output": 3, "sandboxes": 3, "engine": 3,
+    "trajectory": 2, "tasks": 2, "modeltext": 2, "loggers": 2, "config_reference": 2,
+    "config": 1, "secrets": 1,  # with every CONFIG module (below)
+    "errors": 0, "status": 0,
+}
+CONFIG_RANK = 1
+RAY_FREE_BELOW = "actors"
 
-def imports() -> dict[str, set[str]]:
-    """module -> the farm modules it imports anywhere in its file."""
+# Upward edges that work in flight removes; each line goes with the commit that ends it.
+KNOWN_UPWARD = {
+    # the other entry points still reach into the driver's private set-up: the run
+    # session (farm/run/, issue 29 D2-D4) is the one place that sets a run up
+    ("farm.continuous", "farm.driver"),
+    ("farm.single.service", "farm.driver"),
+    # the output directory's modules still live in rollout/ (rank 7); farm/output/ (rank 3)
+    # takes them (issue 29 B2), with ArtifactsConfig into output/config.py
+    ("farm.config", "farm.rollout.artifacts"),
+    ("farm.report.data", "farm.rollout.artifacts"),
+    ("farm.report.data", "farm.rollout.table"),
+    ("farm.report.server", "farm.rollout.artifacts"),
+    ("farm.report.task", "farm.rollout.artifacts"),
+    *{(f"farm.integrations.{m}", "farm.rollout.group_reader")
+      for m in ("openrlhf", "pytorch", "rows", "slime", "source", "trl", "verl")},
+    # config types still declared beside their code: ViewMode into sandboxes/config.py
+    # (after the sandbox pool work on that file lands)
+    ("farm.sandboxes.config", "farm.sandboxes.views"),
+}
+
+
+def is_config(mod: str) -> bool:
+    """The config layer: farm/config.py, farm/secrets.py, every farm/<package>/config.py
+    (a command named config is a command) and the gateway's endpoint declarations."""
+    parts = mod.split(".")
+    return (mod in ("farm.config", "farm.secrets", "farm.gateway.endpoints")
+            or (len(parts) == 3 and parts[2] == "config" and parts[1] != "commands"))
+
+
+def package(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "farm"
+
+
+def modules() -> dict[str, Path]:
     mods = {}
     for path in FARM.rglob("*.py"):
         name = ".".join(path.relative_to(FARM.parent).with_suffix("").parts)
         mods[name.removesuffix(".__init__")] = path
-    edges: dict[str, set[str]] = {m: set() for m in mods}
+    return mods
+
+
+def imported(tree: ast.AST, known: set[str]) -> tuple[set[str], set[str]]:
+    """(the farm modules a file imports anywhere in it, the top-level names of the others)."""
+    farm, other = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] != "farm":
+                other.add(node.module.split(".")[0])
+                continue
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            farm |= subs
+            if len(subs) < len(node.names):  # names of the module itself, not submodules
+                farm |= {node.module} & known
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "farm":
+                    farm.add(a.name)
+                else:
+                    other.add(a.name.split(".")[0])
+    return farm & known, other
+
+
+def is_shim(tree: ast.Module) -> bool:
+    """Only imports and a ``warnings.warn(..., DeprecationWarning, ...)``."""
+    warns = False
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # the docstring
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn"
+                and "DeprecationWarning" in ast.unparse(call)):
+            warns = True
+            continue
+        return False
+    return warns
+
+
+@functools.cache
+def graph() -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """(module -> farm modules it imports, module -> other top-level packages, shims)."""
+    mods = modules()
+    edges, others, shims = {}, {}, set()
     for mod, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("farm"):
-                found = {f"{node.module}.{a.name}" for a in node.names} | {node.module}
-                edges[mod] |= found & mods.keys()
-            elif isinstance(node, ast.Import):
-                edges[mod] |= {a.name for a in node.names} & mods.keys()
-    return edges
+        tree = ast.parse(path.read_text())
+        edges[mod], others[mod] = imported(tree, set(mods))
+        if is_shim(tree):
+            shims.add(mod)
+    return edges, others, shims
+
+
+def rank(mod: str, ranks: dict[str, int]) -> int | None:
+    return CONFIG_RANK if is_config(mod) else ranks.get(package(mod))
+
+
+def ladder_violations(edges: dict[str, set[str]], ranks: dict[str, int], *, shims: set[str] = frozenset(),
+                      known: set[tuple[str, str]] = frozenset()) -> list[str]:
+    """Every import that does not run down the ladder, in words."""
+    found = []
+    for mod in sorted(edges):
+        if mod in shims:
+            continue
+        if rank(mod, ranks) is None:
+            found.append(f"{mod}: package {package(mod)!r} has no rank")
+            continue
+        for dep in sorted(edges[mod] - shims):
+            if (mod, dep) in known or rank(dep, ranks) is None:
+                continue  # an unranked dependency is reported as itself
+            if is_config(mod):
+                if not is_config(dep) and rank(dep, ranks) != 0:
+                    found.append(f"{mod} -> {dep}: a config module imports only config modules")
+            elif package(dep) != package(mod) or is_config(dep):
+                if rank(dep, ranks) >= rank(mod, ranks):
+                    found.append(f"{mod} (rank {rank(mod, ranks)}) -> {dep} (rank {rank(dep, ranks)}): runs up")
+    return found
+
+
+def ray_below_actors(others: dict[str, set[str]], ranks: dict[str, int]) -> list[str]:
+    return sorted(m for m, names in others.items()
+                  if "ray" in names and (rank(m, ranks) or 0) < ranks[RAY_FREE_BELOW])
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -38,7 +169,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in edges[v]:
+        for w in edges.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -61,37 +192,70 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_every_import_runs_down_the_ladder():
+    edges, _, shims = graph()
+    assert ladder_violations(edges, RANKS, shims=shims, known=KNOWN_UPWARD) == []
+
+
+def test_nothing_below_the_actors_imports_ray():
+    _, others, _ = graph()
+    assert ray_below_actors(others, RANKS) == []
+
+
 def test_no_import_cycles():
-    assert cycles(imports()) == []
+    edges, _, _ = graph()
+    assert cycles(edges) == []
 
 
-def test_the_detector_finds_a_cycle():
-    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+def test_shims_are_the_moved_paths_tests_test_compat_checks():
+    """A module that only re-exports and warns is an old path kept one release: tests/test_compat.py
+    checks each (it imports, warns, hands out its new home's objects)."""
+    _, _, shims = graph()
+    compat = ast.parse((Path(__file__).parent / "test_compat.py").read_text())
+    moved = next(ast.literal_eval(s.value) for s in compat.body
+                 if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "MOVED")
+    assert shims == set(moved)
 
 
-def _imports_ray(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ray":
-            return True
-    return False
-
-
-def test_layer_rules():
-    edges = imports()
+def test_rules_the_ladder_does_not_say():
+    edges, _, _ = graph()
 
     def reaches(prefix: str, target: str) -> list[str]:
         return sorted(m for m, deps in edges.items() if m.startswith(prefix) and any(d.startswith(target) for d in deps))
 
-    assert reaches("farm.engine", "farm.gateway") == []  # tool-call formats and the client config live below
-    assert reaches("farm.tasks", "farm.sandboxes") == []  # tasks are data
-    assert reaches("farm.tasks", "farm.workspace") == []
-    assert reaches("farm.model", "farm.engine") == [] and reaches("farm.model", "farm.gateway") == []
-    assert reaches("farm.sandboxes", "farm.tasks") == [] and reaches("farm.sandboxes", "farm.envs") == []
-    for live in ("farm.actors", "farm.driver", "farm.continuous", "farm.gateway", "farm.engine", "farm.sandboxes"):
+    assert reaches("farm.sandboxes", "farm.tasks") == []  # a sandbox knows no task (both below the workspace)
+    for live in ("farm.actors", "farm.driver", "farm.continuous", "farm.run", "farm.gateway", "farm.engine",
+                 "farm.sandboxes", "farm.simulator"):
         assert reaches("farm.report", live) == [], live  # a report reads the output directory, never the live farm
-    # continuous and single sit beside the driver
-    above = ("actors", "driver.py", "continuous.py", "single", "commands", "cli.py", "__main__.py")
-    below = [p for p in FARM.rglob("*.py") if p.relative_to(FARM).parts[0] not in above]
-    assert [str(p) for p in below if _imports_ray(p)] == []  # nothing below farm/actors imports Ray
+
+
+def test_the_checks_find_what_is_planted():
+    ranks = {"farm": 4, "actors": 3, "tasks": 2, "engine": 2, "errors": 0}
+    edges = {
+        "farm.tasks.model": {"farm.actors.sandbox", "farm.errors", "farm.tasks.config"},  # up; down; own config
+        "farm.engine.config": {"farm.engine.client", "farm.tasks.config", "farm.errors"},  # config -> not config
+        "farm.engine.client": {"farm.tasks.model", "farm.engine.config"},  # same rank, another package
+        "farm.actors.sandbox": {"farm.tasks.model", "farm.newpkg.x"},  # fine; an unranked dependency
+        "farm.newpkg.x": set(),  # no rank
+        "farm.tasks.old": {"farm.actors.sandbox"},  # a shim
+        "farm.tasks.config": set(), "farm.errors": set(), "farm.actors": set(),
+    }
+    assert ladder_violations(edges, ranks, shims={"farm.tasks.old"}) == [
+        "farm.engine.client (rank 2) -> farm.tasks.model (rank 2): runs up",
+        "farm.engine.config -> farm.engine.client: a config module imports only config modules",
+        "farm.newpkg.x: package 'newpkg' has no rank",
+        "farm.tasks.model (rank 2) -> farm.actors.sandbox (rank 3): runs up",
+    ]
+    assert ladder_violations(edges, ranks, shims={"farm.tasks.old"},
+                             known={("farm.tasks.model", "farm.actors.sandbox"),
+                                    ("farm.engine.client", "farm.tasks.model"),
+                                    ("farm.engine.config", "farm.engine.client")}) == [
+        "farm.newpkg.x: package 'newpkg' has no rank"]
+    assert ray_below_actors({"farm.actors.x": {"ray"}, "farm.tasks.y": {"ray", "yaml"}, "farm.engine.z": {"rayon"}},
+                            ranks) == ["farm.tasks.y"]
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    tree = ast.parse('"""doc"""\nimport warnings\nfrom x import *\nwarnings.warn("moved", DeprecationWarning)\n')
+    assert is_shim(tree) and not is_shim(ast.parse("import warnings\nX = 1\nwarnings.warn('m', DeprecationWarning)"))
+    farm, other = imported(ast.parse("from farm import a\nfrom farm.b import c, D\nimport ray.util\nimport farm.e"),
+                           {"farm", "farm.a", "farm.b", "farm.b.c", "farm.e"})
+    assert farm == {"farm.a", "farm.b", "farm.b.c", "farm.e"} and other == {"ray"}

@@ -15,10 +15,26 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from farm.engine.routing import MoEShape
 
+class MoEShape(BaseModel):
+    """A mixture-of-experts model's routing shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layers: int = Field(gt=0, description="MoE layers (rows per token = layers x top_k)")
+    top_k: int = Field(gt=0, description="experts chosen per token per layer")
+    experts: int = Field(gt=1, le=65536, description="experts per layer")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8) if self.experts <= 256 else np.dtype(np.uint16)
+
+    @property
+    def per_token(self) -> int:
+        return self.layers * self.top_k
 
 
 class EngineClientConfig(BaseModel):

@@ -17,27 +17,9 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from farm.engine.config import MoEShape  # a config type (engine.moe, routed_experts); here for the codec's users
 from farm.errors import EngineError
-
-
-class MoEShape(BaseModel):
-    """A mixture-of-experts model's routing shape."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    layers: int = Field(gt=0, description="MoE layers (rows per token = layers x top_k)")
-    top_k: int = Field(gt=0, description="experts chosen per token per layer")
-    experts: int = Field(gt=1, le=65536, description="experts per layer")
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.uint8) if self.experts <= 256 else np.dtype(np.uint16)
-
-    @property
-    def per_token(self) -> int:
-        return self.layers * self.top_k
 
 
 def encode_routed(rows: np.ndarray) -> str:
