@@ -1,11 +1,11 @@
 """Farm metrics on Ray's metrics pipeline (``ray.util.metrics``).
 
 ``METRICS`` is the one place each series is declared (name, kind, help, labels, buckets):
-``FarmMetrics`` builds Ray's metric objects from it, and the Grafana dashboard
+``ActorMetrics`` builds Ray's metric objects from it, and the Grafana dashboard
 (``farm.actors.dashboard``) and the docs' metric list are derived from it, so none of
 them can name a series farm does not export.
 
-Each process that reports builds its own ``FarmMetrics`` (Ray exports them at each node's
+Each actor that reports builds its own ``ActorMetrics`` (Ray exports them at each node's
 metrics port as ``ray_farm_*``). Observations come from typed records (a finished
 RolloutResult, its turn timings), so no layer below ``farm.actors`` knows about metrics.
 """
@@ -105,8 +105,9 @@ def _make(spec: MetricSpec) -> Any:
     return (Counter if spec.kind == "counter" else Gauge)(spec.name, spec.help, tag_keys=spec.tag_keys)
 
 
-class FarmMetrics:
-    """The farm's series. Cheap to build; build one per process (``close()`` it when done)."""
+class ActorMetrics:
+    """The farm's series as one actor reports them. Cheap to build; build one per process
+    (``close()`` it when done)."""
 
     def __init__(self, run_id: str, *, gauge_refresh_s: float | None = GAUGE_REFRESH_S) -> None:
         self.run_id = run_id
@@ -185,3 +186,6 @@ class FarmMetrics:
                 self._observe(GATEWAY_LATENCY, gateway)
             for flag in getattr(turn, "flags", ()) or ():
                 self._inc(TURN_FLAGS, flag=getattr(flag, "value", str(flag)))
+
+
+FarmMetrics = ActorMetrics  # the name before issue 29 (one of four unrelated Farm* names); one release

@@ -66,9 +66,9 @@ class ReducerActor:
         self.stale_dropped = 0
         self._metrics = None
         if metrics:
-            from farm.actors.metrics import FarmMetrics
+            from farm.actors.metrics import ActorMetrics
 
-            self._metrics = FarmMetrics(cfg.run_id)
+            self._metrics = ActorMetrics(cfg.run_id)
             self._metrics.set_policy_version(self.policy_version)
 
     # --- queries (idempotent) -----------------------------------------------

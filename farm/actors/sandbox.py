@@ -91,9 +91,9 @@ class SandboxActor:
                 else:
                     factory = self._parts_factory
                 if self._want_metrics:
-                    from farm.actors.metrics import FarmMetrics
+                    from farm.actors.metrics import ActorMetrics
 
-                    self._metrics = FarmMetrics(self.cfg.run_id)
+                    self._metrics = ActorMetrics(self.cfg.run_id)
                 extra = {"endpoint_api_key": self.endpoint_api_key} if self.cfg.black_box else {}
                 self._parts = factory(
                     self.cfg,
@@ -120,7 +120,7 @@ class SandboxActor:
 
     async def where(self) -> dict[str, str]:
         """Ready, and where: its node id and the sandbox root it creates local sandboxes
-        under there (``farm.driver`` reports a dead node's root as left behind)."""
+        under there (the run reports a dead node's root as left behind when it closes its actors)."""
         await self.ready()
         root = ""
         if self.cfg.sandbox.backend == "local":

@@ -52,7 +52,7 @@ def test_dashboard_json_is_what_grafana_provisions():
 
 
 def test_observations_use_only_declared_labels(monkeypatch):
-    """FarmMetrics records a finished rollout under the declared names and labels (Ray
+    """ActorMetrics records a finished rollout under the declared names and labels (Ray
     refuses undeclared tag keys at runtime; this checks it without a Ray)."""
     import farm_helpers
     from farm.status import RolloutStatus
@@ -70,7 +70,7 @@ def test_observations_use_only_declared_labels(monkeypatch):
         inc = set = observe = _rec
 
     monkeypatch.setattr(metrics, "_make", Recorder)
-    m = metrics.FarmMetrics("r1", gauge_refresh_s=None)
+    m = metrics.ActorMetrics("r1", gauge_refresh_s=None)
     from farm.rollout.table import counts_of
     from farm.trajectory.tree import TurnTree
 
@@ -138,7 +138,7 @@ def test_gauges_are_set_again_until_closed(monkeypatch):
         inc = observe = set
 
     monkeypatch.setattr(metrics, "_make", Recorder)
-    m = metrics.FarmMetrics("r1", gauge_refresh_s=0.05)
+    m = metrics.ActorMetrics("r1", gauge_refresh_s=0.05)
     m.set_in_flight("sandbox-0", 2)
     m.set_in_flight("sandbox-0", 1)  # the last value is what is refreshed
     m.set_policy_version(4)
