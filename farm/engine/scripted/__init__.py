@@ -1,18 +1,11 @@
-"""A scripted worker that speaks SGLang's native protocol and acts like a policy.
+"""Moved to ``farm.simulator`` (issue 29: the simulated policy worker is no part of the
+engine's client side); this name keeps working for one release."""
 
-``farm engine serve`` runs one; :class:`ScriptedWorker` + :func:`serve_worker` run
-one in process (tests). Policies: ``oracle``, ``noop``, ``replay``, ``scripted``,
-``shell``, ``choose``. With a model (a :class:`Scorer`, farm's tiny CPU LM) the worker
-scores every token it emits and samples the policy's choices.
-"""
+import importlib
+import warnings
 
-from farm.engine.scripted.policies import make_policy
-from farm.engine.scripted.policy import Choice, Policy, PolicyReply, PolicyRequest
-from farm.engine.scripted.replies import ScriptedPolicy
-from farm.engine.scripted.scoring import Scorer
-from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
+warnings.warn("farm.engine.scripted moved to farm.simulator", DeprecationWarning, stacklevel=2)
 
-__all__ = [
-    "Choice", "Policy", "PolicyReply", "PolicyRequest", "Scorer", "ScriptedPolicy", "ScriptedWorker", "WorkerSettings",
-    "make_policy", "serve_worker",
-]
+
+def __getattr__(name: str):
+    return getattr(importlib.import_module("farm.simulator"), name)
