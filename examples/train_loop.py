@@ -83,9 +83,9 @@ def choice_base_model(model, tok, tasks, *, iters: int = 60, lr: float = 3e-2):
     does. Which letter is right, only the rewards tell."""
     import torch
 
-    from farm.engine.scripted.choose import LABELS, ChoosePolicy
-    from farm.engine.scripted.policy import PolicyRequest
-    from farm.engine.scripted.protocol import SamplingParams
+    from farm.simulator.choose import LABELS, ChoosePolicy
+    from farm.simulator.policy import PolicyRequest
+    from farm.simulator.protocol import SamplingParams
     from farm.testing.lm import token_logprobs
 
     bash = {"type": "function", "function": {"name": "Bash", "description": "Run a shell command", "parameters": {

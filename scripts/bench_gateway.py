@@ -236,7 +236,7 @@ async def serve_worker_backlog(worker: Any) -> Any:
 
 async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int = 0) -> dict[str, Any]:
     from farm.engine.client import EngineClient
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
     from farm.modeltext.toolcalls import get_format
@@ -315,7 +315,7 @@ async def bench_forward(tok: Any, n: int) -> dict[str, float]:
     import tempfile
 
     from farm.engine.client import EngineClient
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
     from farm.sandboxes.base import SandboxSpec

@@ -196,7 +196,7 @@ def session_run(name: str, tok: Any, shape: Any, args: argparse.Namespace) -> Ru
     """One session over a fresh worker + engine client + gateway (each loop on its own thread)."""
     from farm.engine.client import EngineClient
     from farm.engine.config import EngineClientConfig
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
     from farm.modeltext.toolcalls import get_format

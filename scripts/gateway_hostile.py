@@ -68,7 +68,7 @@ async def serve(config: dict[str, Any]) -> None:
     from bench_gateway import serve_worker_backlog
 
     from farm.engine.client import EngineClient
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.modeltext.tokenizer import load_tokenizer
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway

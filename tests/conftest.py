@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,33 @@ def hf_tokenizer(tokenizer_dir: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def tok_path(tokenizer_dir: Path) -> str:
+    return str(tokenizer_dir)
+
+
+@pytest.fixture
+async def make_worker(hf_tokenizer):
+    """In-process simulated policy workers (farm.simulator):
+    ``await make_worker(policy, scorer=None, **WorkerSettings fields) -> (worker, url)``, served in this loop."""
+    from farm.simulator import ScriptedWorker, WorkerSettings, serve_worker
+
+    stack = contextlib.AsyncExitStack()
+
+    async def make(policy, scorer=None, **settings):
+        worker = ScriptedWorker(hf_tokenizer, policy, WorkerSettings(**settings), scorer=scorer)
+        url = await stack.enter_async_context(serve_worker(worker))
+        return worker, url
+
+    yield make
+    await stack.aclose()
+
+
+@pytest.fixture
+async def http():
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        yield session

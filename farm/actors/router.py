@@ -33,7 +33,7 @@ from farm.engine.admin import EngineHealth, WeightUpdate, WorkerInfo
 from farm.engine.config import EngineConfig, LaunchConfig
 from farm.engine.launchers import require_sglang, start_router, start_scripted_worker, start_sglang_server
 from farm.engine.processes import ManagedProcess
-from farm.engine.scripted.tasks import write_tasks_jsonl
+from farm.simulator.tasks import write_tasks_jsonl
 from farm.modeltext.tokenizer import resolve_tokenizer
 from farm.errors import EngineError
 from farm.tasks.model import Task

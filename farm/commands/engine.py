@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from farm.engine.config import FaultConfig, LatencyConfig
-    from farm.engine.scripted.run import build_worker, serve_until_signal
-    from farm.engine.scripted.server import WorkerSettings
+    from farm.simulator.run import build_worker, serve_until_signal
+    from farm.simulator.server import WorkerSettings
 
     settings = WorkerSettings(
         worker_id=args.worker_id,

@@ -166,8 +166,8 @@ class EngineConfig(_Section):
     )
     policy: Literal["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble", "choose"] = Field(
         default="oracle", description="scripted worker policy (mode=scripted); loop / ramble never stop (only a "
-        "budget ends them: farm.engine.scripted.endless); 'choose': the model picks one of each task's "
-        "metadata.candidate_patches (see farm.engine.scripted.choose)"
+        "budget ends them: farm.simulator.endless); 'choose': the model picks one of each task's "
+        "metadata.candidate_patches (see farm.simulator.choose)"
     )
     tokenizer: str = Field(
         default="builtin:farm-test",

@@ -7,7 +7,7 @@ any tasks with a gold patch: one candidate is the gold patch, the others do not 
 anything). The policy never knows which one is right; the grader does.
 
 1. First turn: a short ``<think>`` naming the task, then ``I apply candidate [``,
-   then a :class:`~farm.engine.scripted.policy.Choice`: the worker samples the next
+   then a :class:`~farm.simulator.policy.Choice`: the worker samples the next
    token (``A``, ``B``, ...) from its model, and the reply goes on with ``].`` and a
    shell tool call that applies that candidate's patch. Any other token: the agent
    says it is not sure and stops (nothing applied: unresolved).
@@ -22,10 +22,10 @@ from __future__ import annotations
 import string
 from typing import Iterable
 
-from farm.engine.scripted.oracle import find_shell_tool, heredoc
-from farm.engine.scripted.policy import Choice, PolicyReply, PolicyRequest
-from farm.engine.scripted.prompt import parse_chatml, with_reasoning
-from farm.engine.scripted.tasks import TaskIndex
+from farm.simulator.oracle import find_shell_tool, heredoc
+from farm.simulator.policy import Choice, PolicyReply, PolicyRequest
+from farm.simulator.prompt import parse_chatml, with_reasoning
+from farm.simulator.tasks import TaskIndex
 from farm.modeltext.toolcalls import get_format
 from farm.tasks.model import Task
 

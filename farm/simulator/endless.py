@@ -12,9 +12,9 @@ A request without a shell tool (a title side request) gets a short plain answer.
 
 from __future__ import annotations
 
-from farm.engine.scripted.oracle import find_shell_tool
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
-from farm.engine.scripted.prompt import parse_chatml, with_reasoning
+from farm.simulator.oracle import find_shell_tool
+from farm.simulator.policy import PolicyReply, PolicyRequest
+from farm.simulator.prompt import parse_chatml, with_reasoning
 from farm.modeltext.toolcalls import get_format
 
 _LOOK = ("ls", "git status --short", "git log --oneline -3", "ls -la")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from farm.engine.config import FaultConfig, LatencyConfig
-from farm.engine.scripted.generation import jittered
+from farm.simulator.generation import jittered
 
 
 class Fault(str, Enum):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from farm.engine.scripted.protocol import SamplingParams, finish_length, finish_stop
+from farm.simulator.protocol import SamplingParams, finish_length, finish_stop
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ import numpy as np
 from aiohttp import web
 
 from farm.engine.routing import encode_routed, fake_routing
-from farm.engine.scripted.generation import Completion, IncrementalText, final_text
-from farm.engine.scripted.protocol import GenerateRequest, finish_abort
-from farm.engine.scripted.state import Inflight
+from farm.simulator.generation import Completion, IncrementalText, final_text
+from farm.simulator.protocol import GenerateRequest, finish_abort
+from farm.simulator.state import Inflight
 
 
 class WorkerView(Protocol):

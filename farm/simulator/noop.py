@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
-from farm.engine.scripted.prompt import parse_chatml, with_reasoning
+from farm.simulator.policy import PolicyReply, PolicyRequest
+from farm.simulator.prompt import parse_chatml, with_reasoning
 
 _ANSWERS = (
     "I have read the request. I will not make any changes.",

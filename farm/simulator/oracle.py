@@ -1,6 +1,6 @@
 """The ``oracle`` policy: a competent agent that knows each task's solution.
 
-It reads the rendered prompt back (:mod:`farm.engine.scripted.prompt`), recognises the
+It reads the rendered prompt back (:mod:`farm.simulator.prompt`), recognises the
 task by its instruction text and the harness's shell tool by the tool schemas, and
 works through the task one model turn per completed tool round-trip:
 
@@ -22,9 +22,9 @@ import random
 from dataclasses import dataclass
 from typing import Iterable
 
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
-from farm.engine.scripted.prompt import ParsedPrompt, ToolSpec, parse_chatml, with_reasoning
-from farm.engine.scripted.tasks import TaskIndex
+from farm.simulator.policy import PolicyReply, PolicyRequest
+from farm.simulator.prompt import ParsedPrompt, ToolSpec, parse_chatml, with_reasoning
+from farm.simulator.tasks import TaskIndex
 from farm.modeltext.toolcalls import ToolCall, get_format
 from farm.tasks.model import Task
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from farm.engine.scripted.policy import Policy, PolicyReply
+from farm.simulator.policy import Policy, PolicyReply
 
 
 def make_policy(
@@ -25,47 +25,47 @@ def make_policy(
     """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell`` |
     ``loop`` | ``ramble`` | ``choose``)."""
     if name == "oracle":
-        from farm.engine.scripted.oracle import OraclePolicy
-        from farm.engine.scripted.tasks import load_tasks_jsonl
+        from farm.simulator.oracle import OraclePolicy
+        from farm.simulator.tasks import load_tasks_jsonl
 
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
         return OraclePolicy(tasks, seed=seed, tool_format=tool_format)
     if name == "noop":
-        from farm.engine.scripted.noop import NoopPolicy
+        from farm.simulator.noop import NoopPolicy
 
         return NoopPolicy(seed=seed)
     if name == "replay":
-        from farm.engine.scripted.replay import ReplayPolicy
+        from farm.simulator.replay import ReplayPolicy
 
         if replay_path is None:
             raise ValueError("policy 'replay' needs a recording (replay_path)")
         return ReplayPolicy.from_jsonl(replay_path)
     if name == "scripted":
-        from farm.engine.scripted.replies import ScriptedPolicy, load_replies_jsonl
+        from farm.simulator.replies import ScriptedPolicy, load_replies_jsonl
 
         loaded: list[Any] = list(replies or [])
         if replies_path:
             loaded += load_replies_jsonl(replies_path)
         return ScriptedPolicy(loaded)
     if name == "shell":
-        from farm.engine.scripted.shell_script import ShellScriptPolicy, load_shell_script
-        from farm.engine.scripted.tasks import load_tasks_jsonl
+        from farm.simulator.shell_script import ShellScriptPolicy, load_shell_script
+        from farm.simulator.tasks import load_tasks_jsonl
 
         if replies_path is None:
             raise ValueError("policy 'shell' needs a script (replies_path: JSONL of {task_id, turns})")
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
         return ShellScriptPolicy(tasks, load_shell_script(replies_path), tool_format=tool_format)
     if name == "loop":
-        from farm.engine.scripted.endless import LoopPolicy
+        from farm.simulator.endless import LoopPolicy
 
         return LoopPolicy(tool_format=tool_format)
     if name == "ramble":
-        from farm.engine.scripted.endless import RamblePolicy
+        from farm.simulator.endless import RamblePolicy
 
         return RamblePolicy()
     if name == "choose":
-        from farm.engine.scripted.choose import ChoosePolicy
-        from farm.engine.scripted.tasks import load_tasks_jsonl
+        from farm.simulator.choose import ChoosePolicy
+        from farm.simulator.tasks import load_tasks_jsonl
 
         return ChoosePolicy(load_tasks_jsonl(tasks_path) if tasks_path else [], tool_format=tool_format)
     raise ValueError(f"unknown policy {name!r}; known: oracle, noop, replay, scripted, shell, loop, ramble, choose")

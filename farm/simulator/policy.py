@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Protocol, Sequence
 
-from farm.engine.scripted.protocol import SamplingParams
+from farm.simulator.protocol import SamplingParams
 
 
 @dataclass(eq=False)

@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from farm.engine.scripted.generation import prompt_digest
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
+from farm.simulator.generation import prompt_digest
+from farm.simulator.policy import PolicyReply, PolicyRequest
 
 MISS_TEXT = "(replay: no recorded output for this request)"
 

@@ -18,7 +18,7 @@ import os
 from collections import deque
 from typing import Any, Callable, Iterable, Union
 
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
+from farm.simulator.policy import PolicyReply, PolicyRequest
 
 Reply = Union[str, PolicyReply, Callable[[PolicyRequest], Union[PolicyReply, str]]]
 

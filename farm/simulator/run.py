@@ -8,9 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
-from farm.engine.scripted.policies import make_policy
-from farm.engine.scripted.scoring import Scorer
-from farm.engine.scripted.server import ScriptedWorker, WorkerSettings, serve_worker
+from farm.simulator.policies import make_policy
+from farm.simulator.scoring import Scorer
+from farm.simulator.server import ScriptedWorker, WorkerSettings, serve_worker
 from farm.modeltext.tokenizer import load_tokenizer, resolve_tokenizer
 
 

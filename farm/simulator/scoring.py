@@ -1,7 +1,7 @@
 """The model behind a scripted worker, when it has one (``farm engine serve --model``).
 
 A policy decides what the reply says; a :class:`Scorer` makes it a model's reply: it
-samples the token at a policy's :class:`~farm.engine.scripted.policy.Choice` from the
+samples the token at a policy's :class:`~farm.simulator.policy.Choice` from the
 model's distribution and computes the logprob of every token the worker emits (given
 the exact prompt ids it received), so the logprobs a trainer recomputes with the same
 weights agree with the engine's. ``/update_weights_from_disk`` loads new weights for
@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Protocol, Sequence
 
-from farm.engine.scripted.policy import PolicyReply
-from farm.engine.scripted.protocol import RequestError, SamplingParams
+from farm.simulator.policy import PolicyReply
+from farm.simulator.protocol import RequestError, SamplingParams
 
 
 class Scorer(Protocol):

@@ -8,7 +8,7 @@ Routes (as SGLang 0.5.x serves them): ``POST /generate`` (non-streamed, or SSE
 routes: ``GET /farm/stats`` (per-worker counters, e.g. requests per routing key) and
 ``POST /farm/script`` (feed the ``scripted`` policy).
 
-What the model says comes from a :class:`~farm.engine.scripted.policy.Policy`; how
+What the model says comes from a :class:`~farm.simulator.policy.Policy`; how
 it is decoded follows SGLang's stop rules (:mod:`.generation`); latency and injected
 faults come from :mod:`.faults`. With a model (:mod:`.scoring`: ``farm engine serve
 --model``) the model samples the policy's choices and scores every emitted token, and
@@ -29,15 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.engine.config import FaultConfig, LatencyConfig
 from farm.engine.routing import MoEShape
-from farm.engine.scripted.faults import Fault, RequestPlan, plan_request
-from farm.engine.scripted.generation import Completion, apply_stop_rules, fake_logprobs, prompt_digest
-from farm.engine.scripted.policy import Policy, PolicyReply, PolicyRequest
-from farm.engine.scripted.protocol import GenerateRequest, RequestError, SamplingParams, error_body, parse_generate
-from farm.engine.scripted.job import Disconnected, Dropped, Job, drop, dumps, gone, json_or_empty, sse, wait
-from farm.engine.scripted.replay import Recorder
-from farm.engine.scripted.scoring import Scorer, check_ids, planned_ids
-from farm.engine.scripted.state import Inflight, PrefixCache, WorkerStats
-from farm.engine.scripted.weights import WeightRoutes
+from farm.simulator.faults import Fault, RequestPlan, plan_request
+from farm.simulator.generation import Completion, apply_stop_rules, fake_logprobs, prompt_digest
+from farm.simulator.policy import Policy, PolicyReply, PolicyRequest
+from farm.simulator.protocol import GenerateRequest, RequestError, SamplingParams, error_body, parse_generate
+from farm.simulator.job import Disconnected, Dropped, Job, drop, dumps, gone, json_or_empty, sse, wait
+from farm.simulator.replay import Recorder
+from farm.simulator.scoring import Scorer, check_ids, planned_ids
+from farm.simulator.state import Inflight, PrefixCache, WorkerStats
+from farm.simulator.weights import WeightRoutes
 
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 VERSION = "0.5.0-farm-scripted"

@@ -22,10 +22,10 @@ import json
 import os
 from typing import Any, Iterable, Sequence
 
-from farm.engine.scripted.oracle import find_shell_tool
-from farm.engine.scripted.policy import PolicyReply, PolicyRequest
-from farm.engine.scripted.prompt import parse_chatml, with_reasoning
-from farm.engine.scripted.tasks import TaskIndex
+from farm.simulator.oracle import find_shell_tool
+from farm.simulator.policy import PolicyReply, PolicyRequest
+from farm.simulator.prompt import parse_chatml, with_reasoning
+from farm.simulator.tasks import TaskIndex
 from farm.modeltext.toolcalls import get_format
 from farm.tasks.model import Task
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from farm.engine.scripted.job import Job, json_or_empty
-from farm.engine.scripted.protocol import error_body
-from farm.engine.scripted.scoring import Scorer
-from farm.engine.scripted.state import Inflight, WorkerStats
+from farm.simulator.job import Job, json_or_empty
+from farm.simulator.protocol import error_body
+from farm.simulator.scoring import Scorer
+from farm.simulator.state import Inflight, WorkerStats
 
 
 class WeightRoutes:

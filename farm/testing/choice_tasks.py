@@ -2,7 +2,7 @@
 
 :func:`choice_tasks` turns tasks with a gold patch (the demo SWE tasks) into tasks whose
 ``metadata["candidate_patches"]`` holds ``k`` candidate fixes for the ``choose`` policy
-(``farm.engine.scripted.choose``): the gold patch and ``k - 1`` decoys that apply
+(``farm.simulator.choose``): the gold patch and ``k - 1`` decoys that apply
 cleanly and fix nothing (each adds a note file). The gold patch is candidate ``right``
 in every task (a policy learns where the right fix is from rewards alone), or with
 ``right=None`` candidate ``i % k`` of the ``i``-th task (a policy must also tell the
@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from farm.engine.scripted.choose import CANDIDATES_KEY, LABELS
-from farm.engine.scripted.tasks import write_tasks_jsonl
+from farm.simulator.choose import CANDIDATES_KEY, LABELS
+from farm.simulator.tasks import write_tasks_jsonl
 from farm.tasks.model import Task
 
 

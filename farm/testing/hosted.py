@@ -35,8 +35,8 @@ import orjson
 from aiohttp import web
 
 from farm.engine.client import EngineClient
-from farm.engine.scripted import ScriptedWorker, WorkerSettings, serve_worker
-from farm.engine.scripted.oracle import OraclePolicy
+from farm.simulator import ScriptedWorker, WorkerSettings, serve_worker
+from farm.simulator.oracle import OraclePolicy
 from farm.gateway.config import GatewayConfig
 from farm.gateway.gateway import Gateway
 from farm.tasks.model import Task

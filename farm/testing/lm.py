@@ -201,7 +201,7 @@ class LMScorer:
     checkpoint, never mutated (a weight update loads a new scorer and the worker swaps
     it in, so a request in flight finishes on the weights it started with).
 
-    Satisfies ``farm.engine.scripted.scoring.Scorer``."""
+    Satisfies ``farm.simulator.scoring.Scorer``."""
 
     def __init__(self, model: TinyLM, path: str) -> None:
         self.model = model

@@ -1,31 +1,9 @@
-"""Engine test helpers (imported by the engine tests)."""
+"""Engine test helpers: the scripted worker and router processes a test started."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "engine"
-
-
-def chat_tools(harness: str) -> list[dict[str, Any]]:
-    """The CLI's captured tool list, as chat-template function schemas."""
-    raw = json.loads((FIXTURES / f"tools_{harness}.json").read_text())
-    out = []
-    for t in raw:
-        if harness == "claude_code":
-            out.append({"type": "function", "function": {
-                "name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}})
-        elif harness == "codex":
-            if t.get("type") == "function":
-                out.append({"type": "function", "function": {
-                    "name": t["name"], "description": t.get("description", ""), "parameters": t["parameters"]}})
-        else:
-            out.append(t)
-    return out
-
 
 def live_pids(pids) -> set[int]:
     """Pids still running (zombies count as gone)."""

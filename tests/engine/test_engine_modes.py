@@ -12,7 +12,7 @@ from engine_helpers import live_pids
 from farm.actors.router import RouterActor, SGLangServerActor
 from farm.engine.config import EngineConfig, LaunchConfig
 from farm.engine.launchers import sglang_server_argv, start_scripted_worker
-from farm.engine.scripted import ScriptedPolicy
+from farm.simulator import ScriptedPolicy
 from farm.modeltext.tokenizer import resolve_tokenizer
 from farm.errors import ConfigError, EngineError
 

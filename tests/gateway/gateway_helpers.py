@@ -13,7 +13,7 @@ import aiohttp
 
 from farm.engine.client import EngineClient
 from farm.engine.config import FaultConfig, LatencyConfig
-from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
 from farm.engine.config import EngineClientConfig
 from farm.gateway.config import GatewayConfig
 from farm.gateway.gateway import Gateway

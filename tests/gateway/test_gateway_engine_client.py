@@ -12,7 +12,7 @@ from aiohttp import web
 
 from farm.engine.client import EngineClient, GenerateRequest, backoff_delay, parse_generate_reply
 from farm.engine.config import FaultConfig, LatencyConfig
-from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
 from farm.engine.config import EngineClientConfig
 

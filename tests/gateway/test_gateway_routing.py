@@ -87,7 +87,7 @@ async def test_a_long_payload_is_decoded_off_the_event_loop_and_still_checked(hf
 
     from farm.engine import client as client_mod
     from farm.engine.client import EngineClient, GenerateRequest
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
 
     big = MoEShape(layers=48, top_k=8, experts=128)
     threads = []

@@ -139,7 +139,7 @@ async def _model_sessions(tok: Any, model_path: str, rollout_ids: list[str]) -> 
     import aiohttp
 
     from farm.engine.client import EngineClient
-    from farm.engine.scripted import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
+    from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
     from farm.testing.lm import LMScorer

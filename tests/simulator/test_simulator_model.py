@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from farm.engine.config import LatencyConfig
-from farm.engine.scripted import ScriptedPolicy
-from farm.engine.scripted.policy import Choice, PolicyReply
+from farm.simulator import ScriptedPolicy
+from farm.simulator.policy import Choice, PolicyReply
 
 torch = pytest.importorskip("torch")
 
@@ -149,8 +149,8 @@ async def test_a_request_paused_across_a_weight_update_is_rescored(make_worker, 
 
 def test_an_unusable_model_is_a_clear_error(tok_path, tmp_path, capsys):
     from farm.cli import main
-    from farm.engine.scripted.run import build_worker
-    from farm.engine.scripted.server import WorkerSettings
+    from farm.simulator.run import build_worker
+    from farm.simulator.server import WorkerSettings
 
     code = main(["engine", "serve", "--policy", "noop", "--tokenizer", tok_path, "--port", "0",
                  "--model", str(tmp_path / "missing")])  # fmt: skip

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from farm.engine.scripted.policy import PolicyRequest, SamplingParams
-from farm.engine.scripted.replay import Recorder
+from farm.simulator.policy import PolicyRequest, SamplingParams
+from farm.simulator.replay import Recorder
 
 
 def test_record_path_in_a_missing_directory_is_created(tmp_path):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import chat_tools
-from farm.engine.scripted import PolicyRequest, make_policy
-from farm.engine.scripted.oracle import OraclePolicy, find_shell_tool
-from farm.engine.scripted.prompt import parse_chatml
-from farm.engine.scripted.protocol import SamplingParams
-from farm.engine.scripted.tasks import load_tasks_jsonl, write_tasks_jsonl
+from simulator_helpers import chat_tools
+from farm.simulator import PolicyRequest, make_policy
+from farm.simulator.oracle import OraclePolicy, find_shell_tool
+from farm.simulator.prompt import parse_chatml
+from farm.simulator.protocol import SamplingParams
+from farm.simulator.tasks import load_tasks_jsonl, write_tasks_jsonl
 from farm.errors import TaskLoadError
 from farm.modeltext.toolcalls import get_format
 from farm.tasks.model import GitSource, Task
@@ -134,7 +134,7 @@ def test_noop_does_nothing(hf_tokenizer):
 
 @pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
 def test_loop_never_stops_and_ramble_never_ends_its_turn(harness, hf_tokenizer):
-    """Only a budget ends them (farm.engine.scripted.endless): loop calls the CLI's shell
+    """Only a budget ends them (farm.simulator.endless): loop calls the CLI's shell
     tool on every turn, however many came before; ramble writes no EOS."""
     name, arg = SHELL[harness]
     loop, parser, tools = make_policy("loop"), get_format("hermes"), chat_tools(harness)
@@ -243,8 +243,8 @@ def test_choose_policy_applies_the_candidate_the_model_picks(harness, repo_and_t
     """The choice family: K candidate patches per task, the gold one where ``right`` says;
     each option's continuation applies its own candidate with the CLI's shell tool, and
     only the gold one fixes the repo (a decoy applies cleanly and changes no behaviour)."""
-    from farm.engine.scripted.choose import ChoosePolicy
-    from farm.engine.scripted.policy import PolicyRequest
+    from farm.simulator.choose import ChoosePolicy
+    from farm.simulator.policy import PolicyRequest
     from farm.testing.choice_tasks import choice_tasks
 
     repo, task = repo_and_task

@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engine_helpers import FIXTURES
+from simulator_helpers import FIXTURES
 from farm.engine.client import EngineClient
-from farm.engine.scripted import ScriptedWorker, WorkerSettings, serve_worker
-from farm.engine.scripted.oracle import OraclePolicy
+from farm.simulator import ScriptedWorker, WorkerSettings, serve_worker
+from farm.simulator.oracle import OraclePolicy
 from farm.gateway.config import GatewayConfig
 from farm.gateway.gateway import Gateway
 from farm.tasks.model import GitSource, Task

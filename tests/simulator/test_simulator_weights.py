@@ -11,7 +11,7 @@ import pytest
 
 from farm.actors.router import RouterActor
 from farm.engine.config import EngineConfig, LatencyConfig
-from farm.engine.scripted import ScriptedPolicy
+from farm.simulator import ScriptedPolicy
 from farm.errors import EngineError
 
 REPLY = "Let me check the file first. Then I will fix the bug."

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from farm.engine.config import FaultConfig, LatencyConfig
-from farm.engine.scripted import PolicyReply, ScriptedPolicy
+from farm.simulator import PolicyReply, ScriptedPolicy
 
 REPLY = "Let me check the file first. Then I will fix the bug."
 
