@@ -24,7 +24,7 @@ from farm.rollout.artifacts import ArtifactsConfig
 from farm.run.config import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
-from farm.trajectory.config import OutputConfig
+from farm.output.config import OutputConfig
 
 
 # `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time

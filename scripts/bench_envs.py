@@ -71,7 +71,7 @@ from farm.tasks.loaders import load_tasks
 from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
 from farm.testing.sdist_task import fetch_sdist, make_task_set
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 DEPS = ["numpy", "pandas", "scipy"]
 MB = 1024 * 1024

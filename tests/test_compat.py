@@ -16,6 +16,20 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.summary": ("farm.run.summary", ["RunSummary", "summarize", "write_summary", "directory_summary"]),
     "farm.rollout.tasks": ("farm.run.tasks", ["load_run_tasks"]),
     "farm.rollout.plan": ("farm.run.stream", ["expand_rollouts"]),
+    "farm.trajectory.reader": ("farm.output.shard_reader", ["ShardReader", "committed_files"]),
+    "farm.trajectory.output": ("farm.output.reader", ["open_sample_reader", "open_sample_writer"]),
+    "farm.trajectory.torch_data": ("farm.output.torch_data", ["make_torch_dataset", "worker_shard", "shard_of"]),
+    "farm.trajectory.config": ("farm.output.config", ["OutputConfig"]),
+}
+# names farm.trajectory itself handed out -> their module now
+MOVED_NAMES = {
+    "ShardReader": "farm.output.shard_reader",
+    "ShardWriter": "farm.output.shards",
+    "ManifestEntry": "farm.output.manifest",
+    "RecoveryReport": "farm.output.shards",
+    "committed_files": "farm.output.shard_reader",
+    "open_sample_reader": "farm.output.reader",
+    "open_sample_writer": "farm.output.reader",
 }
 
 
@@ -27,3 +41,14 @@ def test_an_old_path_still_imports_and_says_where_it_went(old):
         shim = importlib.import_module(old)
     home = importlib.import_module(new)
     assert all(getattr(shim, name) is getattr(home, name) for name in names)
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_NAMES))
+def test_a_name_farm_trajectory_handed_out_still_resolves(name):
+    import farm.trajectory
+
+    with pytest.warns(DeprecationWarning, match=f"farm.trajectory.{name} moved to {MOVED_NAMES[name]}"):
+        obj = getattr(farm.trajectory, name)
+    assert obj is getattr(importlib.import_module(MOVED_NAMES[name]), name)
+    with pytest.raises(AttributeError):
+        farm.trajectory.NoSuchName  # noqa: B018

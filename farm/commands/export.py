@@ -72,7 +72,7 @@ def _by_rollout(table: Any, listed: list[str]) -> Iterator[tuple[str, Any]]:
 
 
 def _write_marker(out: Path, data: dict[str, Any]) -> None:
-    from farm.trajectory.manifest import fsync_dir, write_durable
+    from farm.output.manifest import fsync_dir, write_durable
 
     tmp = out / f".{MARKER}.tmp"
     tmp.unlink(missing_ok=True)
@@ -86,9 +86,9 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
     """Copy ``tables`` of ``run`` into ``out`` (see the module doc); per table: shards,
     rows, rollouts in the copy, rollouts added now, duplicates dropped."""
     from farm.rollout.table import ROLLOUT_SCHEMA, migrate_rollouts
-    from farm.trajectory.reader import ShardReader
+    from farm.output.shard_reader import ShardReader
     from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
-    from farm.trajectory.shards import ShardWriter
+    from farm.output.shards import ShardWriter
 
     schemas = {"samples": SAMPLE_SCHEMA, "rollouts": ROLLOUT_SCHEMA}
     # older shards come out in the current shape (ShardReader upgrades Samples by default)
@@ -127,7 +127,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
 
 def run(args: argparse.Namespace) -> int:
     from farm.errors import FarmError
-    from farm.trajectory.manifest import default_manifest_name
+    from farm.output.manifest import default_manifest_name
 
     run_dir, out = Path(args.run_dir), Path(args.out_dir)
     if not run_dir.is_dir():

@@ -66,7 +66,7 @@ def _overview(out: Path, console: Any) -> None:
     from farm.rollout.groups import group_size_of
     from farm.rollout.store import ROLLOUTS_TABLE
     from farm.run.summary import directory_summary
-    from farm.trajectory.reader import ShardReader
+    from farm.output.shard_reader import ShardReader
 
     reader = ShardReader(out, name=ROLLOUTS_TABLE)
     if reader.entries():
@@ -96,8 +96,8 @@ def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
     """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
     rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
     from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.output import open_sample_reader
-    from farm.trajectory.reader import ShardReader
+    from farm.output.reader import open_sample_reader
+    from farm.output.shard_reader import ShardReader
 
     known = ShardReader(out, name=ROLLOUTS_TABLE).rollout_ids() | open_sample_reader(out).rollout_ids()
     if rollout_id in known:
@@ -165,7 +165,7 @@ def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: A
 
 
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
-    from farm.trajectory.fidelity import fidelity_report
+    from farm.output.fidelity import fidelity_report
 
     totals, rows = fidelity_report(out)
     console.print("[bold]token fidelity[/bold] (context the engine saw vs a fresh chat-template render)")
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from farm.trajectory.output import open_sample_reader
+    from farm.output.reader import open_sample_reader
     from farm.trajectory.schema import table_to_samples
 
     console = Console(soft_wrap=True)  # never hard-wrapped (piped: not at 80 columns)
@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
 def _task_id_of(out: Path, rollout_id: str) -> str:
     """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
     from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.shard_reader import ShardReader
 
     reader = ShardReader(out, name=ROLLOUTS_TABLE)
     for entry in reader.entries():

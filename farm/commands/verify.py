@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(out: Path) -> int:
-    from farm.trajectory.verify import verify_dir
+    from farm.output.verify import verify_dir
 
     res = verify_dir(out)
     for p in res.problems:
@@ -36,7 +36,7 @@ def _repair(out: Path) -> None:
 
     from farm.run.lock import RunLock
     from farm.rollout.store import RolloutStore
-    from farm.trajectory.config import OutputConfig
+    from farm.output.config import OutputConfig
 
     cfg_path = out / "run_config.yaml"
     raw = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}

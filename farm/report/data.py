@@ -26,8 +26,8 @@ from farm.rollout.artifacts import artifact_dir, read_index, read_text
 from farm.report.stats import fidelity_rows, throughput
 from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.reader import open_sample_reader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import table_to_samples
 
 ROLLOUTS_TABLE = "rollouts"

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.trajectory.manifest import fsync_dir, write_durable
+from farm.output.manifest import fsync_dir, write_durable
 from farm.trajectory.transcript import Transcript
 
 ARTIFACTS_DIR = "artifacts"

@@ -29,7 +29,7 @@ import numpy as np
 from farm.rollout.groups import group_size_of
 from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
-from farm.trajectory.reader import ManifestTail, ShardReader, Stop, polling
+from farm.output.shard_reader import ManifestTail, ShardReader, Stop, polling
 from farm.trajectory.schema import Sample, table_to_samples
 
 GroupOrder = Literal["completion", "task"]

@@ -56,7 +56,7 @@ def group_size_of(out_dir: str | os.PathLike[str]) -> int:
 
 def read_group_states(out_dir: str | os.PathLike[str], size: int | None = None) -> dict[str, GroupState]:
     from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.shard_reader import ShardReader
 
     reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
     rows = reader.read_table().select(["group_id", "sample_index", "status"]).to_pylist() if reader.entries() else []

@@ -38,10 +38,10 @@ from farm.rollout.table import (
     rows_to_table,
 )
 from farm.status import RolloutStatus
-from farm.trajectory.config import OutputConfig
+from farm.output.config import OutputConfig
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
-from farm.trajectory.reader import ShardReader
-from farm.trajectory.shards import ShardWriter
+from farm.output.shard_reader import ShardReader
+from farm.output.shards import ShardWriter
 from farm.trajectory.transcript import TRANSCRIPT_SCHEMA, Transcript, transcript_table
 
 ROLLOUTS_TABLE = "rollouts"

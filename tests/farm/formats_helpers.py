@@ -15,7 +15,7 @@ from farm.rollout.model import RolloutResult
 from farm.rollout.store import RolloutStore
 from farm.rollout.table import counts_of, result_to_row
 from farm.status import RolloutStatus
-from farm.trajectory.config import OutputConfig
+from farm.output.config import OutputConfig
 from farm.trajectory.linearize import RolloutInfo, linearize
 from farm.trajectory.schema import SAMPLE_SCHEMA, Sample, samples_to_table
 from farm.trajectory.tree import TurnTree

@@ -22,7 +22,7 @@ from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.testing.hosted import HostedFake, run_in_thread
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.transcript import request_messages
 
 from farm_raycluster import HeadCluster

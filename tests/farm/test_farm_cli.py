@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 from farm_raycluster import HeadCluster
 

@@ -19,8 +19,8 @@ from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.engine.routing import MoEShape, fake_routing
 from farm.rollout.store import ROLLOUTS_TABLE
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.reader import open_sample_reader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import table_to_samples
 from report_browser import browser_available, open_rollout
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from farm.rollout.store import ROLLOUTS_TABLE
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 from farm_raycluster import start_head
 

@@ -25,7 +25,7 @@ from farm.rollout.artifacts import read_index, read_text
 from farm.rollout.groups import complete_groups
 from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.tasks.model import Task
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 pytestmark = pytest.mark.slow
 

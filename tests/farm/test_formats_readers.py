@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.errors import ShardError
-from farm.trajectory import committed_files, open_sample_reader
-from farm.trajectory.manifest import read_manifest
+from farm.output import committed_files, open_sample_reader
+from farm.output.manifest import read_manifest
 
 from formats_helpers import LIST_DTYPES, LIST_TYPES, assert_rows_are_rollouts, assert_rows_are_samples, write_run
 

@@ -12,9 +12,10 @@ import pytest
 
 from farm.cli import main as farm_main
 from farm.rollout.table import ROLLOUT_SCHEMA, result_to_row
-from farm.trajectory import ShardReader, ShardWriter, open_sample_reader, table_to_samples
+from farm.trajectory import table_to_samples
+from farm.output import ShardReader, ShardWriter, open_sample_reader
 from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
-from farm.trajectory.verify import verify_dir
+from farm.output.verify import verify_dir
 
 from formats_helpers import assert_rows_are_samples, make_result, samples_of, v1_schema, v1_table, write_run
 

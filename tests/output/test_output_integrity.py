@@ -14,8 +14,8 @@ from farm.errors import ShardError
 from farm.rollout.model import RolloutResult
 from farm.rollout.store import ROLLOUTS_TABLE, RolloutStore
 from farm.status import RolloutStatus
-from farm.trajectory import ShardReader, ShardWriter, open_sample_reader
-from farm.trajectory.config import OutputConfig
+from farm.output import ShardReader, ShardWriter, open_sample_reader
+from farm.output.config import OutputConfig
 
 KV = pa.schema([("rollout_id", pa.string()), ("value", pa.int64())])
 
