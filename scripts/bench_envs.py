@@ -63,7 +63,7 @@ from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.envs.provider import EnvProvider
 from farm.envs.store import EnvRecord
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.views import mount_view, unmount_under
 from farm.sandboxes.watchdog import disk_usage

@@ -20,6 +20,11 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.trajectory.output": ("farm.output.reader", ["open_sample_reader", "open_sample_writer"]),
     "farm.trajectory.torch_data": ("farm.output.torch_data", ["make_torch_dataset", "worker_shard", "shard_of"]),
     "farm.trajectory.config": ("farm.output.config", ["OutputConfig"]),
+    "farm.rollout.store": ("farm.output.writer", ["RolloutStore", "ROLLOUTS_TABLE", "SAMPLES_TABLE", "TRANSCRIPTS_TABLE"]),
+    "farm.rollout.table": ("farm.output.rows", ["ROLLOUT_SCHEMA", "migrate_rollouts"]),
+    "farm.rollout.artifacts": ("farm.output.artifacts", ["build_artifacts", "read_index", "read_text", "artifact_dir"]),
+    "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
+    "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
 }
 # names farm.trajectory itself handed out -> their module now
 MOVED_NAMES = {

@@ -85,7 +85,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
            shard_rows: int) -> dict[str, dict[str, int]]:
     """Copy ``tables`` of ``run`` into ``out`` (see the module doc); per table: shards,
     rows, rollouts in the copy, rollouts added now, duplicates dropped."""
-    from farm.rollout.table import ROLLOUT_SCHEMA, migrate_rollouts
+    from farm.output.rows import ROLLOUT_SCHEMA, migrate_rollouts
     from farm.output.shard_reader import ShardReader
     from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
     from farm.output.shards import ShardWriter

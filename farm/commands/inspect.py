@@ -63,8 +63,8 @@ def _overview(out: Path, console: Any) -> None:
     rows), then the last invocation's summary.json, and a note when that one is stale."""
     import os
 
-    from farm.rollout.groups import group_size_of
-    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.output.groups import group_size_of
+    from farm.output.writer import ROLLOUTS_TABLE
     from farm.run.summary import directory_summary
     from farm.output.shard_reader import ShardReader
 
@@ -95,7 +95,7 @@ def _overview(out: Path, console: Any) -> None:
 def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
     """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
     rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.output.writer import ROLLOUTS_TABLE
     from farm.output.reader import open_sample_reader
     from farm.output.shard_reader import ShardReader
 
@@ -108,8 +108,8 @@ def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
 
 
 def _print_artifacts(out: Path, rollout_id: str, console: Any) -> None:
-    """The rollout's artifact files (farm.rollout.artifacts) and their sizes."""
-    from farm.rollout.artifacts import artifact_dir, read_index
+    """The rollout's artifact files (farm.output.artifacts) and their sizes."""
+    from farm.output.artifacts import artifact_dir, read_index
 
     index = read_index(out, rollout_id)
     if index is None:
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _task_id_of(out: Path, rollout_id: str) -> str:
     """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.output.writer import ROLLOUTS_TABLE
     from farm.output.shard_reader import ShardReader
 
     reader = ShardReader(out, name=ROLLOUTS_TABLE)

@@ -35,14 +35,14 @@ def _repair(out: Path) -> None:
     import yaml
 
     from farm.run.lock import RunLock
-    from farm.rollout.store import RolloutStore
+    from farm.output.writer import OutputWriter
     from farm.output.config import OutputConfig
 
     cfg_path = out / "run_config.yaml"
     raw = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
     output = OutputConfig.model_validate({**(raw.get("output") or {}), "dir": str(out)})
     with RunLock(out, str(raw.get("run_id") or out.name)):
-        store = RolloutStore(out, output, rebuild=True)
+        store = OutputWriter(out, output, rebuild=True)
         try:
             store.recover()
             store.reconcile()

@@ -20,7 +20,7 @@ import os
 from typing import Any, Iterator
 
 from farm.integrations.rows import rollout_advantages, rows_of
-from farm.rollout.group_reader import Group, GroupOrder, GroupReader
+from farm.output.groups import Group, GroupOrder, GroupReader
 from farm.output.torch_data import shard_of, torch_available, worker_shard
 
 

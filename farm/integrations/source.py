@@ -1,6 +1,6 @@
 """Where a trainer adapter takes its groups from: a *group source*.
 
-Every adapter in ``farm.integrations`` pulls ``Group`` objects (``farm.rollout.group_reader``)
+Every adapter in ``farm.integrations`` pulls ``Group`` objects (``farm.output.groups``)
 through one small protocol, ``GroupSource.next_groups(k, timeout=None)``, the method
 ``farm.Farm`` has in continuous mode. ``as_group_source`` accepts
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-from farm.rollout.group_reader import Group, GroupReader
+from farm.output.groups import Group, GroupReader
 from farm.output.torch_data import shard_of
 
 __all__ = ["GroupSource", "IterableSource", "ReaderSource", "as_group_source", "iter_groups", "shard_of"]

@@ -2,15 +2,24 @@
 shards with a manifest per table (``shards``, ``manifest``, ``recovery``, ``integrity``),
 their readers (``shard_reader``; ``reader`` opens the Sample table from the run's
 ``OutputConfig``), the offline check (``verify``), token fidelity (``fidelity``) and the
-PyTorch view (``torch_data``)."""
+PyTorch view (``torch_data``); the one writer of a run's tables (``writer``: Samples,
+rollouts, transcripts, committed together), the rollouts row (``rows``), per-rollout
+artifacts (``artifacts``) and trainer-facing groups (``groups``)."""
 
-from farm.output.config import OutputConfig
+from farm.output.config import ArtifactsConfig, OutputConfig
+from farm.output.groups import Group, GroupReader, complete_groups
 from farm.output.manifest import ManifestEntry
 from farm.output.reader import open_sample_reader, open_sample_writer
 from farm.output.shard_reader import ShardReader, committed_files
 from farm.output.shards import RecoveryReport, ShardWriter
+from farm.output.writer import OutputWriter
 
 __all__ = [
+    "ArtifactsConfig",
+    "Group",
+    "GroupReader",
+    "OutputWriter",
+    "complete_groups",
     "ManifestEntry",
     "OutputConfig",
     "RecoveryReport",

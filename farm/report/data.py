@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from farm.errors import ShardError
-from farm.rollout.artifacts import artifact_dir, read_index, read_text
+from farm.output.artifacts import artifact_dir, read_index, read_text
 from farm.report.stats import fidelity_rows, throughput
-from farm.rollout.table import migrate_rollouts
+from farm.output.rows import migrate_rollouts
 from farm.status import RolloutStatus
 from farm.output.reader import open_sample_reader
 from farm.output.shard_reader import ShardReader

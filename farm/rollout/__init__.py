@@ -1,3 +1,3 @@
 """farm.rollout: one rollout end to end (pipeline, records, status mapping, the retry
-decision), the rollouts table and the output directory's store. No Ray here. (The run
-around the rollouts, its lock, stream, progress and summary: farm.run.)"""
+decision). No Ray here. (The run around the rollouts, its lock, stream, progress and
+summary: farm.run; the output directory it is written to: farm.output.)"""

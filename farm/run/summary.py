@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.rollout.groups import group_states
+from farm.output.groups import group_states
 from farm.rollout.model import RolloutSummary
 from farm.status import RolloutStatus
 
@@ -206,7 +206,7 @@ def count_invocations(out_dir: str | Path) -> int:
 def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
     """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
     the rows): the ``cumulative`` of summary.json, never a stale count."""
-    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.output.writer import ROLLOUTS_TABLE
     from farm.output.shard_reader import ShardReader
 
     reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)

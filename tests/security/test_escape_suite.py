@@ -39,7 +39,7 @@ import farm
 from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.model.tokenizer import load_tokenizer
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
 from farm.tasks.loaders import load_tasks

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from farm.rollout.store import ROLLOUTS_TABLE, TRANSCRIPTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.testing.hosted import HostedFake, run_in_thread

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.cli import main as farm_main
-from farm.rollout.table import ROLLOUT_SCHEMA, result_to_row
+from farm.output.rows import ROLLOUT_SCHEMA, result_to_row
 from farm.trajectory import table_to_samples
 from farm.output import ShardReader, ShardWriter, open_sample_reader
 from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION

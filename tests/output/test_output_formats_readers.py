@@ -1,4 +1,4 @@
-"""An output directory written with ``output.format=parquet`` (through RolloutStore, the
+"""An output directory written with ``output.format=parquet`` (through OutputWriter, the
 reducer's writer) is read row for row and token for token by HF ``datasets``, polars,
 DuckDB and Ray Data, given the committed file list (``committed_files``) or, for a
 finished run, a plain glob."""

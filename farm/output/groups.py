@@ -1,0 +1,276 @@
+"""Groups as the unit a trainer consumes: all n Samples of a task's group at once,
+with its statistics, as soon as the group is done, following a run in progress.
+
+A group is **done** when each of its ``size`` rollouts is recorded (any status) and
+every Sample those rollouts promise (the rollouts table's ``num_samples``) is readable.
+It is **complete** when every one of its rollouts is a trainable outcome. A rollout
+that failed for infrastructure reasons was already retried (``rollout.infra_retries``)
+before it was recorded; its group is then *incomplete*: left out by default and
+counted in ``GroupReader.incomplete``, never yielded short or padded.
+
+Order: ``"completion"`` yields groups as they become done; ``"task"`` in the order of
+the run's task stream (``group_index``), holding a done group back until every group
+before it is done. Both read only what the manifests name, so a reader never sees a
+partial shard, and each rollout counts once.
+
+Group completeness (the run summary's counts, ``complete_groups``):
+A group (one task, ``rollout.n_samples`` rollouts) is **complete** when each of its
+sample indexes has a recorded policy outcome. An infrastructure failure that outlived
+its retries is recorded without Samples, so its group is **incomplete**: it is never
+padded with a zero-reward Sample. A trainer that normalizes rewards within a group
+(GRPO, RLOO) should train only on complete groups (:func:`complete_groups`), or
+normalize over the Samples it has; the run summary counts both kinds
+(``cumulative.groups_complete`` / ``groups_incomplete``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import yaml
+
+from farm.output.rows import migrate_rollouts
+from farm.status import RolloutStatus
+from farm.output.shard_reader import ManifestTail, ShardReader, Stop, polling
+from farm.trajectory.schema import Sample, table_to_samples
+
+
+@dataclass
+class GroupState:
+    group_id: str
+    size: int  # rollouts the group should have (n_samples)
+    trainable: set[int] = field(default_factory=set)  # sample indexes with a policy outcome
+    infrastructure: set[int] = field(default_factory=set)  # sample indexes recorded as infrastructure failures
+
+    @property
+    def complete(self) -> bool:
+        return len(self.trainable) >= self.size
+
+    @property
+    def missing(self) -> int:
+        """Rollouts without a trainable outcome (failed or not run yet)."""
+        return max(0, self.size - len(self.trainable))
+
+
+def group_states(rows: Iterable[dict], size: int) -> dict[str, GroupState]:
+    """Per group, from rows of the rollouts table (``group_id``, ``sample_index``, ``status``)."""
+    groups: dict[str, GroupState] = {}
+    for r in rows:
+        g = groups.setdefault(r["group_id"], GroupState(r["group_id"], size))
+        status = RolloutStatus(r["status"])
+        (g.trainable if status.trainable else g.infrastructure).add(int(r["sample_index"]))
+    return groups
+
+
+def group_size_of(out_dir: str | os.PathLike[str]) -> int:
+    """``rollout.n_samples`` of the run that wrote ``out_dir`` (from its ``run_config.yaml``)."""
+    cfg = yaml.safe_load((Path(out_dir) / "run_config.yaml").read_text()) or {}
+    return int(((cfg.get("rollout") or {}).get("n_samples")) or 1)
+
+
+def read_group_states(out_dir: str | os.PathLike[str], size: int | None = None) -> dict[str, GroupState]:
+    from farm.output.writer import ROLLOUTS_TABLE
+
+    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
+    rows = reader.read_table().select(["group_id", "sample_index", "status"]).to_pylist() if reader.entries() else []
+    return group_states(rows, size if size is not None else group_size_of(out_dir))
+
+
+def complete_groups(out_dir: str | os.PathLike[str], size: int | None = None) -> set[str]:
+    """Group ids whose every rollout is a trainable outcome: filter Samples on ``group_id``."""
+    return {g.group_id for g in read_group_states(out_dir, size).values() if g.complete}
+
+
+GroupOrder = Literal["completion", "task"]
+# rollouts-table columns a group carries (the diff and the log tail stay in the table)
+ROW_COLUMNS = [
+    "rollout_id", "group_id", "task_id", "sample_index", "group_index", "attempt", "status", "reason", "reward",
+    "grading", "turns", "num_samples", "policy_version_min", "policy_version_max", "policy_version_at_finish",
+    "duration_s",
+]  # fmt: skip
+
+
+def _resolved(row: dict[str, Any]) -> bool:
+    if row["status"] not in (RolloutStatus.COMPLETED.value, RolloutStatus.TRUNCATED.value):  # graded outcomes
+        return False
+    try:
+        report = json.loads(row.get("grading") or "{}")
+    except ValueError:
+        report = {}
+    if isinstance(report, dict) and "resolved" in report:
+        return bool(report["resolved"])
+    return float(row.get("reward") or 0.0) >= 1.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """One task's group: its rollouts (rollouts-table rows, by sample index) and the
+    Samples of its trainable ones (by sample index, then chain index)."""
+
+    group_id: str
+    task_id: str
+    group_index: int | None
+    size: int
+    rollouts: list[dict[str, Any]]
+    samples: list[Sample]
+    complete: bool
+
+    @property
+    def rewards(self) -> list[float]:
+        """One reward per rollout with a trainable outcome, by sample index."""
+        return [float(r["reward"]) for r in self.rollouts if RolloutStatus(r["status"]).trainable]
+
+    @property
+    def reward_mean(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards else math.nan
+
+    @property
+    def reward_std(self) -> float:
+        """Sample standard deviation (ddof=1, what TRL's and slime's GRPO normalize by;
+        0.0 for a single reward)."""
+        r = self.rewards
+        return float(np.std(r, ddof=1)) if len(r) > 1 else (0.0 if r else math.nan)
+
+    @property
+    def resolved(self) -> int:
+        return sum(1 for r in self.rollouts if _resolved(r))
+
+    @property
+    def policy_versions(self) -> tuple[int | None, int | None]:
+        """(oldest, newest) weight version of any trained turn in the group."""
+        lo = [s.policy_version_min for s in self.samples if s.policy_version_min is not None]
+        hi = [s.policy_version_max for s in self.samples if s.policy_version_max is not None]
+        return (min(lo) if lo else None, max(hi) if hi else None)
+
+    def samples_of(self, sample_index: int) -> list[Sample]:
+        return [s for s in self.samples if s.sample_index == sample_index]
+
+    def stats(self) -> dict[str, Any]:
+        lo, hi = self.policy_versions
+        return {
+            "group_id": self.group_id, "task_id": self.task_id, "group_index": self.group_index,
+            "size": self.size, "complete": self.complete, "rewards": self.rewards,
+            "reward_mean": self.reward_mean, "reward_std": self.reward_std, "resolved": self.resolved,
+            "samples": len(self.samples), "policy_version_min": lo, "policy_version_max": hi,
+        }  # fmt: skip
+
+
+@dataclass
+class _Pending:
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # sample index -> first recorded row
+    seen_at: int = 0  # arrival order of the group's first row (completion order ties)
+
+
+class GroupReader:
+    """Reads an output directory group by group (``read``), or follows it (``follow``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        size: int | None = None,
+        order: GroupOrder = "completion",
+        include_incomplete: bool = False,
+        verify: bool = True,
+        first_index: int = 0,
+        accept: Callable[[Group], bool] | None = None,
+    ) -> None:
+        if order not in ("completion", "task"):
+            raise ValueError(f"order must be 'completion' or 'task', not {order!r}")
+        self.directory = Path(directory)
+        self.size = size if size is not None else group_size_of(self.directory)
+        self.order, self.include_incomplete, self.accept = order, include_incomplete, accept
+        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+
+        self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
+        self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)
+        # each poll reads only the manifest lines added since the last one
+        self._rollout_tail = ManifestTail(self._rollouts.manifest_path, ROLLOUTS_TABLE)
+        self._sample_tail = ManifestTail(self._samples.manifest_path, SAMPLES_TABLE)
+        self._samples_by_rollout: dict[str, list[Sample]] = {}
+        self._rollout_ids: set[str] = set()
+        self._pending: dict[str, _Pending] = {}
+        self._done: dict[int, Group] = {}  # task order: done groups waiting for earlier ones, by group index
+        self._next_index = first_index
+        self._arrivals = 0
+        self.yielded = 0
+        self.incomplete: list[str] = []  # group ids that ended incomplete (left out unless include_incomplete)
+        self.rejected: list[str] = []  # group ids ``accept`` turned down
+
+    # --- one look at the manifests -------------------------------------------------
+    def poll(self) -> list[Group]:
+        """Groups that became done since the last call (in this reader's order)."""
+        # Samples first: the reducer commits a rollout's Samples before its row.
+        for entry in self._sample_tail.new_entries():
+            for s in table_to_samples(self._samples.read_shard(entry)):
+                self._samples_by_rollout.setdefault(s.rollout_id, []).append(s)
+        for entry in self._rollout_tail.new_entries():
+            table = self._rollouts.read_shard(entry).select(ROW_COLUMNS)
+            for row in table.to_pylist():
+                if row["rollout_id"] in self._rollout_ids:  # a rollout counts once
+                    continue
+                self._rollout_ids.add(row["rollout_id"])
+                pending = self._pending.setdefault(row["group_id"], _Pending(seen_at=self._arrivals))
+                self._arrivals += 1
+                pending.rows.setdefault(int(row["sample_index"]), row)
+        return self._emit(self._finished())
+
+    def _finished(self) -> list[Group]:
+        out = []
+        for gid, pending in sorted(self._pending.items(), key=lambda kv: kv[1].seen_at):
+            if len(pending.rows) < self.size:
+                continue
+            rows = [pending.rows[i] for i in sorted(pending.rows)]
+            if any(len(self._samples_by_rollout.get(r["rollout_id"], [])) < int(r["num_samples"] or 0) for r in rows):
+                continue  # a Sample shard not visible yet
+            samples = [s for r in rows for s in sorted(self._samples_by_rollout.pop(r["rollout_id"], []),
+                                                        key=lambda s: s.chain_index)]
+            del self._pending[gid]
+            out.append(Group(
+                group_id=gid, task_id=rows[0]["task_id"], group_index=rows[0]["group_index"], size=self.size,
+                rollouts=rows, samples=samples, complete=all(RolloutStatus(r["status"]).trainable for r in rows),
+            ))  # fmt: skip
+        return out
+
+    def _emit(self, finished: list[Group]) -> list[Group]:
+        if self.order == "task":
+            ordered: list[Group] = []
+            for g in finished:
+                if g.group_index is None:
+                    ordered.append(g)  # a run written before group indexes: arrival order
+                else:
+                    self._done[g.group_index] = g
+            while self._next_index in self._done:
+                ordered.append(self._done.pop(self._next_index))
+                self._next_index += 1
+            finished = ordered
+        out = []
+        for g in finished:
+            if not g.complete and not self.include_incomplete:
+                self.incomplete.append(g.group_id)
+                continue
+            if self.accept is not None and not self.accept(g):
+                self.rejected.append(g.group_id)
+                continue
+            out.append(g)
+        self.yielded += len(out)
+        return out
+
+    # --- whole directory / following ---------------------------------------------
+    def read(self) -> list[Group]:
+        """Every group done so far."""
+        return self.poll()
+
+    def follow(self, *, poll_interval: float = 0.5, stop: Stop | None = None,
+               timeout: float | None = None) -> Iterator[Group]:
+        """Yield groups as they become done. Ends when ``stop`` is set / returns True
+        (after a last look) or after ``timeout`` seconds; one of them is required."""
+        for _ in polling(poll_interval=poll_interval, stop=stop, timeout=timeout):
+            yield from self.poll()

@@ -1,0 +1,243 @@
+"""OutputWriter: the tables of an output directory, committed together.
+
+``manifest.jsonl`` + ``samples/`` hold the Samples (the trainer's contract);
+``rollouts.manifest.jsonl`` + ``rollouts/`` hold one row per rollout;
+``transcripts.manifest.jsonl`` + ``transcripts/`` hold the turns of black-box rollouts
+(a hosted endpoint: canonical messages, no token ids, never Samples). All go through
+the trajectory ShardWriter (temp name, fsync, rename, manifest line). A commit writes
+the Samples and transcripts first, then the rows; a rollout is done once its row is
+durable. No Ray here: the ReducerActor drives it.
+
+On open, the two tables are brought to agreement (after each writer's own recovery,
+which verifies every kept shard's checksum): a rollout whose Samples are committed but
+whose row is not gets its row rebuilt from them (:meth:`recover`); a rollout whose row
+says it has Samples that are not all committed (a samples shard lost or damaged) is
+retracted from both tables, so it runs again (:meth:`reconcile`); a transcript whose
+rollout has no row is retracted (the rollout runs again and writes it anew).
+``recovery_lines()`` says what changed, one line per table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from farm.output.artifacts import RolloutArtifacts, clean_partial, write_artifacts
+from farm.rollout.model import RolloutResult, RolloutSummary
+from farm.output.rows import (
+    ROLLOUT_SCHEMA,
+    SUMMARY_COLUMNS,
+    migrate_rollouts,
+    result_to_row,
+    row_to_summary,
+    rows_to_table,
+)
+from farm.status import RolloutStatus
+from farm.output.config import OutputConfig
+from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
+from farm.output.shard_reader import ShardReader
+from farm.output.shards import ShardWriter
+from farm.trajectory.transcript import TRANSCRIPT_SCHEMA, Transcript, transcript_table
+
+ROLLOUTS_TABLE = "rollouts"
+SAMPLES_TABLE = "samples"
+TRANSCRIPTS_TABLE = "transcripts"
+
+
+@dataclass
+class Batch:
+    rollout_ids: list[str] = field(default_factory=list)
+    samples: dict[str, pa.Table] = field(default_factory=dict)
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    transcripts: dict[str, pa.Table] = field(default_factory=dict)  # black-box rollouts only
+    summaries: dict[str, RolloutSummary] = field(default_factory=dict)
+    artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
+
+
+class OutputWriter:
+    def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False) -> None:
+        """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``)."""
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression,
+                      rebuild_manifest=rebuild)  # fmt: skip
+        # This writer decides when to seal (commit), so the writers never seal on their own.
+        self.samples = ShardWriter(self.out_dir, SAMPLE_SCHEMA, name=SAMPLES_TABLE, max_rows=1 << 62, **common)
+        self.rollouts = ShardWriter(self.out_dir, ROLLOUT_SCHEMA, name=ROLLOUTS_TABLE, max_rows=1 << 62, **common)
+        self._common = common
+        self.transcripts: ShardWriter | None = None  # opened by the first black-box rollout (or one on disk)
+        if (self.out_dir / TRANSCRIPTS_TABLE).is_dir():
+            self._transcripts()
+        # the writers verified every shard they kept when they opened: no second pass here
+        self.samples_reader = ShardReader(self.out_dir, name=SAMPLES_TABLE, verify=False)
+        # migrate: shards written before a column existed (``node``) still load
+        self.rollouts_reader = ShardReader(self.out_dir, name=ROLLOUTS_TABLE, verify=False, migrate=migrate_rollouts)
+
+        self.partial_artifacts = clean_partial(self.out_dir)  # a crash mid-write: never a half copy
+        self.rebuilt_rows = 0
+        self.retracted: list[str] = []
+        self._promised: dict[str, int] = {}  # rollout id -> Samples its row promises (read once, at open)
+        self.summaries: dict[str, RolloutSummary] = self._load_summaries()
+        self._buffer = Batch()
+        self.buffered_rows = 0
+        self.shards_written: dict[str, int] = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
+
+    def _transcripts(self) -> ShardWriter:
+        if self.transcripts is None:
+            self.transcripts = ShardWriter(self.out_dir, TRANSCRIPT_SCHEMA, name=TRANSCRIPTS_TABLE, max_rows=1 << 62,
+                                           **self._common)  # fmt: skip
+            orphans = self.transcripts.durable_ids - self.rollouts.durable_ids
+            if orphans:  # a crash between the two commits: the rollout runs again and writes its transcript anew
+                self.transcripts.retract(sorted(orphans))
+        return self.transcripts
+
+    def _load_summaries(self) -> dict[str, RolloutSummary]:
+        out: dict[str, RolloutSummary] = {}
+        for entry in self.rollouts.entries:
+            table = self.rollouts_reader.read_shard(entry).select([*SUMMARY_COLUMNS, "num_samples"])
+            for row in table.to_pylist():
+                if row["rollout_id"] not in out:
+                    out[row["rollout_id"]] = row_to_summary(row)
+                    self._promised[row["rollout_id"]] = row["num_samples"]
+        return out
+
+    # --- recovery -------------------------------------------------------------
+    def recover(self) -> int:
+        """Rebuild rows for rollouts whose Samples are durable but whose row is not."""
+        orphans = set(self.samples.durable_ids) - set(self.rollouts.durable_ids)
+        if not orphans:
+            return 0
+        rows: dict[str, list[dict[str, Any]]] = {rid: [] for rid in orphans}
+        for entry in self.samples.entries:
+            if orphans.isdisjoint(entry.rollout_ids):
+                continue
+            cols = ["run_id", "rollout_id", "group_id", "task_id", "sample_index", "harness", "model",
+                    "reward", "status", "num_turns", "metadata"]  # fmt: skip
+            for row in self.samples_reader.read_shard(entry).select(cols).to_pylist():
+                if row["rollout_id"] in orphans:
+                    rows[row["rollout_id"]].append(row)
+        for rid in sorted(orphans):
+            samples = rows[rid]
+            first = samples[0] if samples else {}
+            meta = json.loads(first.get("metadata") or "{}")
+            row = {
+                "run_id": first.get("run_id", ""), "rollout_id": rid, "group_id": first.get("group_id", ""),
+                "task_id": first.get("task_id", ""), "sample_index": first.get("sample_index", 0),
+                "attempt": int(meta.get("attempt", 1)), "harness": first.get("harness", ""),
+                "model": first.get("model", ""), "status": first.get("status", RolloutStatus.SANDBOX_ERROR.value),
+                "reason": ((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),
+                "reward": float(meta.get("rollout_reward") or 0.0),
+                "grading": json.dumps(meta.get("grading") or {}, sort_keys=True), "diff": "", "agent_log_tail": "",
+                "turns": int(meta.get("rollout_turns", 0)), "trainable_turns": 0, "prompt_tokens": 0,
+                "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "mode": "token_exact", "timings": "{}",
+                "duration_s": 0.0, "started_at": 0.0, "finished_at": 0.0, "sandbox_id": "", "actor": "",
+                "node": "",
+            }  # fmt: skip
+            self.rollouts.write_rollout(rid, rows_to_table([row]))
+            self.summaries[rid] = row_to_summary(row)
+            self._promised[rid] = len(samples)
+        self.rollouts.flush()
+        self.rebuilt_rows += len(orphans)
+        return len(orphans)
+
+    def reconcile(self) -> list[str]:
+        """Retract rollouts whose row promises Samples that are not all committed (their
+        samples shard was lost or damaged): both tables drop them, so they run again."""
+        have: Counter[str] = Counter()
+        for entry in self.samples.entries:
+            have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
+        bad = sorted(rid for rid, n in self._promised.items() if have[rid] != n)
+        if bad:
+            self.samples.retract([rid for rid in bad if have[rid]])
+            self.rollouts.retract(bad)
+            for rid in bad:
+                self.summaries.pop(rid, None)
+                self._promised.pop(rid, None)
+            self.retracted.extend(bad)
+        return bad
+
+    def recovery_lines(self) -> list[str]:
+        """What opening this writer changed (empty: nothing)."""
+        lines = [w.recovery.line(w.name) for w in (self.samples, self.rollouts, self.transcripts)
+                 if w is not None and w.recovery.changed]  # fmt: skip
+        if self.rebuilt_rows:
+            lines.append(f"rollouts: rebuilt {self.rebuilt_rows} row(s) from their committed Samples")
+        if self.retracted:
+            lines.append(f"{len(self.retracted)} rollout(s) whose Samples were lost run again "
+                         f"({', '.join(self.retracted[:5])}{', ...' if len(self.retracted) > 5 else ''})")
+        return lines
+
+    # --- buffer + commit ---------------------------------------------------------
+    def add(self, result: RolloutResult, samples: list[Any]) -> None:
+        rid = result.rollout_id
+        if rid in self.summaries or rid in self._buffer.rows:
+            return
+        table = samples_to_table(samples) if samples else SAMPLE_SCHEMA.empty_table()
+        self._buffer.rollout_ids.append(rid)
+        self._buffer.samples[rid] = table
+        self._buffer.rows[rid] = result_to_row(result, num_samples=len(samples))
+        if isinstance(result.tree, Transcript) and len(result.tree):
+            rows = result.tree.rows(run_id=result.run_id, rollout_id=rid, task_id=result.task_id)
+            self._buffer.transcripts[rid] = transcript_table(rows)
+        self._buffer.summaries[rid] = result.summary()
+        if result.artifacts is not None:
+            self._buffer.artifacts[rid] = result.artifacts
+        self.buffered_rows += max(1, len(samples))
+
+    def take_buffer(self) -> Batch:
+        batch, self._buffer = self._buffer, Batch()
+        self.buffered_rows = 0
+        return batch
+
+    def commit(self, batch: Batch) -> dict[str, int]:
+        """Samples first (sealed + manifest), then rows. Blocking I/O: run in a thread."""
+        written = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
+        if not batch.rollout_ids:
+            return written
+        for arts in batch.artifacts.values():
+            # before the rows (``add`` took only rollouts not yet recorded): a recorded rollout
+            # has its artifacts; one whose row a crash lost runs again, and the attempt
+            # recorded then replaces these
+            write_artifacts(self.out_dir, arts)
+        fresh = False
+        for rid in batch.rollout_ids:
+            fresh |= self.samples.write_rollout(rid, batch.samples[rid])
+        if fresh:
+            self.samples.flush()
+            written[SAMPLES_TABLE] = 1
+        if batch.transcripts:
+            transcripts = self._transcripts()
+            fresh = False
+            for rid, table in batch.transcripts.items():
+                fresh |= transcripts.write_rollout(rid, table)
+            if fresh:
+                transcripts.flush()
+                written[TRANSCRIPTS_TABLE] = 1
+        rows = [batch.rows[rid] for rid in batch.rollout_ids if not self.rollouts.is_durable(rid)]
+        for row in rows:
+            self.rollouts.write_rollout(row["rollout_id"], rows_to_table([row]))
+        if rows:
+            self.rollouts.flush()
+            written[ROLLOUTS_TABLE] = 1
+        for rid in batch.rollout_ids:
+            self.summaries.setdefault(rid, batch.summaries[rid])
+        for k, v in written.items():
+            self.shards_written[k] += v
+        return written
+
+    def stats(self) -> dict[str, Any]:
+        return {"shards_written": dict(self.shards_written), "buffered_rows": self.buffered_rows}
+
+    def close(self) -> None:
+        self.samples.close()
+        if self.transcripts is not None:
+            self.transcripts.close()
+        self.rollouts.close()
+
+
+RolloutStore = OutputWriter  # its name before issue 29
