@@ -57,3 +57,12 @@ def test_a_name_farm_trajectory_handed_out_still_resolves(name):
     assert obj is getattr(importlib.import_module(MOVED_NAMES[name]), name)
     with pytest.raises(AttributeError):
         farm.trajectory.NoSuchName  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["TRANSCRIPT_SCHEMA", "transcript_table"])
+def test_the_transcripts_table_names_still_resolve_from_farm_trajectory_transcript(name):
+    import farm.output.rows
+    import farm.trajectory.transcript
+
+    with pytest.warns(DeprecationWarning, match=f"transcript.{name} moved to farm.output.rows"):
+        assert getattr(farm.trajectory.transcript, name) is getattr(farm.output.rows, name)

@@ -10,100 +10,166 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
 
 from farm.rollout.model import RolloutCounts, RolloutResult, RolloutSummary
 from farm.status import RolloutStatus
 
-ROLLOUT_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string()),
-        pa.field("rollout_id", pa.string()),
-        pa.field("group_id", pa.string()),
-        pa.field("task_id", pa.string()),
-        pa.field("sample_index", pa.int32()),
-        pa.field("group_index", pa.int64(), metadata={"doc": "the group's position in the run's task stream"}),
-        pa.field("attempt", pa.int32()),
-        pa.field("harness", pa.string()),
-        pa.field("model", pa.string()),
-        pa.field("status", pa.string()),
-        pa.field("reason", pa.string()),
-        pa.field("reward", pa.float64()),
-        pa.field("grading", pa.large_string(), metadata={"doc": "the grading report, JSON ('' if not graded)"}),
-        pa.field("diff", pa.large_string()),
-        pa.field("agent_log_tail", pa.large_string()),
-        pa.field("turns", pa.int32()),
-        pa.field("trainable_turns", pa.int32()),
-        pa.field("prompt_tokens", pa.int64()),
-        pa.field("output_tokens", pa.int64()),
-        pa.field("engine_errors", pa.int32()),
-        pa.field("num_samples", pa.int32()),
-        pa.field("policy_version_min", pa.int64(), metadata={"doc": "oldest weight version of a trained turn"}),
-        pa.field("policy_version_max", pa.int64(), metadata={"doc": "newest weight version of a trained turn"}),
-        pa.field("policy_version_at_finish", pa.int64(),
-                 metadata={"doc": "the farm's weight version when the rollout was recorded (staleness = this - min)"}),
-        pa.field("timings", pa.string(), metadata={"doc": "seconds per phase, JSON"}),
-        pa.field("duration_s", pa.float64()),
-        pa.field("started_at", pa.float64()),
-        pa.field("finished_at", pa.float64()),
-        pa.field("sandbox_id", pa.string()),
-        pa.field("actor", pa.string()),
-        pa.field("sandbox_policy", pa.string(), metadata={"doc": "network + limits the agent sandbox ran with, JSON"}),
-        pa.field("mode", pa.string(), metadata={"doc": "token_exact (the farm engine: Samples) or black_box (a hosted "
-                                                       "endpoint: the transcripts table, never Samples)"}),
-        pa.field("node", pa.string(), metadata={"doc": "Ray node id of the sandbox actor that ran it ('' if none)"}),
-    ]
-)
+@dataclass(frozen=True)
+class Arrow:
+    """A column's Arrow type, when not the default of its Python type (str -> string,
+    int -> int64, float -> float64, bool -> bool_), and its doc (the field's metadata)."""
 
-SUMMARY_COLUMNS = [
-    "rollout_id", "group_id", "task_id", "attempt", "status", "reason", "reward", "turns",
-    "prompt_tokens", "output_tokens", "duration_s", "sandbox_id", "actor", "node",
-]  # fmt: skip
+    type: pa.DataType | None = None
+    doc: str = ""
 
 
-def result_to_row(result: RolloutResult, num_samples: int) -> dict[str, Any]:
-    c = result.counts
-    return {
-        "run_id": result.run_id,
-        "rollout_id": result.rollout_id,
-        "group_id": result.group_id,
-        "task_id": result.task_id,
-        "sample_index": result.sample_index,
-        "group_index": result.group_index,
-        "attempt": result.attempt,
-        "harness": result.harness,
-        "model": result.model,
-        "status": result.status.value,
-        "reason": result.reason,
-        "reward": float(result.reward),
-        "grading": result.grading_json(),
-        "diff": result.diff,
-        "agent_log_tail": result.agent_log_tail,
-        "turns": c.turns,
-        "trainable_turns": c.trainable_turns,
-        "prompt_tokens": c.prompt_tokens,
-        "output_tokens": c.output_tokens,
-        "engine_errors": c.engine_errors,
-        "num_samples": num_samples,
-        "policy_version_min": c.policy_version_min,
-        "policy_version_max": c.policy_version_max,
-        "policy_version_at_finish": result.policy_version_at_finish,
-        "timings": json.dumps(result.timings, sort_keys=True),
-        "duration_s": result.duration_s,
-        "started_at": result.started_at,
-        "finished_at": result.finished_at,
-        "sandbox_id": result.sandbox_id,
-        "actor": result.actor,
-        "sandbox_policy": json.dumps(result.sandbox_policy, sort_keys=True),
-        "mode": result.mode,
-        "node": result.node,
-    }
+_DEFAULT_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
 
-def rows_to_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(list(rows), schema=ROLLOUT_SCHEMA)
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema of a row model: one nullable column per field, in declaration order."""
+    fields = []
+    for name, info in model.model_fields.items():
+        arrow = next((m for m in info.metadata if isinstance(m, Arrow)), Arrow())
+        py = next(a for a in (get_args(info.annotation) or (info.annotation,)) if a is not type(None))
+        typ = arrow.type if arrow.type is not None else _DEFAULT_TYPES[py]
+        fields.append(pa.field(name, typ, metadata={"doc": arrow.doc} if arrow.doc else None))
+    return pa.schema(fields)
+
+
+Int32 = Annotated[int, Arrow(pa.int32())]
+Text = Annotated[str, Arrow(pa.large_string())]
+
+
+class RolloutRow(BaseModel):
+    """One row of the rollouts table: the one declaration of its columns (their order,
+    Arrow types and docs: :data:`ROLLOUT_SCHEMA` is derived from it). JSON columns are
+    strings; the defaults are what a row rebuilt from its Samples says of what they do not
+    carry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = ""
+    rollout_id: str
+    group_id: str = ""
+    task_id: str = ""
+    sample_index: Int32 = 0
+    group_index: Annotated[int | None, Arrow(doc="the group's position in the run's task stream")] = None
+    attempt: Int32 = 1
+    harness: str = ""
+    model: str = ""
+    status: str = RolloutStatus.SANDBOX_ERROR.value
+    reason: str = ""
+    reward: float = 0.0
+    grading: Annotated[str, Arrow(pa.large_string(), "the grading report, JSON ('' if not graded)")] = ""
+    diff: Text = ""
+    agent_log_tail: Text = ""
+    turns: Int32 = 0
+    trainable_turns: Int32 = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    engine_errors: Int32 = 0
+    num_samples: Int32 = 0
+    policy_version_min: Annotated[int | None, Arrow(doc="oldest weight version of a trained turn")] = None
+    policy_version_max: Annotated[int | None, Arrow(doc="newest weight version of a trained turn")] = None
+    policy_version_at_finish: Annotated[
+        int | None, Arrow(doc="the farm's weight version when the rollout was recorded (staleness = this - min)")
+    ] = None
+    timings: Annotated[str, Arrow(doc="seconds per phase, JSON")] = "{}"
+    duration_s: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    sandbox_id: str = ""
+    actor: str = ""
+    sandbox_policy: Annotated[str | None, Arrow(doc="network + limits the agent sandbox ran with, JSON")] = None
+    mode: Annotated[str, Arrow(doc="token_exact (the farm engine: Samples) or black_box (a hosted endpoint: the "
+                                   "transcripts table, never Samples)")] = "token_exact"  # fmt: skip
+    node: Annotated[str, Arrow(doc="Ray node id of the sandbox actor that ran it ('' if none)")] = ""
+
+    @classmethod
+    def rebuilt(cls, rollout_id: str, samples: list[dict[str, Any]]) -> RolloutRow:
+        """The row of a rollout whose Samples are committed but whose row a crash lost, from
+        those Samples' columns (``run_id`` ... ``metadata``); the rest keeps its default."""
+        first = samples[0] if samples else {}
+        meta = json.loads(first.get("metadata") or "{}")
+        same = {k: first[k] for k in ("run_id", "group_id", "task_id", "sample_index", "harness", "model", "status")
+                if first.get(k) is not None}  # fmt: skip
+        return cls(
+            rollout_id=rollout_id, **same, attempt=int(meta.get("attempt", 1)),
+            reason=((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),
+            reward=float(meta.get("rollout_reward") or 0.0), grading=json.dumps(meta.get("grading") or {}, sort_keys=True),
+            turns=int(meta.get("rollout_turns", 0)), num_samples=len(samples),
+        )  # fmt: skip
+
+
+ROLLOUT_SCHEMA = arrow_schema(RolloutRow)
+# the JSON columns: what a result holds as objects, the row as text
+_JSON_COLUMNS = ("grading", "timings", "sandbox_policy")
+
+class TranscriptRow(BaseModel):
+    """One row of the transcripts table (a black-box rollout's turn, built by
+    ``Transcript.rows``): :data:`TRANSCRIPT_SCHEMA` is derived from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    rollout_id: str
+    task_id: str
+    turn_index: Int32
+    endpoint: Annotated[str, Arrow(doc="the endpoints catalog name")]
+    model: Annotated[str, Arrow(doc="the model the endpoint reported (or was asked for)")]
+    protocol: Annotated[str, Arrow(doc="the CLI's wire protocol")]
+    side_request: bool
+    extends_turn: Annotated[int | None, Arrow(pa.int32(), "the turn whose request messages this request starts "
+                                                          "with (null: none)")] = None  # fmt: skip
+    messages: Annotated[str, Arrow(pa.large_string(), "canonical request messages after those of extends_turn "
+                                                      "(all if null), JSON")]  # fmt: skip
+    tools: Annotated[str, Arrow(pa.large_string(), "canonical tool names, JSON list")]
+    response: Annotated[str, Arrow(pa.large_string(), "the canonical assistant message, JSON")]
+    finish_reason: str
+    flags: Annotated[str, Arrow(doc="turn flags, JSON list")]
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    latency_ms: float
+    attempts: Annotated[int, Arrow(pa.int32(), "HTTP requests it took (retries of 429 / 5xx / timeouts)")]
+    output_ids: Annotated[list[int] | None, Arrow(pa.list_(pa.int32()), "re-tokenized from the endpoint's "
+                                                  "logprob tokens (flag retokenized), else null")] = None  # fmt: skip
+    output_logprobs: Annotated[list[float] | None, Arrow(pa.list_(pa.float32()), "the endpoint's logprob per "
+                                                         "output token, when it returned them, else null")] = None  # fmt: skip
+
+
+TRANSCRIPT_SCHEMA = arrow_schema(TranscriptRow)
+
+
+def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """A black-box rollout's transcript rows (``Transcript.rows``), each checked against the declaration."""
+    return pa.Table.from_pylist([TranscriptRow(**r).model_dump() for r in rows], schema=TRANSCRIPT_SCHEMA)
+
+
+# the columns a RolloutSummary (what the driver sees) is read back from
+SUMMARY_COLUMNS = [k for k in RolloutSummary.model_fields if k in RolloutRow.model_fields]
+
+
+def result_to_row(result: RolloutResult, num_samples: int) -> RolloutRow:
+    """A result's row: the fields both declare by the same name, its counts, and the JSON
+    columns and status as text."""
+    same = {k: getattr(result, k) for k in RolloutRow.model_fields.keys() & type(result).model_fields.keys()
+            if k not in (*_JSON_COLUMNS, "status")}  # fmt: skip
+    return RolloutRow(
+        **same, **result.counts.model_dump(), status=result.status.value, num_samples=num_samples,
+        duration_s=result.duration_s, grading=result.grading_json(), timings=json.dumps(result.timings, sort_keys=True),
+        sandbox_policy=json.dumps(result.sandbox_policy, sort_keys=True),
+    )  # fmt: skip
+
+
+def rows_to_table(rows: Sequence[RolloutRow]) -> pa.Table:
+    return pa.Table.from_pylist([r.model_dump() for r in rows], schema=ROLLOUT_SCHEMA)
 
 
 def migrate_rollouts(table: pa.Table) -> pa.Table:
@@ -116,22 +182,8 @@ def migrate_rollouts(table: pa.Table) -> pa.Table:
 
 
 def row_to_summary(row: dict[str, Any]) -> RolloutSummary:
-    return RolloutSummary(
-        rollout_id=row["rollout_id"],
-        group_id=row["group_id"],
-        task_id=row["task_id"],
-        attempt=row["attempt"],
-        status=RolloutStatus(row["status"]),
-        reason=row["reason"],
-        reward=row["reward"],
-        turns=row["turns"],
-        prompt_tokens=row["prompt_tokens"],
-        output_tokens=row["output_tokens"],
-        duration_s=row["duration_s"],
-        sandbox_id=row["sandbox_id"],
-        actor=row["actor"],
-        node=row.get("node") or "",
-    )
+    """The summary of a row read back (a column an older table lacks keeps its default)."""
+    return RolloutSummary(**{k: row[k] for k in SUMMARY_COLUMNS if row.get(k) is not None})
 
 
 def counts_of(tree: Any) -> RolloutCounts:

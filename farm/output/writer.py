@@ -19,7 +19,6 @@ rollout has no row is retracted (the rollout runs again and writes it anew).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +31,19 @@ from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.output.rows import (
     ROLLOUT_SCHEMA,
     SUMMARY_COLUMNS,
+    TRANSCRIPT_SCHEMA,
+    RolloutRow,
     migrate_rollouts,
     result_to_row,
     row_to_summary,
     rows_to_table,
+    transcript_table,
 )
-from farm.status import RolloutStatus
 from farm.output.config import OutputConfig
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
-from farm.trajectory.transcript import TRANSCRIPT_SCHEMA, Transcript, transcript_table
+from farm.trajectory.transcript import Transcript
 
 ROLLOUTS_TABLE = "rollouts"
 SAMPLES_TABLE = "samples"
@@ -53,7 +54,7 @@ TRANSCRIPTS_TABLE = "transcripts"
 class Batch:
     rollout_ids: list[str] = field(default_factory=list)
     samples: dict[str, pa.Table] = field(default_factory=dict)
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, RolloutRow] = field(default_factory=dict)
     transcripts: dict[str, pa.Table] = field(default_factory=dict)  # black-box rollouts only
     summaries: dict[str, RolloutSummary] = field(default_factory=dict)
     artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
@@ -122,25 +123,10 @@ class OutputWriter:
                 if row["rollout_id"] in orphans:
                     rows[row["rollout_id"]].append(row)
         for rid in sorted(orphans):
-            samples = rows[rid]
-            first = samples[0] if samples else {}
-            meta = json.loads(first.get("metadata") or "{}")
-            row = {
-                "run_id": first.get("run_id", ""), "rollout_id": rid, "group_id": first.get("group_id", ""),
-                "task_id": first.get("task_id", ""), "sample_index": first.get("sample_index", 0),
-                "attempt": int(meta.get("attempt", 1)), "harness": first.get("harness", ""),
-                "model": first.get("model", ""), "status": first.get("status", RolloutStatus.SANDBOX_ERROR.value),
-                "reason": ((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),
-                "reward": float(meta.get("rollout_reward") or 0.0),
-                "grading": json.dumps(meta.get("grading") or {}, sort_keys=True), "diff": "", "agent_log_tail": "",
-                "turns": int(meta.get("rollout_turns", 0)), "trainable_turns": 0, "prompt_tokens": 0,
-                "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "mode": "token_exact", "timings": "{}",
-                "duration_s": 0.0, "started_at": 0.0, "finished_at": 0.0, "sandbox_id": "", "actor": "",
-                "node": "",
-            }  # fmt: skip
+            row = RolloutRow.rebuilt(rid, rows[rid])
             self.rollouts.write_rollout(rid, rows_to_table([row]))
-            self.summaries[rid] = row_to_summary(row)
-            self._promised[rid] = len(samples)
+            self.summaries[rid] = row_to_summary(row.model_dump())
+            self._promised[rid] = row.num_samples
         self.rollouts.flush()
         self.rebuilt_rows += len(orphans)
         return len(orphans)
@@ -220,7 +206,7 @@ class OutputWriter:
                 written[TRANSCRIPTS_TABLE] = 1
         rows = [batch.rows[rid] for rid in batch.rollout_ids if not self.rollouts.is_durable(rid)]
         for row in rows:
-            self.rollouts.write_rollout(row["rollout_id"], rows_to_table([row]))
+            self.rollouts.write_rollout(row.rollout_id, rows_to_table([row]))
         if rows:
             self.rollouts.flush()
             written[ROLLOUTS_TABLE] = 1

@@ -91,7 +91,7 @@ def write_run(out: Path, fmt: str, batches: Iterable[Iterable[str]] = BATCHES, *
                 mine = samples_of(result)
                 store.add(result, mine)
                 samples += mine
-                rows.append(result_to_row(result, num_samples=len(mine)))
+                rows.append(result_to_row(result, num_samples=len(mine)).model_dump())
             store.commit(store.take_buffer())
     finally:
         store.close()

@@ -30,7 +30,7 @@ def write_v1(out, fmt, rid="old.0", policy_version=7):
     samples = samples_of(result)
     with ShardWriter(out, v1_schema(), format=fmt) as w:
         w.write_rollout(rid, v1_table(samples))
-    row = result_to_row(result, num_samples=len(samples))
+    row = result_to_row(result, num_samples=len(samples)).model_dump()
     with ShardWriter(out, ROLLOUTS_V1, name="rollouts", format=fmt) as w:
         w.write_rollout(rid, [{k: row[k] for k in ROLLOUTS_V1.names}])
     return samples
