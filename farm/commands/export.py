@@ -85,16 +85,13 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
            shard_rows: int) -> dict[str, dict[str, int]]:
     """Copy ``tables`` of ``run`` into ``out`` (see the module doc); per table: shards,
     rows, rollouts in the copy, rollouts added now, duplicates dropped."""
-    from farm.output.rows import ROLLOUT_SCHEMA, migrate_rollouts
-    from farm.output.shard_reader import ShardReader
-    from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
+    from farm.output.reader import OutputReader
+    from farm.trajectory.schema import SCHEMA_VERSION
     from farm.output.shards import ShardWriter
 
-    schemas = {"samples": SAMPLE_SCHEMA, "rollouts": ROLLOUT_SCHEMA}
-    # older shards come out in the current shape (ShardReader upgrades Samples by default)
-    readers = {name: ShardReader(run, name=name, schema=schemas[name],
-                                 migrate=migrate_rollouts if name == "rollouts" else None)
-               for name in tables}  # fmt: skip
+    # older shards come out in the current shape (OutputReader upgrades each table)
+    source = OutputReader(run)
+    readers = {name: source.table(name) for name in tables}
     for reader in readers.values():
         reader.files()  # every checksum first: a damaged run leaves OUT_DIR untouched
     out.mkdir(parents=True, exist_ok=True)
@@ -107,7 +104,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
     _write_marker(out, marker)
     counts: dict[str, dict[str, int]] = {}
     for name, reader in readers.items():
-        with ShardWriter(out, schemas[name], name=name, format=fmt,  # type: ignore[arg-type]
+        with ShardWriter(out, reader.schema, name=name, format=fmt,  # type: ignore[arg-type]
                          compression=compression, max_rows=shard_rows) as writer:  # fmt: skip
             earlier = writer.durable_ids
             added = duplicates = 0

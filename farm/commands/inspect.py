@@ -64,15 +64,13 @@ def _overview(out: Path, console: Any) -> None:
     import os
 
     from farm.output.groups import group_size_of
-    from farm.output.writer import ROLLOUTS_TABLE
+    from farm.output.reader import OutputReader
     from farm.run.summary import directory_summary
-    from farm.output.shard_reader import ShardReader
 
-    reader = ShardReader(out, name=ROLLOUTS_TABLE)
-    if reader.entries():
+    cols = OutputReader(out).rollout_rows(["turns", "output_tokens"])
+    if cols:
         size = group_size_of(out) if (out / "run_config.yaml").is_file() else 1
         now = directory_summary(out, size).model_dump()
-        cols = reader.read_table().select(["turns", "output_tokens"]).to_pylist()
         now.update(turns=sum(r["turns"] for r in cols), output_tokens=sum(r["output_tokens"] for r in cols))
     else:
         now = {"rollouts": 0}
@@ -95,11 +93,10 @@ def _overview(out: Path, console: Any) -> None:
 def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
     """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
     rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
-    from farm.output.writer import ROLLOUTS_TABLE
-    from farm.output.reader import open_sample_reader
-    from farm.output.shard_reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    known = ShardReader(out, name=ROLLOUTS_TABLE).rollout_ids() | open_sample_reader(out).rollout_ids()
+    output = OutputReader(out)
+    known = output.rollouts().rollout_ids() | output.samples().rollout_ids()
     if rollout_id in known:
         return None
     near = sorted(r for r in known if rollout_id in r or r in rollout_id)[:5] or sorted(known)[:5]
@@ -138,13 +135,10 @@ def _cut(text: str, limit: int, *, keep: str, what: str) -> tuple[str, str | Non
 
 def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: Any) -> None:
     """What was the task: id, kind, source (repository @ commit), tests, the instruction."""
-    import yaml
-
+    from farm.output.reader import OutputReader
     from farm.report.task import TaskLookup
 
-    cfg_path = out / "run_config.yaml"
-    cfg = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
-    lookup = TaskLookup(out, cfg)
+    lookup = TaskLookup(out, OutputReader(out).run_config())
     view = lookup.get(rollout_id, task_id)
     if view is None:
         why = f" (task file: {lookup.file_error})" if lookup.file_error else ""
@@ -277,10 +271,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _task_id_of(out: Path, rollout_id: str) -> str:
     """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
-    from farm.output.writer import ROLLOUTS_TABLE
-    from farm.output.shard_reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    reader = ShardReader(out, name=ROLLOUTS_TABLE)
+    reader = OutputReader(out).rollouts()
     for entry in reader.entries():
         if rollout_id in entry.rollout_ids:
             rows = reader.read_shard(entry).select(["rollout_id", "task_id"]).to_pylist()

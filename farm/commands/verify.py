@@ -32,14 +32,12 @@ def _check(out: Path) -> int:
 
 
 def _repair(out: Path) -> None:
-    import yaml
-
-    from farm.run.lock import RunLock
-    from farm.output.writer import OutputWriter
     from farm.output.config import OutputConfig
+    from farm.output.reader import OutputReader
+    from farm.output.writer import OutputWriter
+    from farm.run.lock import RunLock
 
-    cfg_path = out / "run_config.yaml"
-    raw = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
+    raw = OutputReader(out).run_config()
     output = OutputConfig.model_validate({**(raw.get("output") or {}), "dir": str(out)})
     with RunLock(out, str(raw.get("run_id") or out.name)):
         store = OutputWriter(out, output, rebuild=True)

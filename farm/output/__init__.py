@@ -9,7 +9,7 @@ artifacts (``artifacts``) and trainer-facing groups (``groups``)."""
 from farm.output.config import ArtifactsConfig, OutputConfig
 from farm.output.groups import Group, GroupReader, complete_groups
 from farm.output.manifest import ManifestEntry
-from farm.output.reader import open_sample_reader, open_sample_writer
+from farm.output.reader import OutputReader, open_sample_reader, open_sample_writer
 from farm.output.shard_reader import ShardReader, committed_files
 from farm.output.shards import RecoveryReport, ShardWriter
 from farm.output.writer import OutputWriter
@@ -22,6 +22,7 @@ __all__ = [
     "complete_groups",
     "ManifestEntry",
     "OutputConfig",
+    "OutputReader",
     "RecoveryReport",
     "ShardReader",
     "ShardWriter",

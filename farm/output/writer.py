@@ -40,14 +40,12 @@ from farm.output.rows import (
     transcript_table,
 )
 from farm.output.config import OutputConfig
+from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
 from farm.trajectory.transcript import Transcript
 
-ROLLOUTS_TABLE = "rollouts"
-SAMPLES_TABLE = "samples"
-TRANSCRIPTS_TABLE = "transcripts"
 
 
 @dataclass

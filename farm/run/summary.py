@@ -206,12 +206,9 @@ def count_invocations(out_dir: str | Path) -> int:
 def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
     """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
     the rows): the ``cumulative`` of summary.json, never a stale count."""
-    from farm.output.writer import ROLLOUTS_TABLE
-    from farm.output.shard_reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
-    cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
-    rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+    rows = OutputReader(out_dir).rollout_rows(["status", "reward", "attempt", "group_id", "sample_index", "grading"])
     return cumulative(rows, count_invocations(out_dir), group_size)
 
 
