@@ -17,11 +17,9 @@ from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import SAMPLE_SCHEMA
 from farm.output.shards import ShardWriter
 
-SAMPLES_TABLE = "samples"
-ROLLOUTS_TABLE = "rollouts"
-TRANSCRIPTS_TABLE = "transcripts"
-RUN_CONFIG = "run_config.yaml"
-SUMMARY = "summary.json"
+# the tables of an output directory, and the run files beside them
+SAMPLES_TABLE, ROLLOUTS_TABLE, TRANSCRIPTS_TABLE = "samples", "rollouts", "transcripts"
+RUN_CONFIG, SUMMARY = "run_config.yaml", "summary.json"
 
 
 def open_sample_writer(cfg: OutputConfig) -> ShardWriter:
