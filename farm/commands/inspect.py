@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from farm.output.reader import open_sample_reader
+    from farm.output.reader import OutputReader
     from farm.trajectory.schema import table_to_samples
 
     console = Console(soft_wrap=True)  # never hard-wrapped (piped: not at 80 columns)
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
             _print_task(out, args.rollout, _task_id_of(out, args.rollout), limit, console)
     if args.no_sample:
         return 0
-    reader = open_sample_reader(out)
+    reader = OutputReader(out).samples()
     sample = None
     for entry in reader.entries():
         if args.rollout is not None and args.rollout not in entry.rollout_ids:
