@@ -20,6 +20,9 @@ from farm.trajectory.schema import (
     to_slime_dict,
 )
 from farm.trajectory.tree import TurnTree
+from farm.moved import install as _install_moved
+
+_install_moved()  # farm.trajectory.{reader,output,torch_data,config} moved to farm.output
 
 __all__ = [
     "SAMPLE_SCHEMA",
