@@ -20,11 +20,10 @@ from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, 
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.loggers.config import LoggerConfig
-from farm.rollout.artifacts import ArtifactsConfig
+from farm.output.config import ArtifactsConfig, OutputConfig
 from farm.run.config import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
-from farm.trajectory.config import OutputConfig
 
 
 # `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time

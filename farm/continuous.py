@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 
 from farm.config import FarmConfig, load_config
-from farm.rollout.group_reader import Group, GroupOrder, GroupReader
+from farm.output.groups import Group, GroupOrder, GroupReader
 from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.tasks.model import Task
 

@@ -63,7 +63,7 @@ from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.envs.provider import EnvProvider
 from farm.envs.store import EnvRecord
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.views import mount_view, unmount_under
 from farm.sandboxes.watchdog import disk_usage
@@ -71,7 +71,7 @@ from farm.tasks.loaders import load_tasks
 from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
 from farm.testing.sdist_task import fetch_sdist, make_task_set
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 DEPS = ["numpy", "pandas", "scipy"]
 MB = 1024 * 1024

@@ -58,8 +58,8 @@ def _config(work: Path, name: str, resource: str, args: argparse.Namespace):
 
 
 def _check(out: Path, planned: int) -> dict:
-    from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+    from farm.output.shard_reader import ShardReader
 
     rows = ShardReader(out, name=ROLLOUTS_TABLE).read_table().to_pylist()
     samples = ShardReader(out, name=SAMPLES_TABLE).read_table().column("rollout_id").to_pylist()

@@ -33,9 +33,9 @@ def build_run(out: Path, n: int, turns: int, tok_dir: Path) -> None:
 
     from farm.actors.reducer import ReducerActor
     from farm.config import FarmConfig
-    from farm.rollout.artifacts import build_artifacts, turns_jsonl
+    from farm.output.artifacts import build_artifacts, turns_jsonl
     from farm.rollout.model import RolloutResult
-    from farm.rollout.table import counts_of
+    from farm.output.rows import counts_of
     from farm.status import RolloutStatus
     from farm.trajectory.tree import TurnTree
 

@@ -266,8 +266,8 @@ def dir_bytes(path: Path) -> int:
 
 
 def write_samples(directory: Path, table: Any, rollout_id: str, fmt: str) -> int:
-    from farm.trajectory.config import OutputConfig
-    from farm.trajectory.output import open_sample_writer
+    from farm.output.config import OutputConfig
+    from farm.output.reader import open_sample_writer
 
     with open_sample_writer(OutputConfig(dir=str(directory), format=fmt)) as w:
         w.write_rollout(rollout_id, table)
@@ -290,7 +290,7 @@ def write_side(directory: Path, table: Any, rollout_id: str, fmt: str) -> tuple[
     """The Samples with a null routed_experts column + the side table; their sizes."""
     import pyarrow as pa
 
-    from farm.trajectory.shards import ShardWriter
+    from farm.output.shards import ShardWriter
 
     idx = table.schema.get_field_index("routed_experts")
     samples = table.set_column(idx, table.schema.field(idx), pa.nulls(table.num_rows, pa.large_binary()))
@@ -325,7 +325,7 @@ def drop_cache(directory: Path) -> None:
 
 
 def read_farm(directory: Path, fmt: str) -> Any:
-    from farm.trajectory.output import open_sample_reader
+    from farm.output.reader import open_sample_reader
 
     return open_sample_reader(directory).read_table().select(NEEDED)
 
@@ -335,7 +335,7 @@ def read_projected(directory: Path, fmt: str) -> Any:
     import pyarrow.feather as feather
     import pyarrow.parquet as pq
 
-    from farm.trajectory.reader import committed_files
+    from farm.output.shard_reader import committed_files
 
     files = committed_files(directory, verify=False)
     if fmt == "arrow":
@@ -380,7 +380,7 @@ def main() -> int:
     from farm.engine.routing import MoEShape
     from farm.modeltext.tokenizer import load_tokenizer
     from farm.trajectory.linearize import RolloutInfo, linearize
-    from farm.trajectory.output import open_sample_reader
+    from farm.output.reader import open_sample_reader
     from farm.trajectory.schema import samples_to_table, table_to_samples
 
     shape = MoEShape(layers=args.layers, top_k=args.top_k, experts=args.experts)

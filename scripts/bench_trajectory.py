@@ -40,17 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from farm.trajectory import (
-    SAMPLE_SCHEMA,
-    RolloutInfo,
-    ShardReader,
-    ShardWriter,
-    TurnTree,
-    linearize,
-    samples_to_table,
-)
-from farm.trajectory.integrity import checksum
-from farm.trajectory.manifest import encode
+from farm.trajectory import SAMPLE_SCHEMA, RolloutInfo, TurnTree, linearize, samples_to_table
+from farm.output import ShardReader, ShardWriter
+from farm.output.integrity import checksum
+from farm.output.manifest import encode
 
 FIRST_PROMPT, DELTA, OUTPUT = 4000, 1000, 4000  # ~5K new tokens per turn
 

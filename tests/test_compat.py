@@ -29,6 +29,25 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.engine.scripted.protocol": ("farm.simulator.protocol", ["SamplingParams"]),
     "farm.engine.scripted.scoring": ("farm.simulator.scoring", ["Scorer"]),
     "farm.testing.tokenizer": ("farm.modeltext.builtin_tokenizer", ["build_tokenizer"]),
+    "farm.trajectory.reader": ("farm.output.shard_reader", ["ShardReader", "committed_files"]),
+    "farm.trajectory.output": ("farm.output.reader", ["open_sample_reader", "open_sample_writer"]),
+    "farm.trajectory.torch_data": ("farm.output.torch_data", ["make_torch_dataset", "worker_shard", "shard_of"]),
+    "farm.trajectory.config": ("farm.output.config", ["OutputConfig"]),
+    "farm.rollout.store": ("farm.output.writer", ["RolloutStore", "ROLLOUTS_TABLE", "SAMPLES_TABLE", "TRANSCRIPTS_TABLE"]),
+    "farm.rollout.table": ("farm.output.rows", ["ROLLOUT_SCHEMA", "migrate_rollouts"]),
+    "farm.rollout.artifacts": ("farm.output.artifacts", ["build_artifacts", "read_index", "read_text", "artifact_dir"]),
+    "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
+    "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
+}
+# names farm.trajectory itself handed out -> their module now
+MOVED_NAMES = {
+    "ShardReader": "farm.output.shard_reader",
+    "ShardWriter": "farm.output.shards",
+    "ManifestEntry": "farm.output.manifest",
+    "RecoveryReport": "farm.output.shards",
+    "committed_files": "farm.output.shard_reader",
+    "open_sample_reader": "farm.output.reader",
+    "open_sample_writer": "farm.output.reader",
 }
 
 
@@ -40,3 +59,23 @@ def test_an_old_path_still_imports_and_says_where_it_went(old):
         shim = importlib.import_module(old)
     home = importlib.import_module(new)
     assert all(getattr(shim, name) is getattr(home, name) for name in names)
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_NAMES))
+def test_a_name_farm_trajectory_handed_out_still_resolves(name):
+    import farm.trajectory
+
+    with pytest.warns(DeprecationWarning, match=f"farm.trajectory.{name} moved to {MOVED_NAMES[name]}"):
+        obj = getattr(farm.trajectory, name)
+    assert obj is getattr(importlib.import_module(MOVED_NAMES[name]), name)
+    with pytest.raises(AttributeError):
+        farm.trajectory.NoSuchName  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["TRANSCRIPT_SCHEMA", "transcript_table"])
+def test_the_transcripts_table_names_still_resolve_from_farm_trajectory_transcript(name):
+    import farm.output.rows
+    import farm.trajectory.transcript
+
+    with pytest.warns(DeprecationWarning, match=f"transcript.{name} moved to farm.output.rows"):
+        assert getattr(farm.trajectory.transcript, name) is getattr(farm.output.rows, name)

@@ -28,8 +28,8 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.rollout.retry import Ending, RetryBudgets, decide
-from farm.rollout.store import RolloutStore
-from farm.rollout.table import counts_of
+from farm.output.writer import OutputWriter
+from farm.output.rows import counts_of
 from farm.status import Outcome, RolloutStatus
 from farm.trajectory.transcript import Transcript
 
@@ -53,7 +53,7 @@ class ReducerActor:
         self.cfg = cfg
         self.budgets = RetryBudgets.from_config(cfg)
         self.out_dir = Path(cfg.output.dir)
-        self.store = RolloutStore(self.out_dir, cfg.output)
+        self.store = OutputWriter(self.out_dir, cfg.output)
         self.store.recover()
         self.store.reconcile()
         for line in self.store.recovery_lines():

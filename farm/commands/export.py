@@ -72,7 +72,7 @@ def _by_rollout(table: Any, listed: list[str]) -> Iterator[tuple[str, Any]]:
 
 
 def _write_marker(out: Path, data: dict[str, Any]) -> None:
-    from farm.trajectory.manifest import fsync_dir, write_durable
+    from farm.output.manifest import fsync_dir, write_durable
 
     tmp = out / f".{MARKER}.tmp"
     tmp.unlink(missing_ok=True)
@@ -85,16 +85,13 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
            shard_rows: int) -> dict[str, dict[str, int]]:
     """Copy ``tables`` of ``run`` into ``out`` (see the module doc); per table: shards,
     rows, rollouts in the copy, rollouts added now, duplicates dropped."""
-    from farm.rollout.table import ROLLOUT_SCHEMA, migrate_rollouts
-    from farm.trajectory.reader import ShardReader
-    from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
-    from farm.trajectory.shards import ShardWriter
+    from farm.output.reader import OutputReader
+    from farm.trajectory.schema import SCHEMA_VERSION
+    from farm.output.shards import ShardWriter
 
-    schemas = {"samples": SAMPLE_SCHEMA, "rollouts": ROLLOUT_SCHEMA}
-    # older shards come out in the current shape (ShardReader upgrades Samples by default)
-    readers = {name: ShardReader(run, name=name, schema=schemas[name],
-                                 migrate=migrate_rollouts if name == "rollouts" else None)
-               for name in tables}  # fmt: skip
+    # older shards come out in the current shape (OutputReader upgrades each table)
+    source = OutputReader(run)
+    readers = {name: source.table(name) for name in tables}
     for reader in readers.values():
         reader.files()  # every checksum first: a damaged run leaves OUT_DIR untouched
     out.mkdir(parents=True, exist_ok=True)
@@ -107,7 +104,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
     _write_marker(out, marker)
     counts: dict[str, dict[str, int]] = {}
     for name, reader in readers.items():
-        with ShardWriter(out, schemas[name], name=name, format=fmt,  # type: ignore[arg-type]
+        with ShardWriter(out, reader.schema, name=name, format=fmt,  # type: ignore[arg-type]
                          compression=compression, max_rows=shard_rows) as writer:  # fmt: skip
             earlier = writer.durable_ids
             added = duplicates = 0
@@ -127,7 +124,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
 
 def run(args: argparse.Namespace) -> int:
     from farm.errors import FarmError
-    from farm.trajectory.manifest import default_manifest_name
+    from farm.output.manifest import default_manifest_name
 
     run_dir, out = Path(args.run_dir), Path(args.out_dir)
     if not run_dir.is_dir():

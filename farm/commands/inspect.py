@@ -63,16 +63,14 @@ def _overview(out: Path, console: Any) -> None:
     rows), then the last invocation's summary.json, and a note when that one is stale."""
     import os
 
-    from farm.rollout.groups import group_size_of
-    from farm.rollout.store import ROLLOUTS_TABLE
+    from farm.output.groups import group_size_of
+    from farm.output.reader import OutputReader
     from farm.run.summary import directory_summary
-    from farm.trajectory.reader import ShardReader
 
-    reader = ShardReader(out, name=ROLLOUTS_TABLE)
-    if reader.entries():
+    cols = OutputReader(out).rollout_rows(["turns", "output_tokens"])
+    if cols:
         size = group_size_of(out) if (out / "run_config.yaml").is_file() else 1
         now = directory_summary(out, size).model_dump()
-        cols = reader.read_table().select(["turns", "output_tokens"]).to_pylist()
         now.update(turns=sum(r["turns"] for r in cols), output_tokens=sum(r["output_tokens"] for r in cols))
     else:
         now = {"rollouts": 0}
@@ -95,11 +93,10 @@ def _overview(out: Path, console: Any) -> None:
 def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
     """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
     rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.output import open_sample_reader
-    from farm.trajectory.reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    known = ShardReader(out, name=ROLLOUTS_TABLE).rollout_ids() | open_sample_reader(out).rollout_ids()
+    output = OutputReader(out)
+    known = output.rollouts().rollout_ids() | output.samples().rollout_ids()
     if rollout_id in known:
         return None
     near = sorted(r for r in known if rollout_id in r or r in rollout_id)[:5] or sorted(known)[:5]
@@ -108,8 +105,8 @@ def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
 
 
 def _print_artifacts(out: Path, rollout_id: str, console: Any) -> None:
-    """The rollout's artifact files (farm.rollout.artifacts) and their sizes."""
-    from farm.rollout.artifacts import artifact_dir, read_index
+    """The rollout's artifact files (farm.output.artifacts) and their sizes."""
+    from farm.output.artifacts import artifact_dir, read_index
 
     index = read_index(out, rollout_id)
     if index is None:
@@ -138,13 +135,10 @@ def _cut(text: str, limit: int, *, keep: str, what: str) -> tuple[str, str | Non
 
 def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: Any) -> None:
     """What was the task: id, kind, source (repository @ commit), tests, the instruction."""
-    import yaml
-
+    from farm.output.reader import OutputReader
     from farm.report.task import TaskLookup
 
-    cfg_path = out / "run_config.yaml"
-    cfg = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
-    lookup = TaskLookup(out, cfg)
+    lookup = TaskLookup(out, OutputReader(out).run_config())
     view = lookup.get(rollout_id, task_id)
     if view is None:
         why = f" (task file: {lookup.file_error})" if lookup.file_error else ""
@@ -165,7 +159,7 @@ def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: A
 
 
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
-    from farm.trajectory.fidelity import fidelity_report
+    from farm.output.fidelity import fidelity_report
 
     totals, rows = fidelity_report(out)
     console.print("[bold]token fidelity[/bold] (context the engine saw vs a fresh chat-template render)")
@@ -209,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from farm.trajectory.output import open_sample_reader
+    from farm.output.reader import OutputReader
     from farm.trajectory.schema import table_to_samples
 
     console = Console(soft_wrap=True)  # never hard-wrapped (piped: not at 80 columns)
@@ -232,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
             _print_task(out, args.rollout, _task_id_of(out, args.rollout), limit, console)
     if args.no_sample:
         return 0
-    reader = open_sample_reader(out)
+    reader = OutputReader(out).samples()
     sample = None
     for entry in reader.entries():
         if args.rollout is not None and args.rollout not in entry.rollout_ids:
@@ -277,10 +271,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _task_id_of(out: Path, rollout_id: str) -> str:
     """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    reader = ShardReader(out, name=ROLLOUTS_TABLE)
+    reader = OutputReader(out).rollouts()
     for entry in reader.entries():
         if rollout_id in entry.rollout_ids:
             rows = reader.read_shard(entry).select(["rollout_id", "task_id"]).to_pylist()

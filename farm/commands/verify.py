@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(out: Path) -> int:
-    from farm.trajectory.verify import verify_dir
+    from farm.output.verify import verify_dir
 
     res = verify_dir(out)
     for p in res.problems:
@@ -32,17 +32,15 @@ def _check(out: Path) -> int:
 
 
 def _repair(out: Path) -> None:
-    import yaml
-
+    from farm.output.config import OutputConfig
+    from farm.output.reader import OutputReader
+    from farm.output.writer import OutputWriter
     from farm.run.lock import RunLock
-    from farm.rollout.store import RolloutStore
-    from farm.trajectory.config import OutputConfig
 
-    cfg_path = out / "run_config.yaml"
-    raw = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.is_file() else {}
+    raw = OutputReader(out).run_config()
     output = OutputConfig.model_validate({**(raw.get("output") or {}), "dir": str(out)})
     with RunLock(out, str(raw.get("run_id") or out.name)):
-        store = RolloutStore(out, output, rebuild=True)
+        store = OutputWriter(out, output, rebuild=True)
         try:
             store.recover()
             store.reconcile()

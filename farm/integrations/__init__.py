@@ -4,7 +4,7 @@ One module per trainer, each importing its trainer only when used (none is a far
 dependency): ``slime`` (a ``--rollout-function-path`` function), ``verl``
 (``AgentLoopOutput``), ``trl`` (``GRPOTrainer``'s ``rollout_func``), ``openrlhf`` (an
 agent executor's result), ``pytorch`` (a group-level ``IterableDataset``; the row-level
-one is ``farm.trajectory.torch_data``). All of them take groups from a *group source*
+one is ``farm.output.torch_data``). All of them take groups from a *group source*
 (``source``: a ``farm.Farm``, a ``GroupReader``, or any iterable of groups) and map a
 rollout's chains to rows the same way (``rows``).
 """

@@ -37,7 +37,7 @@ import numpy as np
 from farm.errors import IntegrationError
 from farm.integrations.rows import ChainPolicy, main_row, rollouts_of, rows_of
 from farm.integrations.source import as_group_source
-from farm.rollout.group_reader import Group
+from farm.output.groups import Group
 from farm.trajectory.schema import Sample
 
 

@@ -1,5 +1,5 @@
 """PyTorch: a group at a time, as tensors (the row-level dataset is
-``farm.trajectory.torch_data.make_torch_dataset``).
+``farm.output.torch_data.make_torch_dataset``).
 
 ``make_group_dataset(out_dir)`` is an ``IterableDataset`` whose items are whole done
 groups, for losses that need a group together (GRPO, RLOO). Each item holds the group's
@@ -20,8 +20,8 @@ import os
 from typing import Any, Iterator
 
 from farm.integrations.rows import rollout_advantages, rows_of
-from farm.rollout.group_reader import Group, GroupOrder, GroupReader
-from farm.trajectory.torch_data import shard_of, torch_available, worker_shard
+from farm.output.groups import Group, GroupOrder, GroupReader
+from farm.output.torch_data import shard_of, torch_available, worker_shard
 
 
 def group_tensors(group: Group, *, std_normalize: bool = True) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from farm.rollout.group_reader import Group
+from farm.output.groups import Group
 from farm.trajectory.schema import Sample
 
 ChainPolicy = Literal["all", "main"]

@@ -50,7 +50,7 @@ import numpy as np
 from farm.errors import IntegrationError
 from farm.integrations.rows import rollout_key, rollouts_of
 from farm.integrations.source import GroupSource, ReaderSource, as_group_source
-from farm.rollout.group_reader import Group
+from farm.output.groups import Group
 from farm.trajectory.schema import to_slime_dict
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def rollout_from_args(args: Any) -> SlimeRollout:
     if getattr(args, "farm_source_fn", None):
         source = _load(args.farm_source_fn)(args)
     elif getattr(args, "farm_output_dir", None):
-        from farm.rollout.group_reader import GroupReader
+        from farm.output.groups import GroupReader
 
         source = GroupReader(args.farm_output_dir, size=getattr(args, "farm_group_size", None),
                              order=getattr(args, "farm_order", "task"))  # fmt: skip

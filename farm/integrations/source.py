@@ -1,6 +1,6 @@
 """Where a trainer adapter takes its groups from: a *group source*.
 
-Every adapter in ``farm.integrations`` pulls ``Group`` objects (``farm.rollout.group_reader``)
+Every adapter in ``farm.integrations`` pulls ``Group`` objects (``farm.output.groups``)
 through one small protocol, ``GroupSource.next_groups(k, timeout=None)``, the method
 ``farm.Farm`` has in continuous mode. ``as_group_source`` accepts
 
@@ -15,7 +15,7 @@ through one small protocol, ``GroupSource.next_groups(k, timeout=None)``, the me
 empty list once the source is exhausted (as ``Farm.next_groups`` does).
 
 Sharding (several DataLoader workers, DDP ranks, trainer processes) is by a stable hash
-of an id (``shard_of``, from ``farm.trajectory.torch_data``), so every process decides
+of an id (``shard_of``, from ``farm.output.torch_data``), so every process decides
 alone, with no coordination, which rollouts or groups are its own.
 """
 
@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-from farm.rollout.group_reader import Group, GroupReader
-from farm.trajectory.torch_data import shard_of
+from farm.output.groups import Group, GroupReader
+from farm.output.torch_data import shard_of
 
 __all__ = ["GroupSource", "IterableSource", "ReaderSource", "as_group_source", "iter_groups", "shard_of"]
 

@@ -33,7 +33,7 @@ from typing import Any
 from farm.errors import IntegrationError
 from farm.integrations.rows import main_row, rollouts_of
 from farm.integrations.source import ReaderSource, as_group_source, shard_of
-from farm.rollout.group_reader import Group
+from farm.output.groups import Group
 
 ROW_COLUMNS = ("farm_reward", "farm_rollout_id", "farm_group_id", "farm_task_id", "farm_chain_index")
 

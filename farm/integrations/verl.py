@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from farm.integrations.rows import ChainPolicy, rows_of
-from farm.rollout.group_reader import Group
+from farm.output.groups import Group
 from farm.trajectory.schema import Sample
 
 # farm columns copied into extra_fields (prefixed: extra_fields share the batch's namespace)

@@ -22,15 +22,13 @@ from typing import Any
 import numpy as np
 
 from farm.errors import ShardError
-from farm.rollout.artifacts import artifact_dir, read_index, read_text
+from farm.output.artifacts import artifact_dir, read_index, read_text
 from farm.report.stats import fidelity_rows, throughput
-from farm.rollout.table import migrate_rollouts
 from farm.status import RolloutStatus
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.reader import OutputReader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import table_to_samples
 
-ROLLOUTS_TABLE = "rollouts"
 RESOLVED_REWARD = 1.0
 ERROR_CHARS = 20_000  # of an infrastructure failure's error + traceback, embedded in the page
 # the rollout table's columns (the detail view gets the rest)
@@ -52,11 +50,10 @@ class RunData:
 
 def load_run(out: Path) -> RunData:
     """The rollouts table and summary.json of ``out`` (Samples are read by ``iter_trajectories``)."""
-    import yaml
-
     rows: list[dict[str, Any]] = []
     extra: dict[str, dict[str, Any]] = {}
-    reader = ShardReader(out, name=ROLLOUTS_TABLE, migrate=migrate_rollouts, on_damaged="skip")
+    output = OutputReader(out, on_damaged="skip")
+    reader = output.rollouts()
     seen: set[str] = set()
     for table in _tables(reader):
         for r in table.to_pylist():
@@ -72,10 +69,8 @@ def load_run(out: Path) -> RunData:
                 "sandbox_id": r["sandbox_id"], "model": r["model"], "group_id": r["group_id"],
                 "artifacts": artifacts_view(out, r["rollout_id"]),
             }  # fmt: skip
-    summary_path, cfg_path = out / "summary.json", out / "run_config.yaml"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    cfg = (yaml.safe_load(cfg_path.read_text()) or {}) if cfg_path.exists() else {}
-    return RunData(out, rows, extra, summary, cfg, [f"{e.shard}: {why}" for e, why in reader.skipped])
+    return RunData(out, rows, extra, output.summary(), output.run_config(),
+                   [f"{e.shard}: {why}" for e, why in reader.skipped])  # fmt: skip
 
 
 def artifacts_view(out: Path, rollout_id: str) -> dict[str, Any] | None:
@@ -220,7 +215,7 @@ def fidelity_view(record: dict[str, Any] | None, dec: Decoder) -> dict[str, Any]
 def iter_trajectories(out: Path, dec: Decoder, skipped: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(rollout id, its Sample views in chain order), shard by shard as the manifest lists
     them (a rollout's Samples are written together, in one shard)."""
-    reader = open_sample_reader(out, on_damaged="skip")
+    reader = OutputReader(out, on_damaged="skip").samples()
     done: set[str] = set()
     for table in _tables(reader):
         by_rollout: dict[str, list[Any]] = {}

@@ -89,7 +89,7 @@ def _fidelity(totals: dict[str, Any] | None) -> str:
 
 
 def _fidelity_totals(out: Path) -> dict[str, Any] | None:
-    from farm.trajectory.fidelity import fidelity_report
+    from farm.output.fidelity import fidelity_report
 
     try:
         return fidelity_report(out)[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from farm.report.html import render_report
-from farm.rollout.artifacts import ARTIFACTS_DIR
+from farm.output.artifacts import ARTIFACTS_DIR
 
 PAGE = web.AppKey("page", "ReportPage")
 WATCHED = ("manifest.jsonl", "rollouts.manifest.jsonl", "summary.json", "run_config.yaml")

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from farm.rollout.artifacts import read_task
+from farm.output.artifacts import read_task
 
 log = logging.getLogger(__name__)
 

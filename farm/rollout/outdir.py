@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from farm.errors import ConfigError
-from farm.trajectory.manifest import default_manifest_name
+from farm.output.manifest import default_manifest_name
 
 RUN_CONFIG = "run_config.yaml"
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from farm.rollout.artifacts import ArtifactsConfig, RolloutArtifacts, build_artifacts, turns_jsonl
+from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
+from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.outcome import (
     Phase,
@@ -30,7 +31,7 @@ from farm.rollout.outcome import (
     outcome_for_timeout,
     truncated_outcome,
 )
-from farm.rollout.table import counts_of
+from farm.output.rows import counts_of
 from farm.sandboxes.base import Sandbox
 from farm.status import FailureClass, Outcome, RolloutStatus
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.rollout.groups import group_states
+from farm.output.groups import group_states
 from farm.rollout.model import RolloutSummary
 from farm.status import RolloutStatus
 
@@ -78,10 +78,10 @@ class RunSummary(BaseModel):
         default_factory=dict, description="nodes that died holding sandbox actors -> what became of their sandboxes"
     )
     recovery: list[str] = Field(
-        default_factory=list, description="what opening the output directory repaired (farm.trajectory.recovery)"
+        default_factory=list, description="what opening the output directory repaired (farm.output.recovery)"
     )
     fidelity: dict[str, Any] | None = Field(
-        default=None, description="token fidelity of the output's Samples (farm.trajectory.fidelity): context "
+        default=None, description="token fidelity of the output's Samples (farm.output.fidelity): context "
         "tokens, tokens differing from a fresh chat-template render, by kind",
     )
     cumulative: CumulativeSummary | None = Field(
@@ -206,12 +206,9 @@ def count_invocations(out_dir: str | Path) -> int:
 def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
     """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
     the rows): the ``cumulative`` of summary.json, never a stale count."""
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.reader import OutputReader
 
-    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
-    cols = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
-    rows = reader.read_table().select(cols).to_pylist() if reader.entries() else []
+    rows = OutputReader(out_dir).rollout_rows(["status", "reward", "attempt", "group_id", "sample_index", "grading"])
     return cumulative(rows, count_invocations(out_dir), group_size)
 
 

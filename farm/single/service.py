@@ -198,7 +198,7 @@ class Rollouts:
 
     def outputs(self) -> dict[str, str]:
         """Where finalized rollouts go: the Samples (the trainer's table) and the rollouts table."""
-        from farm.trajectory.manifest import default_manifest_name as manifest_name
+        from farm.output.manifest import default_manifest_name as manifest_name
 
         return {"output_dir": str(self.out_dir), "samples_manifest": str(self.out_dir / manifest_name("samples")),
                 "rollouts_manifest": str(self.out_dir / manifest_name("rollouts"))}  # fmt: skip

@@ -19,43 +19,12 @@ Storage grows with the conversation, not with its square.
 from __future__ import annotations
 
 import json
+import importlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag
-
-TRANSCRIPT_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string()),
-        pa.field("rollout_id", pa.string()),
-        pa.field("task_id", pa.string()),
-        pa.field("turn_index", pa.int32()),
-        pa.field("endpoint", pa.string(), metadata={"doc": "the endpoints catalog name"}),
-        pa.field("model", pa.string(), metadata={"doc": "the model the endpoint reported (or was asked for)"}),
-        pa.field("protocol", pa.string(), metadata={"doc": "the CLI's wire protocol"}),
-        pa.field("side_request", pa.bool_()),
-        pa.field("extends_turn", pa.int32(),
-                 metadata={"doc": "the turn whose request messages this request starts with (null: none)"}),
-        pa.field("messages", pa.large_string(),
-                 metadata={"doc": "canonical request messages after those of extends_turn (all if null), JSON"}),
-        pa.field("tools", pa.large_string(), metadata={"doc": "canonical tool names, JSON list"}),
-        pa.field("response", pa.large_string(), metadata={"doc": "the canonical assistant message, JSON"}),
-        pa.field("finish_reason", pa.string()),
-        pa.field("flags", pa.string(), metadata={"doc": "turn flags, JSON list"}),
-        pa.field("prompt_tokens", pa.int64()),
-        pa.field("output_tokens", pa.int64()),
-        pa.field("cached_tokens", pa.int64()),
-        pa.field("latency_ms", pa.float64()),
-        pa.field("attempts", pa.int32(), metadata={"doc": "HTTP requests it took (retries of 429 / 5xx / timeouts)"}),
-        pa.field("output_ids", pa.list_(pa.int32()),
-                 metadata={"doc": "re-tokenized from the endpoint's logprob tokens (flag retokenized), else null"}),
-        pa.field("output_logprobs", pa.list_(pa.float32()),
-                 metadata={"doc": "the endpoint's logprob per output token, when it returned them, else null"}),
-    ]
-)
-
 
 @dataclass(frozen=True, slots=True)
 class TranscriptTurn:
@@ -137,10 +106,6 @@ def request_messages(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
-def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=TRANSCRIPT_SCHEMA)
-
-
 def main_line_messages(session: Any) -> list[dict[str, Any]]:
     """A session's canonical messages so far, tool calls and their results included, the
     same shape whatever the CLI's wire protocol (``farm.single`` serves it as a rollout's
@@ -156,3 +121,12 @@ def main_line_messages(session: Any) -> list[dict[str, Any]]:
     main = [t for t in session.turns if t.trainable] or list(session.turns)
     last = max(main, key=lambda t: t.created_at)
     return session.history(last.turn_id)
+
+
+def __getattr__(name: str) -> Any:
+    """``TRANSCRIPT_SCHEMA`` and ``transcript_table`` moved to ``farm.output.rows`` (issue 29:
+    the table's row is declared there); the old names work for one release."""
+    if name not in ("TRANSCRIPT_SCHEMA", "transcript_table"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"farm.trajectory.transcript.{name} moved to farm.output.rows", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module("farm.output.rows"), name)

@@ -29,7 +29,7 @@ def test_samples_table_lists_every_column():
 
 
 def test_rollouts_columns_are_all_named():
-    from farm.rollout.table import ROLLOUT_SCHEMA
+    from farm.output.rows import ROLLOUT_SCHEMA
 
     named = set(re.findall(r"`(\w+)`", _section("reference/formats.md", "Rollouts (", "**Migration rule**")))
     assert set(ROLLOUT_SCHEMA.names) - named == set(), "docs/reference/formats.md's rollouts columns are stale"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult
-from farm.rollout.table import counts_of
+from farm.output.rows import counts_of
 from farm.status import RolloutStatus
 from farm.trajectory.tree import TurnTree
 

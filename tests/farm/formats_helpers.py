@@ -1,4 +1,4 @@
-"""Output directories written through farm's real writer path (RolloutStore: linearized
+"""Output directories written through farm's real writer path (OutputWriter: linearized
 Samples + rollout rows, committed in batches) and a reader-agnostic row check, shared by
 the format tests (Parquet readers, ``farm export``, schema versions). No Ray."""
 
@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from farm.rollout.model import RolloutResult
-from farm.rollout.store import RolloutStore
-from farm.rollout.table import counts_of, result_to_row
+from farm.output.writer import OutputWriter
+from farm.output.rows import counts_of, result_to_row
 from farm.status import RolloutStatus
-from farm.trajectory.config import OutputConfig
+from farm.output.config import OutputConfig
 from farm.trajectory.linearize import RolloutInfo, linearize
 from farm.trajectory.schema import SAMPLE_SCHEMA, Sample, samples_to_table
 from farm.trajectory.tree import TurnTree
@@ -79,9 +79,9 @@ def samples_of(result: RolloutResult) -> list[Sample]:
 
 def write_run(out: Path, fmt: str, batches: Iterable[Iterable[str]] = BATCHES, *, group_base: int = 0,
               **tree_kw: Any) -> tuple[list[Sample], list[dict[str, Any]]]:
-    """Commit ``batches`` of rollouts to ``out`` through a RolloutStore (one commit per
+    """Commit ``batches`` of rollouts to ``out`` through a OutputWriter (one commit per
     batch, so one shard per table per batch); return the Samples and rollout rows written."""
-    store = RolloutStore(out, OutputConfig(dir=str(out), format=fmt))
+    store = OutputWriter(out, OutputConfig(dir=str(out), format=fmt))
     samples: list[Sample] = []
     rows: list[dict[str, Any]] = []
     try:
@@ -91,7 +91,7 @@ def write_run(out: Path, fmt: str, batches: Iterable[Iterable[str]] = BATCHES, *
                 mine = samples_of(result)
                 store.add(result, mine)
                 samples += mine
-                rows.append(result_to_row(result, num_samples=len(mine)))
+                rows.append(result_to_row(result, num_samples=len(mine)).model_dump())
             store.commit(store.take_buffer())
     finally:
         store.close()

@@ -71,7 +71,7 @@ def test_observations_use_only_declared_labels(monkeypatch):
 
     monkeypatch.setattr(metrics, "_make", Recorder)
     m = metrics.ActorMetrics("r1", gauge_refresh_s=None)
-    from farm.rollout.table import counts_of
+    from farm.output.rows import counts_of
     from farm.trajectory.tree import TurnTree
 
     tree = TurnTree("t.0")

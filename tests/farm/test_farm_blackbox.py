@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.testing.hosted import HostedFake, run_in_thread
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.transcript import request_messages
 
 from farm_raycluster import HeadCluster
@@ -101,7 +101,7 @@ def test_black_box_run_completes_without_samples(tmp_path, hf_tokenizer, demo_ta
     # every turn went to the endpoint in its own protocol, with the key from the environment
     route = {"anthropic": "/messages", "chat": "/chat/completions", "responses": "/responses"}[kind]
     assert len(served) >= len(main) and all(p.endswith(route) for p, _, _ in served)
-    # the rollout's artifacts hold the same turns, canonical, never trainable (farm.rollout.artifacts)
+    # the rollout's artifacts hold the same turns, canonical, never trainable (farm.output.artifacts)
     lines = gzip.decompress((out / "artifacts" / row["rollout_id"] / "turns.jsonl.gz").read_bytes()).splitlines()
     kept = [json.loads(line) for line in lines]
     assert len(kept) == len(turns) and not any(t["trainable"] for t in kept)

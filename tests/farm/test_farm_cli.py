@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
-from farm.trajectory.reader import ShardReader
+from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+from farm.output.shard_reader import ShardReader
 
 from farm_raycluster import HeadCluster
 

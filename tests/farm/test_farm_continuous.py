@@ -15,9 +15,9 @@ from rich.console import Console
 import farm_helpers
 from farm.config import FarmConfig
 from farm.continuous import Farm
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.model import Task
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from rich.console import Console
 from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.engine.routing import MoEShape, fake_routing
-from farm.rollout.store import ROLLOUTS_TABLE
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.writer import ROLLOUTS_TABLE
+from farm.output.reader import open_sample_reader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import table_to_samples
 from report_browser import browser_available, open_rollout
 
@@ -95,8 +95,8 @@ def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
 
 
 def check_artifacts(out: Path, rows: list[dict]) -> None:
-    """Every recorded rollout's files (farm.rollout.artifacts) hold what the run did."""
-    from farm.rollout.artifacts import read_index, read_text
+    """Every recorded rollout's files (farm.output.artifacts) hold what the run did."""
+    from farm.output.artifacts import read_index, read_text
 
     for row in rows:
         rid = row["rollout_id"]

@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from farm.cli import main as farm_main
-from farm.trajectory import committed_files
-from farm.trajectory.manifest import read_manifest
-from farm.trajectory.verify import verify_dir
+from farm.output import committed_files
+from farm.output.manifest import read_manifest
+from farm.output.verify import verify_dir
 
 from formats_helpers import assert_rows_are_rollouts, assert_rows_are_samples, write_run
 

@@ -79,7 +79,7 @@ async def test_inspect_unknown_rollout_exits_nonzero(tmp_path, capsys):
 
 
 async def test_inspect_lists_a_rollouts_artifacts(tmp_path, capsys):
-    from farm.rollout.artifacts import build_artifacts
+    from farm.output.artifacts import build_artifacts
 
     result = make_result("t.0")
     result.artifacts = build_artifacts("t.0", {"agent.stdout": "x" * 10000, "diff.patch": "diff --git a/x b/x\n"},
@@ -96,7 +96,7 @@ async def test_inspect_lists_a_rollouts_artifacts(tmp_path, capsys):
 
 async def _one_rollout(out, tokenizer, *, task=None, artifacts=True):
     """One rollout with a two-turn session through the ReducerActor (and its task.json)."""
-    from farm.rollout.artifacts import build_artifacts
+    from farm.output.artifacts import build_artifacts
 
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
     tree = TurnTree("s")

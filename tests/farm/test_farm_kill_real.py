@@ -20,10 +20,10 @@ from farm.config import FarmConfig
 from farm.actors.assembly import actor_name
 from farm.driver import run_farm
 from farm.harnesses.config import HarnessConfig
-from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
+from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.sandboxes.local import LABELS_FILE, MARKER_ENV
-from farm.trajectory.manifest import default_manifest_name, read_manifest
-from farm.trajectory.reader import ShardReader
+from farm.output.manifest import default_manifest_name, read_manifest
+from farm.output.shard_reader import ShardReader
 
 from test_farm_e2e import check_output
 

@@ -16,8 +16,8 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.driver import run_farm
-from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
-from farm.trajectory.reader import ShardReader
+from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+from farm.output.shard_reader import ShardReader
 
 from farm_multinode import MultiNode
 

@@ -21,11 +21,11 @@ from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
 from farm.actors.assembly import actor_name
 from farm.driver import run_farm
-from farm.rollout.artifacts import read_index, read_text
-from farm.rollout.groups import complete_groups
-from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
+from farm.output.artifacts import read_index, read_text
+from farm.output.groups import complete_groups
+from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.tasks.model import Task
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 
 pytestmark = pytest.mark.slow
 

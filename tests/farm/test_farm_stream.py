@@ -9,7 +9,7 @@ import pytest
 
 from farm.actors.reducer import ReducerActor
 from farm.config import FarmConfig
-from farm.rollout.group_reader import GroupReader
+from farm.output.groups import GroupReader
 from farm.rollout.retry import Reruns, RetryKind
 from farm.run.stream import StreamConfig, StreamFeed, TaskStream
 from farm.status import RolloutStatus

@@ -17,6 +17,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, hf_tokenizer) -> Path:
 @pytest.fixture(scope="session")
 def groups(run_dir: Path):
     """The run's done, complete groups in task order."""
-    from farm.rollout.group_reader import GroupReader
+    from farm.output.groups import GroupReader
 
     return GroupReader(run_dir, order="task").read()

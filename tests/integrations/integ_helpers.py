@@ -19,7 +19,7 @@ import yaml
 from farm.actors.reducer import ReducerActor
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult
-from farm.rollout.table import counts_of
+from farm.output.rows import counts_of
 from farm.status import RolloutStatus
 from farm.trajectory.tree import TurnTree
 

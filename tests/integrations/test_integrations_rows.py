@@ -10,7 +10,7 @@ import pytest
 
 from farm.integrations.rows import main_row, rollout_advantages, rollouts_of, rows_of
 from farm.integrations.source import IterableSource, ReaderSource, as_group_source, iter_groups
-from farm.rollout.group_reader import GroupReader
+from farm.output.groups import GroupReader
 from farm.trajectory.schema import Sample
 
 from integ_helpers import COMPLETE

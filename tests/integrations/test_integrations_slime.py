@@ -18,7 +18,7 @@ import pytest
 from farm.errors import IntegrationError
 from farm.integrations.rows import rollout_key
 from farm.integrations.slime import SlimeRollout, generate_rollout, reward_post_process
-from farm.rollout.group_reader import GroupReader
+from farm.output.groups import GroupReader
 
 
 @dataclass

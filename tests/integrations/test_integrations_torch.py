@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from farm.trajectory import open_sample_reader
-from farm.trajectory.torch_data import make_torch_dataset, worker_shard
+from farm.output import open_sample_reader
+from farm.output.torch_data import make_torch_dataset, worker_shard
 
 from integ_helpers import COMPLETE, SPECS, submit, write_config
 

@@ -11,7 +11,7 @@ import pytest
 from farm.errors import IntegrationError
 from farm.integrations.rows import main_row, rollouts_of
 from farm.integrations.trl import FarmRolloutFunc, farm_reward, prompt_dataset
-from farm.rollout.group_reader import GroupReader
+from farm.output.groups import GroupReader
 
 trl = pytest.importorskip("trl")
 torch = pytest.importorskip("torch")

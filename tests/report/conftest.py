@@ -85,8 +85,8 @@ async def write_rollouts(out: Path, tokenizer, specs: list[tuple[str, str, float
     from farm_helpers import make_result, reducer_config
 
     from farm.actors.reducer import ReducerActor
-    from farm.rollout.artifacts import build_artifacts, turns_jsonl
-    from farm.rollout.table import counts_of
+    from farm.output.artifacts import build_artifacts, turns_jsonl
+    from farm.output.rows import counts_of
     from farm.status import RolloutStatus
 
     red = ReducerActor(reducer_config(out), metrics=False)

@@ -12,7 +12,7 @@ from conftest import DIFF, INSTRUCTION, TASK, write_rollouts
 from farm.cli import main
 from farm.report.html import render_report
 from farm.report.server import PAGE, make_app
-from farm.trajectory.output import open_sample_reader
+from farm.output.reader import open_sample_reader
 
 
 def blobs(html: str) -> dict[str, object]:

@@ -10,7 +10,7 @@ import pytest
 
 from farm.rollout.model import RolloutSummary
 from farm.run.stream import expand_rollouts
-from farm.rollout.groups import group_states
+from farm.output.groups import group_states
 from farm.run.summary import cumulative, summarize, summary_table, write_summary
 from farm.status import RolloutStatus
 from farm.tasks.model import Task

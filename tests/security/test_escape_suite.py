@@ -39,12 +39,12 @@ import farm
 from farm.config import FarmConfig
 from farm.driver import run_farm
 from farm.modeltext.tokenizer import load_tokenizer
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
 from farm.tasks.loaders import load_tasks
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.reader import open_sample_reader
+from farm.output.shard_reader import ShardReader
 
 pytestmark = pytest.mark.slow
 

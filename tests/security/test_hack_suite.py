@@ -19,13 +19,13 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.driver import run_farm
-from farm.rollout.store import ROLLOUTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
 from farm.tasks.loaders import load_tasks
 from farm.testing.hack_tricks import Trick, tricks
-from farm.trajectory.output import open_sample_reader
-from farm.trajectory.reader import ShardReader
+from farm.output.reader import open_sample_reader
+from farm.output.shard_reader import ShardReader
 
 pytestmark = pytest.mark.slow
 

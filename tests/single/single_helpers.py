@@ -39,9 +39,9 @@ def single_config(tmp_path: Path, *, concurrency: int = 4, ttft_s: float = 0.3) 
 
 def stored_ids(out_dir: Path) -> tuple[set[str], set[str]]:
     """(rollout ids with Samples, rollout ids with a rollouts-table row)."""
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.output import open_sample_reader
-    from farm.trajectory.reader import ShardReader
+    from farm.output.writer import ROLLOUTS_TABLE
+    from farm.output.reader import open_sample_reader
+    from farm.output.shard_reader import ShardReader
 
     if not (out_dir / "manifest.jsonl").exists():
         return set(), set()

@@ -11,11 +11,11 @@ import sys
 import pytest
 import yaml
 
-from farm.rollout.store import ROLLOUTS_TABLE, TRANSCRIPTS_TABLE
+from farm.output.writer import ROLLOUTS_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.testing.hosted import HostedFake, run_in_thread
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 from single_helpers import stored_ids
 
 pytestmark = pytest.mark.slow

@@ -63,8 +63,8 @@ async def _kinds(handle) -> list[str]:
 
 
 def _statuses(out_dir) -> dict[str, str]:
-    from farm.rollout.store import ROLLOUTS_TABLE
-    from farm.trajectory.reader import ShardReader
+    from farm.output.writer import ROLLOUTS_TABLE
+    from farm.output.shard_reader import ShardReader
 
     rows = ShardReader(out_dir, name=ROLLOUTS_TABLE).read_table().to_pylist()
     return {r["rollout_id"]: r["status"] for r in rows}

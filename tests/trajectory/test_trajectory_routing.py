@@ -119,7 +119,7 @@ def test_arrow_and_slime_carry_the_experts():
 
 def test_the_torch_dataset_yields_the_experts_as_a_tensor():
     torch = pytest.importorskip("torch")
-    from farm.trajectory.torch_data import sample_tensors
+    from farm.output.torch_data import sample_tensors
 
     t, _, _ = _tree(full_refetch=True)
     for s in lin(t):

@@ -1,4 +1,5 @@
-"""Output section of the run config: where and how Samples are written."""
+"""The output directory's config sections: where and how Samples are written
+(``output:``), and what each rollout keeps beside them (``artifacts:``)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,16 @@ class OutputConfig(BaseModel):
     compression: Literal["lz4", "zstd"] | None = Field(
         default=None, description="shard compression (Arrow IPC buffers / Parquet pages); none by default"
     )
+
+
+class ArtifactsConfig(BaseModel):
+    """What each rollout keeps under ``<output dir>/artifacts/``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="write per-rollout artifacts")
+    max_bytes_per_rollout: int = Field(
+        default=32 << 20, ge=4096,
+        description="uncompressed bytes kept per rollout over all its files; a file over its share keeps its "
+        "head and tail, and index.json records what was cut",
+    )  # fmt: skip

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
-from farm.trajectory.manifest import ManifestEntry, default_manifest_name, read_manifest
-from farm.trajectory.integrity import verify_bytes
+from farm.output.manifest import ManifestEntry, default_manifest_name, read_manifest
+from farm.output.integrity import verify_bytes
 
 Stop = threading.Event | Callable[[], bool]
 

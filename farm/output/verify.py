@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from farm.errors import ShardError
-from farm.trajectory.integrity import read_shard_file, verify_bytes
-from farm.trajectory.manifest import ManifestEntry, read_manifest
+from farm.output.integrity import read_shard_file, verify_bytes
+from farm.output.manifest import ManifestEntry, read_manifest
 
 SUFFIXES = (".arrow", ".parquet")
 

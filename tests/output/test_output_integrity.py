@@ -12,10 +12,10 @@ import pytest
 from farm.cli import main as farm_main
 from farm.errors import ShardError
 from farm.rollout.model import RolloutResult
-from farm.rollout.store import ROLLOUTS_TABLE, RolloutStore
+from farm.output.writer import ROLLOUTS_TABLE, OutputWriter
 from farm.status import RolloutStatus
-from farm.trajectory import ShardReader, ShardWriter, open_sample_reader
-from farm.trajectory.config import OutputConfig
+from farm.output import ShardReader, ShardWriter, open_sample_reader
+from farm.output.config import OutputConfig
 
 KV = pa.schema([("rollout_id", pa.string()), ("value", pa.int64())])
 
@@ -122,7 +122,7 @@ def _result(rid: str, status: RolloutStatus = RolloutStatus.COMPLETED) -> Rollou
 def _store_with(tmp_path, rids) -> None:
     from farm.trajectory import RolloutInfo, TurnTree, linearize
 
-    store = RolloutStore(tmp_path, OutputConfig(dir=str(tmp_path)))
+    store = OutputWriter(tmp_path, OutputConfig(dir=str(tmp_path)))
     for rid in rids:
         tree = TurnTree(f"s-{rid}")
         tree.append(parent_id=None, prompt_delta_ids=[1, 2], output_ids=[7, 8], output_logprobs=[-0.1, -0.2],
@@ -139,7 +139,7 @@ def test_the_two_tables_agree_after_a_samples_shard_is_lost(tmp_path, capsys):
     assert farm_main(["verify", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"{entries[1].shard}: missing" in out and "t2: row promises 1 Samples, 0 committed" in out
-    store = RolloutStore(tmp_path, OutputConfig(dir=str(tmp_path)))
+    store = OutputWriter(tmp_path, OutputConfig(dir=str(tmp_path)))
     assert store.reconcile() == ["t2"] and set(store.summaries) == {"t1", "t3"}  # t2 runs again
     assert any("1 rollout(s) whose Samples were lost run again (t2)" in line for line in store.recovery_lines())
     store.close()

@@ -12,7 +12,7 @@ from typing import Any
 def fidelity_report(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(run totals, one row per measured Sample, worst first) from the Samples' metadata
     (``farm.gateway.fidelity``)."""
-    from farm.trajectory.output import open_sample_reader
+    from farm.output.reader import open_sample_reader
 
     reader = open_sample_reader(out)
     rows = []

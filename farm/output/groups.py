@@ -12,6 +12,15 @@ Order: ``"completion"`` yields groups as they become done; ``"task"`` in the ord
 the run's task stream (``group_index``), holding a done group back until every group
 before it is done. Both read only what the manifests name, so a reader never sees a
 partial shard, and each rollout counts once.
+
+Group completeness (the run summary's counts, ``complete_groups``):
+A group (one task, ``rollout.n_samples`` rollouts) is **complete** when each of its
+sample indexes has a recorded policy outcome. An infrastructure failure that outlived
+its retries is recorded without Samples, so its group is **incomplete**: it is never
+padded with a zero-reward Sample. A trainer that normalizes rewards within a group
+(GRPO, RLOO) should train only on complete groups (:func:`complete_groups`), or
+normalize over the Samples it has; the run summary counts both kinds
+(``cumulative.groups_complete`` / ``groups_incomplete``).
 """
 
 from __future__ import annotations
@@ -19,18 +28,65 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 import numpy as np
+import yaml
 
-from farm.rollout.groups import group_size_of
-from farm.rollout.table import migrate_rollouts
+from farm.output.rows import migrate_rollouts
 from farm.status import RolloutStatus
-from farm.trajectory.reader import ManifestTail, ShardReader, Stop, polling
+from farm.output.shard_reader import ManifestTail, ShardReader, Stop, polling
 from farm.trajectory.schema import Sample, table_to_samples
+
+
+@dataclass
+class GroupState:
+    group_id: str
+    size: int  # rollouts the group should have (n_samples)
+    trainable: set[int] = field(default_factory=set)  # sample indexes with a policy outcome
+    infrastructure: set[int] = field(default_factory=set)  # sample indexes recorded as infrastructure failures
+
+    @property
+    def complete(self) -> bool:
+        return len(self.trainable) >= self.size
+
+    @property
+    def missing(self) -> int:
+        """Rollouts without a trainable outcome (failed or not run yet)."""
+        return max(0, self.size - len(self.trainable))
+
+
+def group_states(rows: Iterable[dict], size: int) -> dict[str, GroupState]:
+    """Per group, from rows of the rollouts table (``group_id``, ``sample_index``, ``status``)."""
+    groups: dict[str, GroupState] = {}
+    for r in rows:
+        g = groups.setdefault(r["group_id"], GroupState(r["group_id"], size))
+        status = RolloutStatus(r["status"])
+        (g.trainable if status.trainable else g.infrastructure).add(int(r["sample_index"]))
+    return groups
+
+
+def group_size_of(out_dir: str | os.PathLike[str]) -> int:
+    """``rollout.n_samples`` of the run that wrote ``out_dir`` (from its ``run_config.yaml``)."""
+    cfg = yaml.safe_load((Path(out_dir) / "run_config.yaml").read_text()) or {}
+    return int(((cfg.get("rollout") or {}).get("n_samples")) or 1)
+
+
+def read_group_states(out_dir: str | os.PathLike[str], size: int | None = None) -> dict[str, GroupState]:
+    from farm.output.writer import ROLLOUTS_TABLE
+
+    reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
+    rows = reader.read_table().select(["group_id", "sample_index", "status"]).to_pylist() if reader.entries() else []
+    return group_states(rows, size if size is not None else group_size_of(out_dir))
+
+
+def complete_groups(out_dir: str | os.PathLike[str], size: int | None = None) -> set[str]:
+    """Group ids whose every rollout is a trainable outcome: filter Samples on ``group_id``."""
+    return {g.group_id for g in read_group_states(out_dir, size).values() if g.complete}
+
 
 GroupOrder = Literal["completion", "task"]
 # rollouts-table columns a group carries (the diff and the log tail stay in the table)
@@ -131,7 +187,7 @@ class GroupReader:
         self.directory = Path(directory)
         self.size = size if size is not None else group_size_of(self.directory)
         self.order, self.include_incomplete, self.accept = order, include_incomplete, accept
-        from farm.rollout.store import ROLLOUTS_TABLE, SAMPLES_TABLE
+        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 
         self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
         self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)

@@ -1,4 +1,4 @@
-"""Per-rollout artifacts (farm.rollout.artifacts): built by the pipeline (real local
+"""Per-rollout artifacts (farm.output.artifacts): built by the pipeline (real local
 sandboxes and processes), capped with the cut recorded, written by the reducer only for
 the attempt it records, atomically. The real CLIs' artifacts are checked in
 test_farm_e2e.py (the same run, no extra cost)."""
@@ -11,7 +11,8 @@ import subprocess
 
 from farm import errors as E
 from farm.actors.reducer import ReducerActor
-from farm.rollout.artifacts import ArtifactsConfig, artifact_dir, build_artifacts, read_index, read_text, write_artifacts
+from farm.output.artifacts import artifact_dir, build_artifacts, read_index, read_text, write_artifacts
+from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutSpec
 from farm.rollout.pipeline import REDACTED, AgentRun, Grade, RolloutPipeline
 from farm.sandboxes.base import SandboxSpec

@@ -1,4 +1,4 @@
-"""RolloutStore: the two tables of an output directory, committed together.
+"""OutputWriter: the tables of an output directory, committed together.
 
 ``manifest.jsonl`` + ``samples/`` hold the Samples (the trainer's contract);
 ``rollouts.manifest.jsonl`` + ``rollouts/`` hold one row per rollout;
@@ -19,7 +19,6 @@ rollout has no row is retracted (the rollout runs again and writes it anew).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,46 +26,46 @@ from typing import Any
 
 import pyarrow as pa
 
-from farm.rollout.artifacts import RolloutArtifacts, clean_partial, write_artifacts
+from farm.output.artifacts import RolloutArtifacts, clean_partial, write_artifacts
 from farm.rollout.model import RolloutResult, RolloutSummary
-from farm.rollout.table import (
+from farm.output.rows import (
     ROLLOUT_SCHEMA,
     SUMMARY_COLUMNS,
+    TRANSCRIPT_SCHEMA,
+    RolloutRow,
     migrate_rollouts,
     result_to_row,
     row_to_summary,
     rows_to_table,
+    transcript_table,
 )
-from farm.status import RolloutStatus
-from farm.trajectory.config import OutputConfig
+from farm.output.config import OutputConfig
+from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
-from farm.trajectory.reader import ShardReader
-from farm.trajectory.shards import ShardWriter
-from farm.trajectory.transcript import TRANSCRIPT_SCHEMA, Transcript, transcript_table
+from farm.output.shard_reader import ShardReader
+from farm.output.shards import ShardWriter
+from farm.trajectory.transcript import Transcript
 
-ROLLOUTS_TABLE = "rollouts"
-SAMPLES_TABLE = "samples"
-TRANSCRIPTS_TABLE = "transcripts"
 
 
 @dataclass
 class Batch:
     rollout_ids: list[str] = field(default_factory=list)
     samples: dict[str, pa.Table] = field(default_factory=dict)
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[str, RolloutRow] = field(default_factory=dict)
     transcripts: dict[str, pa.Table] = field(default_factory=dict)  # black-box rollouts only
     summaries: dict[str, RolloutSummary] = field(default_factory=dict)
     artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
 
 
-class RolloutStore:
+class OutputWriter:
     def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False) -> None:
         """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression,
                       rebuild_manifest=rebuild)  # fmt: skip
-        # The store decides when to seal (commit), so the writers never seal on their own.
+        # This writer decides when to seal (commit), so the writers never seal on their own.
         self.samples = ShardWriter(self.out_dir, SAMPLE_SCHEMA, name=SAMPLES_TABLE, max_rows=1 << 62, **common)
         self.rollouts = ShardWriter(self.out_dir, ROLLOUT_SCHEMA, name=ROLLOUTS_TABLE, max_rows=1 << 62, **common)
         self._common = common
@@ -122,25 +121,10 @@ class RolloutStore:
                 if row["rollout_id"] in orphans:
                     rows[row["rollout_id"]].append(row)
         for rid in sorted(orphans):
-            samples = rows[rid]
-            first = samples[0] if samples else {}
-            meta = json.loads(first.get("metadata") or "{}")
-            row = {
-                "run_id": first.get("run_id", ""), "rollout_id": rid, "group_id": first.get("group_id", ""),
-                "task_id": first.get("task_id", ""), "sample_index": first.get("sample_index", 0),
-                "attempt": int(meta.get("attempt", 1)), "harness": first.get("harness", ""),
-                "model": first.get("model", ""), "status": first.get("status", RolloutStatus.SANDBOX_ERROR.value),
-                "reason": ((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),
-                "reward": float(meta.get("rollout_reward") or 0.0),
-                "grading": json.dumps(meta.get("grading") or {}, sort_keys=True), "diff": "", "agent_log_tail": "",
-                "turns": int(meta.get("rollout_turns", 0)), "trainable_turns": 0, "prompt_tokens": 0,
-                "output_tokens": 0, "engine_errors": 0, "num_samples": len(samples), "mode": "token_exact", "timings": "{}",
-                "duration_s": 0.0, "started_at": 0.0, "finished_at": 0.0, "sandbox_id": "", "actor": "",
-                "node": "",
-            }  # fmt: skip
+            row = RolloutRow.rebuilt(rid, rows[rid])
             self.rollouts.write_rollout(rid, rows_to_table([row]))
-            self.summaries[rid] = row_to_summary(row)
-            self._promised[rid] = len(samples)
+            self.summaries[rid] = row_to_summary(row.model_dump())
+            self._promised[rid] = row.num_samples
         self.rollouts.flush()
         self.rebuilt_rows += len(orphans)
         return len(orphans)
@@ -162,7 +146,7 @@ class RolloutStore:
         return bad
 
     def recovery_lines(self) -> list[str]:
-        """What opening this store changed (empty: nothing)."""
+        """What opening this writer changed (empty: nothing)."""
         lines = [w.recovery.line(w.name) for w in (self.samples, self.rollouts, self.transcripts)
                  if w is not None and w.recovery.changed]  # fmt: skip
         if self.rebuilt_rows:
@@ -220,7 +204,7 @@ class RolloutStore:
                 written[TRANSCRIPTS_TABLE] = 1
         rows = [batch.rows[rid] for rid in batch.rollout_ids if not self.rollouts.is_durable(rid)]
         for row in rows:
-            self.rollouts.write_rollout(row["rollout_id"], rows_to_table([row]))
+            self.rollouts.write_rollout(row.rollout_id, rows_to_table([row]))
         if rows:
             self.rollouts.flush()
             written[ROLLOUTS_TABLE] = 1
@@ -239,3 +223,5 @@ class RolloutStore:
             self.transcripts.close()
         self.rollouts.close()
 
+
+RolloutStore = OutputWriter  # its name before issue 29

@@ -7,7 +7,7 @@ a kill, or damage from outside). It never deletes what farm wrote:
   longer durable, so they run again); a line whose shard has the wrong size or fails
   its checksum (``verify``) is dropped and the shard moved to ``quarantine/``;
 - a complete shard that no line names (sealed just before a crash, or listed by a line
-  that was lost) is checked (:func:`farm.trajectory.integrity.inspect_orphan`: it
+  that was lost) is checked (:func:`farm.output.integrity.inspect_orphan`: it
   opens, validates, matches the schema, and none of its rollouts is committed in
   another shard) and **adopted**: its manifest line is written again. One that fails
   the check is quarantined;
@@ -28,8 +28,8 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from farm.errors import ShardError
-from farm.trajectory.integrity import inspect_orphan, quarantine, verify_bytes
-from farm.trajectory.manifest import ManifestEntry, encode, fsync_dir, read_manifest, repair_tail, rewrite_manifest
+from farm.output.integrity import inspect_orphan, quarantine, verify_bytes
+from farm.output.manifest import ManifestEntry, encode, fsync_dir, read_manifest, repair_tail, rewrite_manifest
 
 _SEQ = re.compile(r"-(\d{6,})-[0-9a-f]+\.")
 

@@ -20,7 +20,7 @@ rollout is durable only once its shard's manifest line is; ``take_durable()`` /
 acknowledge. A rollout is never split across shards. Writing a rollout that is
 durable or pending is a no-op returning False.
 
-Recovery on open (after a crash, or damage): :mod:`farm.trajectory.recovery`. It never
+Recovery on open (after a crash, or damage): :mod:`farm.output.recovery`. It never
 deletes data: temporary files are removed, a torn last manifest line is cut off, lines
 whose shard is missing or damaged are dropped (their rollouts are no longer durable, so
 they get rewritten; a damaged file goes to ``quarantine/``), and complete shards no line
@@ -45,9 +45,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
-from farm.trajectory.integrity import checksum, quarantine, read_shard_file
-from farm.trajectory.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
-from farm.trajectory.recovery import RecoveryReport, append_line, recover_table
+from farm.output.integrity import checksum, quarantine, read_shard_file
+from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
+from farm.output.recovery import RecoveryReport, append_line, recover_table
 
 __all__ = ["RecoveryReport", "ShardWriter", "checksum", "serialize"]
 

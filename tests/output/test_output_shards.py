@@ -13,20 +13,10 @@ import pytest
 from trj_helpers import add
 
 from farm.errors import ShardError
-from farm.trajectory import (
-    SAMPLE_SCHEMA,
-    RolloutInfo,
-    ShardReader,
-    ShardWriter,
-    TurnTree,
-    linearize,
-    open_sample_reader,
-    open_sample_writer,
-    samples_to_table,
-    table_to_samples,
-)
-from farm.trajectory.config import OutputConfig
-from farm.trajectory.torch_data import make_torch_dataset, torch_available
+from farm.trajectory import SAMPLE_SCHEMA, RolloutInfo, TurnTree, linearize, samples_to_table, table_to_samples
+from farm.output import ShardReader, ShardWriter, open_sample_reader, open_sample_writer
+from farm.output.config import OutputConfig
+from farm.output.torch_data import make_torch_dataset, torch_available
 
 KV = pa.schema([pa.field("rollout_id", pa.string()), pa.field("value", pa.int64())])
 

@@ -37,9 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from farm.trajectory.manifest import fsync_dir, write_durable
+from farm.output.manifest import fsync_dir, write_durable
 from farm.trajectory.transcript import Transcript
 
 ARTIFACTS_DIR = "artifacts"
@@ -48,19 +46,6 @@ _TMP, _OLD = ".tmp-", ".old-"
 # the order files are listed in (and share the cap in: the small, decisive ones first)
 FILES = ("error.txt", "task.json", "grading.json", "setup.json", "diff.patch", "test.log", "turns.jsonl",
          "agent.stderr", "agent.stdout")  # fmt: skip
-
-
-class ArtifactsConfig(BaseModel):
-    """What each rollout keeps under ``<output dir>/artifacts/``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(default=True, description="write per-rollout artifacts")
-    max_bytes_per_rollout: int = Field(
-        default=32 << 20, ge=4096,
-        description="uncompressed bytes kept per rollout over all its files; a file over its share keeps its "
-        "head and tail, and index.json records what was cut",
-    )  # fmt: skip
 
 
 @dataclass

@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.cli import main as farm_main
-from farm.rollout.table import ROLLOUT_SCHEMA, result_to_row
-from farm.trajectory import ShardReader, ShardWriter, open_sample_reader, table_to_samples
+from farm.output.rows import ROLLOUT_SCHEMA, result_to_row
+from farm.trajectory import table_to_samples
+from farm.output import ShardReader, ShardWriter, open_sample_reader
 from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
-from farm.trajectory.verify import verify_dir
+from farm.output.verify import verify_dir
 
 from formats_helpers import assert_rows_are_samples, make_result, samples_of, v1_schema, v1_table, write_run
 
@@ -29,7 +30,7 @@ def write_v1(out, fmt, rid="old.0", policy_version=7):
     samples = samples_of(result)
     with ShardWriter(out, v1_schema(), format=fmt) as w:
         w.write_rollout(rid, v1_table(samples))
-    row = result_to_row(result, num_samples=len(samples))
+    row = result_to_row(result, num_samples=len(samples)).model_dump()
     with ShardWriter(out, ROLLOUTS_V1, name="rollouts", format=fmt) as w:
         w.write_rollout(rid, [{k: row[k] for k in ROLLOUTS_V1.names}])
     return samples

@@ -17,7 +17,8 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from farm.trajectory import ShardReader, table_to_samples
+from farm.trajectory import table_to_samples
+from farm.output import ShardReader
 
 SCRIPT = Path(__file__).with_name("crash_writer.py")
 N = 600

@@ -1,4 +1,4 @@
-"""An output directory written with ``output.format=parquet`` (through RolloutStore, the
+"""An output directory written with ``output.format=parquet`` (through OutputWriter, the
 reducer's writer) is read row for row and token for token by HF ``datasets``, polars,
 DuckDB and Ray Data, given the committed file list (``committed_files``) or, for a
 finished run, a plain glob."""
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.errors import ShardError
-from farm.trajectory import committed_files, open_sample_reader
-from farm.trajectory.manifest import read_manifest
+from farm.output import committed_files, open_sample_reader
+from farm.output.manifest import read_manifest
 
 from formats_helpers import LIST_DTYPES, LIST_TYPES, assert_rows_are_rollouts, assert_rows_are_samples, write_run
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Iterator
 
-from farm.trajectory.reader import ShardReader
+from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import Sample, table_to_samples
 
 

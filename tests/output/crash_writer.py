@@ -11,7 +11,8 @@ import random
 import sys
 import time
 
-from farm.trajectory import RolloutInfo, ShardWriter, SAMPLE_SCHEMA, TurnTree, linearize, samples_to_table
+from farm.trajectory import RolloutInfo, SAMPLE_SCHEMA, TurnTree, linearize, samples_to_table
+from farm.output import ShardWriter
 
 
 def rollout_table(i: int):

@@ -1,0 +1,213 @@
+"""The rollouts table: one row per rollout (ids, harness, status + reason, reward,
+grading report, diff, agent log tail, counts, timings, sandbox id).
+
+Written next to the Sample shards by the reducer with the same atomic shard +
+manifest discipline (``rollouts-*`` shards, ``rollouts.manifest.jsonl``), so runs can
+be analysed and SFT sets built without touching Sample metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, get_args
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from farm.rollout.model import RolloutCounts, RolloutResult, RolloutSummary
+from farm.status import RolloutStatus
+
+@dataclass(frozen=True)
+class Arrow:
+    """A column's Arrow type, when not the default of its Python type (str -> string,
+    int -> int64, float -> float64, bool -> bool_), and its doc (the field's metadata)."""
+
+    type: pa.DataType | None = None
+    doc: str = ""
+
+
+_DEFAULT_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema of a row model: one nullable column per field, in declaration order."""
+    fields = []
+    for name, info in model.model_fields.items():
+        arrow = next((m for m in info.metadata if isinstance(m, Arrow)), Arrow())
+        py = next(a for a in (get_args(info.annotation) or (info.annotation,)) if a is not type(None))
+        typ = arrow.type if arrow.type is not None else _DEFAULT_TYPES[py]
+        fields.append(pa.field(name, typ, metadata={"doc": arrow.doc} if arrow.doc else None))
+    return pa.schema(fields)
+
+
+Int32 = Annotated[int, Arrow(pa.int32())]
+Text = Annotated[str, Arrow(pa.large_string())]
+
+
+class RolloutRow(BaseModel):
+    """One row of the rollouts table: the one declaration of its columns (their order,
+    Arrow types and docs: :data:`ROLLOUT_SCHEMA` is derived from it). JSON columns are
+    strings; the defaults are what a row rebuilt from its Samples says of what they do not
+    carry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = ""
+    rollout_id: str
+    group_id: str = ""
+    task_id: str = ""
+    sample_index: Int32 = 0
+    group_index: Annotated[int | None, Arrow(doc="the group's position in the run's task stream")] = None
+    attempt: Int32 = 1
+    harness: str = ""
+    model: str = ""
+    status: str = RolloutStatus.SANDBOX_ERROR.value
+    reason: str = ""
+    reward: float = 0.0
+    grading: Annotated[str, Arrow(pa.large_string(), "the grading report, JSON ('' if not graded)")] = ""
+    diff: Text = ""
+    agent_log_tail: Text = ""
+    turns: Int32 = 0
+    trainable_turns: Int32 = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    engine_errors: Int32 = 0
+    num_samples: Int32 = 0
+    policy_version_min: Annotated[int | None, Arrow(doc="oldest weight version of a trained turn")] = None
+    policy_version_max: Annotated[int | None, Arrow(doc="newest weight version of a trained turn")] = None
+    policy_version_at_finish: Annotated[
+        int | None, Arrow(doc="the farm's weight version when the rollout was recorded (staleness = this - min)")
+    ] = None
+    timings: Annotated[str, Arrow(doc="seconds per phase, JSON")] = "{}"
+    duration_s: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    sandbox_id: str = ""
+    actor: str = ""
+    sandbox_policy: Annotated[str | None, Arrow(doc="network + limits the agent sandbox ran with, JSON")] = None
+    mode: Annotated[str, Arrow(doc="token_exact (the farm engine: Samples) or black_box (a hosted endpoint: the "
+                                   "transcripts table, never Samples)")] = "token_exact"  # fmt: skip
+    node: Annotated[str, Arrow(doc="Ray node id of the sandbox actor that ran it ('' if none)")] = ""
+
+    @classmethod
+    def rebuilt(cls, rollout_id: str, samples: list[dict[str, Any]]) -> RolloutRow:
+        """The row of a rollout whose Samples are committed but whose row a crash lost, from
+        those Samples' columns (``run_id`` ... ``metadata``); the rest keeps its default."""
+        first = samples[0] if samples else {}
+        meta = json.loads(first.get("metadata") or "{}")
+        same = {k: first[k] for k in ("run_id", "group_id", "task_id", "sample_index", "harness", "model", "status")
+                if first.get(k) is not None}  # fmt: skip
+        return cls(
+            rollout_id=rollout_id, **same, attempt=int(meta.get("attempt", 1)),
+            reason=((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),
+            reward=float(meta.get("rollout_reward") or 0.0), grading=json.dumps(meta.get("grading") or {}, sort_keys=True),
+            turns=int(meta.get("rollout_turns", 0)), num_samples=len(samples),
+        )  # fmt: skip
+
+
+ROLLOUT_SCHEMA = arrow_schema(RolloutRow)
+# the JSON columns: what a result holds as objects, the row as text
+_JSON_COLUMNS = ("grading", "timings", "sandbox_policy")
+
+class TranscriptRow(BaseModel):
+    """One row of the transcripts table (a black-box rollout's turn, built by
+    ``Transcript.rows``): :data:`TRANSCRIPT_SCHEMA` is derived from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    rollout_id: str
+    task_id: str
+    turn_index: Int32
+    endpoint: Annotated[str, Arrow(doc="the endpoints catalog name")]
+    model: Annotated[str, Arrow(doc="the model the endpoint reported (or was asked for)")]
+    protocol: Annotated[str, Arrow(doc="the CLI's wire protocol")]
+    side_request: bool
+    extends_turn: Annotated[int | None, Arrow(pa.int32(), "the turn whose request messages this request starts "
+                                                          "with (null: none)")] = None  # fmt: skip
+    messages: Annotated[str, Arrow(pa.large_string(), "canonical request messages after those of extends_turn "
+                                                      "(all if null), JSON")]  # fmt: skip
+    tools: Annotated[str, Arrow(pa.large_string(), "canonical tool names, JSON list")]
+    response: Annotated[str, Arrow(pa.large_string(), "the canonical assistant message, JSON")]
+    finish_reason: str
+    flags: Annotated[str, Arrow(doc="turn flags, JSON list")]
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    latency_ms: float
+    attempts: Annotated[int, Arrow(pa.int32(), "HTTP requests it took (retries of 429 / 5xx / timeouts)")]
+    output_ids: Annotated[list[int] | None, Arrow(pa.list_(pa.int32()), "re-tokenized from the endpoint's "
+                                                  "logprob tokens (flag retokenized), else null")] = None  # fmt: skip
+    output_logprobs: Annotated[list[float] | None, Arrow(pa.list_(pa.float32()), "the endpoint's logprob per "
+                                                         "output token, when it returned them, else null")] = None  # fmt: skip
+
+
+TRANSCRIPT_SCHEMA = arrow_schema(TranscriptRow)
+
+
+def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """A black-box rollout's transcript rows (``Transcript.rows``), each checked against the declaration."""
+    return pa.Table.from_pylist([TranscriptRow(**r).model_dump() for r in rows], schema=TRANSCRIPT_SCHEMA)
+
+
+# the columns a RolloutSummary (what the driver sees) is read back from
+SUMMARY_COLUMNS = [k for k in RolloutSummary.model_fields if k in RolloutRow.model_fields]
+
+
+def result_to_row(result: RolloutResult, num_samples: int) -> RolloutRow:
+    """A result's row: the fields both declare by the same name, its counts, and the JSON
+    columns and status as text."""
+    same = {k: getattr(result, k) for k in RolloutRow.model_fields.keys() & type(result).model_fields.keys()
+            if k not in (*_JSON_COLUMNS, "status")}  # fmt: skip
+    return RolloutRow(
+        **same, **result.counts.model_dump(), status=result.status.value, num_samples=num_samples,
+        duration_s=result.duration_s, grading=result.grading_json(), timings=json.dumps(result.timings, sort_keys=True),
+        sandbox_policy=json.dumps(result.sandbox_policy, sort_keys=True),
+    )  # fmt: skip
+
+
+def rows_to_table(rows: Sequence[RolloutRow]) -> pa.Table:
+    return pa.Table.from_pylist([r.model_dump() for r in rows], schema=ROLLOUT_SCHEMA)
+
+
+def migrate_rollouts(table: pa.Table) -> pa.Table:
+    """A rollouts table written before a column existed, with that column as nulls
+    (columns are only ever added: the Sample schema's migration rule)."""
+    for f in ROLLOUT_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(ROLLOUT_SCHEMA.names)
+
+
+def row_to_summary(row: dict[str, Any]) -> RolloutSummary:
+    """The summary of a row read back (a column an older table lacks keeps its default)."""
+    return RolloutSummary(**{k: row[k] for k in SUMMARY_COLUMNS if row.get(k) is not None})
+
+
+def counts_of(tree: Any) -> RolloutCounts:
+    """Turn and token counts of a session tree (None: no session)."""
+    if tree is None:
+        return RolloutCounts()
+    from farm.trajectory.transcript import Transcript
+
+    if isinstance(tree, Transcript):  # black-box: the endpoint's usage, nothing trainable
+        return RolloutCounts(
+            turns=len(tree.turns), prompt_tokens=sum(t.prompt_tokens for t in tree.turns),
+            output_tokens=sum(t.output_tokens for t in tree.turns), engine_errors=len(tree.errors),
+        )  # fmt: skip
+    from farm.trajectory.linearize import is_trainable
+    from farm.trajectory.records import FinishReason
+
+    turns = list(tree.turns)
+    versions = [t.policy_version for t in turns if t.policy_version is not None and is_trainable(t)]
+    return RolloutCounts(
+        policy_version_min=min(versions) if versions else None,
+        policy_version_max=max(versions) if versions else None,
+        turns=len(turns),
+        trainable_turns=sum(1 for t in turns if is_trainable(t)),
+        prompt_tokens=sum(len(t.prompt_delta_ids) for t in turns),
+        output_tokens=sum(len(t.output_ids) for t in turns),
+        engine_errors=sum(1 for t in turns if t.finish_reason is FinishReason.ERROR),
+    )
