@@ -57,6 +57,11 @@ INFRA = {"sandbox_error", "setup_failed", "engine_error", "agent_error", "gradin
 # through real parts: a killed sandbox actor (tests/farm/test_farm_kill_real.py, restarted and
 # dead for good) and SIGTERM (tests/farm/test_farm_job.py's `ray job stop`).
 QUICK = ["engine_5xx", "cli_crash", "never_stops"]
+# Faults injected from outside while a rollout is in flight: a slow first token (1 s a turn)
+# keeps the agents in flight long enough to be hit. The others need no such wait, and a
+# run's every turn would pay it.
+IN_FLIGHT = {"cli_crash", "cli_hang", "kill_sandbox_actor", "kill_reducer", "kill_router", "kill_driver", "sigterm",
+             "sigint_twice", "mix"}  # fmt: skip
 
 
 def _procs_matching(pred) -> list[int]:
@@ -103,7 +108,8 @@ class Scenario:
             "run_id": self.run_id,
             "tasks": {"path": "demo"},
             "harness": {"name": "claude_code"},
-            "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"latency": {"ttft_s": 1.0}}},
+            "engine": {"mode": "scripted", "policy": "oracle",
+                       "scripted": {"latency": {"ttft_s": 1.0 if self.name in IN_FLIGHT else 0.0}}},
             "sandbox": {"local": {"base_dir": str(self.base)}},
             "rollout": {"limit": self.tasks, "concurrency": 2, "timeout_s": 600, "retry_backoff_s": 0.5},
             "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2, "num_cpus": 2, "include_dashboard": False,
