@@ -37,6 +37,7 @@ Last line: ``bench_faults: scenarios=N lost=0 duplicated=0 poisoned=0 leaked=0 t
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -90,6 +91,18 @@ def _is_relay(cmd: bytes) -> bool:
     return b"socat" in cmd and b"/run/farm/" in cmd
 
 
+def _mounts_name(pid: int, needle: bytes) -> bool:
+    """Whether the process's mount table names ``needle``: a relay's command line does not
+    name its sandbox, but its jail's mounts do (the sandbox dir bound in, its view's upper
+    dir). Unreadable: counted as named (a leak is never missed)."""
+    try:
+        return needle in Path(f"/proc/{pid}/mountinfo").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # exited meanwhile
+    except OSError as exc:
+        return exc.errno != errno.EINVAL  # EINVAL: exiting, its mount namespace already gone
+
+
 class Scenario:
     def __init__(self, name: str, root: Path, tasks: int) -> None:
         self.name, self.root, self.tasks = name, root / name, tasks
@@ -99,9 +112,6 @@ class Scenario:
         self.run_id = f"f-{name}"
         self.injected = 0  # kills / signals delivered (scenarios that inject from outside)
         self.first_exit: int | None = None
-        # A port relay's command line does not name the run, so relays already running when the
-        # scenario starts (another farm on this machine, a killed earlier test) are not its leaks.
-        self.relays_before = set(_procs_matching(_is_relay))
 
     def config(self, **over) -> Path:
         cfg = {
@@ -176,7 +186,8 @@ class Scenario:
 
         def leaked_now() -> list[int]:
             found = _procs_matching(lambda c: base in c)
-            found += [p for p in _procs_matching(_is_relay) if p not in self.relays_before]
+            # relays of other farms on this machine (or of a killed earlier test) are not its leaks
+            found += [p for p in _procs_matching(_is_relay) if _mounts_name(p, base)]
             found += [p for p in _procs_matching(lambda c: True) if _env_has(p, b"FARM_SANDBOX_ID=")
                       and base in Path(f"/proc/{p}/environ").read_bytes()]  # fmt: skip
             return found
