@@ -37,6 +37,7 @@ Last line: ``bench_faults: scenarios=N lost=0 duplicated=0 poisoned=0 leaked=0 t
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -57,6 +58,11 @@ INFRA = {"sandbox_error", "setup_failed", "engine_error", "agent_error", "gradin
 # through real parts: a killed sandbox actor (tests/farm/test_farm_kill_real.py, restarted and
 # dead for good) and SIGTERM (tests/farm/test_farm_job.py's `ray job stop`).
 QUICK = ["engine_5xx", "cli_crash", "never_stops"]
+# Faults injected from outside while a rollout is in flight: a slow first token (1 s a turn)
+# keeps the agents in flight long enough to be hit. The others need no such wait, and a
+# run's every turn would pay it.
+IN_FLIGHT = {"cli_crash", "cli_hang", "kill_sandbox_actor", "kill_reducer", "kill_router", "kill_driver", "sigterm",
+             "sigint_twice", "mix"}  # fmt: skip
 
 
 def _procs_matching(pred) -> list[int]:
@@ -85,6 +91,18 @@ def _is_relay(cmd: bytes) -> bool:
     return b"socat" in cmd and b"/run/farm/" in cmd
 
 
+def _mounts_name(pid: int, needle: bytes) -> bool:
+    """Whether the process's mount table names ``needle``: a relay's command line does not
+    name its sandbox, but its jail's mounts do (the sandbox dir bound in, its view's upper
+    dir). Unreadable: counted as named (a leak is never missed)."""
+    try:
+        return needle in Path(f"/proc/{pid}/mountinfo").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # exited meanwhile
+    except OSError as exc:
+        return exc.errno != errno.EINVAL  # EINVAL: exiting, its mount namespace already gone
+
+
 class Scenario:
     def __init__(self, name: str, root: Path, tasks: int) -> None:
         self.name, self.root, self.tasks = name, root / name, tasks
@@ -94,16 +112,14 @@ class Scenario:
         self.run_id = f"f-{name}"
         self.injected = 0  # kills / signals delivered (scenarios that inject from outside)
         self.first_exit: int | None = None
-        # A port relay's command line does not name the run, so relays already running when the
-        # scenario starts (another farm on this machine, a killed earlier test) are not its leaks.
-        self.relays_before = set(_procs_matching(_is_relay))
 
     def config(self, **over) -> Path:
         cfg = {
             "run_id": self.run_id,
             "tasks": {"path": "demo"},
             "harness": {"name": "claude_code"},
-            "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"latency": {"ttft_s": 1.0}}},
+            "engine": {"mode": "scripted", "policy": "oracle",
+                       "scripted": {"latency": {"ttft_s": 1.0 if self.name in IN_FLIGHT else 0.0}}},
             "sandbox": {"local": {"base_dir": str(self.base)}},
             "rollout": {"limit": self.tasks, "concurrency": 2, "timeout_s": 600, "retry_backoff_s": 0.5},
             "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2, "num_cpus": 2, "include_dashboard": False,
@@ -170,7 +186,8 @@ class Scenario:
 
         def leaked_now() -> list[int]:
             found = _procs_matching(lambda c: base in c)
-            found += [p for p in _procs_matching(_is_relay) if p not in self.relays_before]
+            # relays of other farms on this machine (or of a killed earlier test) are not its leaks
+            found += [p for p in _procs_matching(_is_relay) if _mounts_name(p, base)]
             found += [p for p in _procs_matching(lambda c: True) if _env_has(p, b"FARM_SANDBOX_ID=")
                       and base in Path(f"/proc/{p}/environ").read_bytes()]  # fmt: skip
             return found
