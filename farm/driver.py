@@ -1,32 +1,33 @@
-"""The driver: assemble the farm on Ray (``farm.actors.assembly``: reducer, router, sandbox
-actors), run the dispatch loop (``farm.actors.dispatch``), stop everything it started,
-summarize.
+"""Moved to ``farm.run.batch`` (issue 29: the run session, ``farm/run/``, starts every
+run); ``farm.driver.run_farm`` keeps working for one release.
 
-``run_farm(cfg)`` is what ``farm run`` calls, locally or under ``ray job submit``.
-"""
+(The private helpers below serve ``farm.continuous`` and ``farm.single`` until they open a
+run session too.)"""
 
 from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import ray
 from rich.console import Console
 
-from farm.actors.assembly import FarmActors, init_ray
-from farm.actors.dispatch import CONTROL_TIMEOUT_S, Dispatcher
+from farm.actors.assembly import FarmActors
+from farm.actors.dispatch import Dispatcher
 from farm.config import FarmConfig
 from farm.loggers import RunLoggers
-from farm.run.stream import StreamFeed, TaskStream
-from farm.run.progress import RunProgress
-from farm.run.lock import RunLock
-from farm.run.signals import cleanup_phase, stop_signals
+from farm.run.batch import run_batch
+from farm.run.batch import run_batch as run_farm
 from farm.run.summary import RunSummary, summarize, summary_table, with_history, write_summary
-from farm.tasks.model import Task
 
+__all__ = ["run_batch", "run_farm"]
+
+warnings.warn("farm.driver moved to farm.run.batch (run_farm is run_batch)", DeprecationWarning, stacklevel=2)
 log = logging.getLogger(__name__)
+
 
 def _write_run_config(cfg: FarmConfig, out_dir: Path) -> None:
     """The resolved config next to the shards, once its task set is the one the directory
@@ -35,92 +36,6 @@ def _write_run_config(cfg: FarmConfig, out_dir: Path) -> None:
 
     check_tasks_source(cfg, out_dir)
     write_run_config(cfg, out_dir)
-
-
-def run_farm(
-    cfg: FarmConfig,
-    *,
-    console: Console | None = None,
-    e2b_api_key: str | None = None,
-    tasks: list[Task] | None = None,
-    parts_factory: Any = None,
-    endpoint_api_key: str | None = None,
-) -> RunSummary:
-    """Run every rollout of ``cfg`` not already in ``cfg.output.dir``; return the summary.
-
-    ``endpoint_api_key``: the key of the hosted endpoint ``cfg.endpoint`` names (black-box
-    runs; read from its ``api_key_env`` by the entry point, never written anywhere).
-
-    ``tasks`` (default: loaded from ``cfg.tasks``) and ``parts_factory`` (default: the
-    real layers, ``farm.rollout.parts.FarmParts``; a factory also means no engine is
-    started) are seams for tests and embedding.
-    """
-    from farm.run.tasks import load_run_tasks
-
-    console = console or Console()
-    out_dir = Path(cfg.output.dir).expanduser().resolve()
-    cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": str(out_dir)})})
-    # One owner per run, FIRST: a second invocation fails here and touches nothing.
-    with RunLock(out_dir, cfg.run_id):
-        _write_run_config(cfg, out_dir)
-        if tasks is None:
-            tasks = load_run_tasks(cfg)
-        started_ray = init_ray(cfg)
-        with stop_signals():  # after ray.init, which installs its own SIGTERM handler
-            return _run_owned(cfg, console, e2b_api_key, tasks, parts_factory, out_dir, started_ray,
-                              endpoint_api_key)
-
-
-def _run_owned(
-    cfg: FarmConfig, console: Console, e2b_api_key: str | None, tasks: list[Task], parts_factory: Any,
-    out_dir: Path, started_ray: bool, endpoint_api_key: str | None = None,
-) -> RunSummary:
-    started_at = time.time()
-    farm = FarmActors(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=endpoint_api_key)
-    t0 = time.monotonic()
-    dispatcher: Dispatcher | None = None
-    planned = skipped = 0
-    recovery: list[str] = []
-    loggers = _start_loggers(cfg, console, out_dir)
-    try:
-        reducer = farm.start_reducer()
-        recovery = ray.get(reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
-        done = set(ray.get(reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
-        stream = TaskStream(cfg.run_id, tasks, cfg.rollout.n_samples, cfg.stream, done=done)
-        feed = None
-        if stream.finite:
-            specs = stream.plan(cfg.rollout.limit)
-            skipped = len(TaskStream(cfg.run_id, tasks, cfg.rollout.n_samples, cfg.stream).plan(cfg.rollout.limit))
-            skipped -= len(specs)
-        else:  # stream.epochs: null: groups are pulled until the run is stopped
-            specs, skipped, feed = [], 0, StreamFeed(stream)
-        planned = len(specs)
-        progress = RunProgress(console, planned, run_id=cfg.run_id, loggers=loggers)
-        if recovery:
-            progress.note("recovered " + str(out_dir) + ": " + " | ".join(recovery))
-        if skipped:
-            progress.note(f"resuming: {skipped} rollouts already in {out_dir}, {planned} to run")
-        try:
-            if specs or feed is not None:
-                if parts_factory is None and not cfg.black_box:  # a hosted endpoint needs no engine
-                    farm.start_engine(tasks)
-                farm.start_sandbox_actors(None if feed is not None else max(1, len(specs)))
-                dispatcher = Dispatcher(cfg, farm.actors, reducer, progress, scale_out=farm.scale_out)
-                dispatcher.run(specs, feed=feed)
-                planned = progress.total
-        finally:
-            progress.close()
-    except KeyboardInterrupt:
-        if dispatcher is not None:
-            dispatcher.interrupted = True
-            dispatcher.cancel_inflight(cfg.ray.drain_timeout_s)
-        else:
-            raise
-    finally:
-        with cleanup_phase():
-            summary = _finish(cfg, console, farm, dispatcher, planned, skipped, t0, started_at, out_dir, started_ray,
-                              recovery, loggers)
-    return summary
 
 
 def _start_loggers(cfg: FarmConfig, console: Console, out_dir: Path) -> RunLoggers:

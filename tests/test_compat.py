@@ -16,6 +16,7 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.summary": ("farm.run.summary", ["RunSummary", "summarize", "write_summary", "directory_summary"]),
     "farm.rollout.tasks": ("farm.run.tasks", ["load_run_tasks"]),
     "farm.rollout.plan": ("farm.run.stream", ["expand_rollouts"]),
+    "farm.driver": ("farm.run.batch", ["run_batch"]),
 }
 
 
@@ -27,3 +28,12 @@ def test_an_old_path_still_imports_and_says_where_it_went(old):
         shim = importlib.import_module(old)
     home = importlib.import_module(new)
     assert all(getattr(shim, name) is getattr(home, name) for name in names)
+
+
+def test_the_old_entry_points_are_the_new_ones():
+    sys.modules.pop("farm.driver", None)
+    with pytest.warns(DeprecationWarning, match="farm.run.batch"):
+        from farm.driver import run_farm
+    from farm.run.batch import run_batch
+
+    assert run_farm is run_batch

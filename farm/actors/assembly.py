@@ -3,8 +3,8 @@ holding the output directory), the router (near the engine), the sandbox actors 
 ``placement`` puts them (and on sandbox nodes that join mid-run), and on ``close()`` what
 became of the sandboxes of actors and nodes that died (reaped, or reported left behind).
 
-``farm.driver`` (``farm run``), ``farm.continuous`` and ``farm.single`` all start the
-farm through :class:`FarmActors`.
+The run session (``farm.run.session``: ``farm run``, ``farm.Farm``, ``farm.Rollouts`` on
+Ray) starts the farm through :class:`FarmActors`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ def init_ray(cfg: FarmConfig) -> bool:
         kwargs.pop("include_dashboard", None)
         ray.init(**kwargs)
     return True
+
+
+def leave_ray() -> None:
+    """Disconnect from Ray (a local instance this process started stops with it); the
+    counterpart of an ``init_ray`` that returned True."""
+    ray.shutdown()
 
 
 def _kill_stale(name: str, namespace: str) -> None:
@@ -113,6 +119,12 @@ class FarmActors:
         )
         ray.get(self.reducer.ready.remote(), timeout=CONTROL_TIMEOUT_S)
         return self.reducer
+
+    def reducer_facts(self) -> tuple[list[str], set[str]]:
+        """What the started reducer found on opening the output directory: the repairs it
+        made (recovery lines) and the rollout ids already durable there."""
+        recovery = ray.get(self.reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
+        return recovery, set(ray.get(self.reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
 
     def start_engine(self, tasks: list[Task]) -> str:
         from farm.actors.router import RouterActor
