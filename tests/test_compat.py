@@ -17,6 +17,7 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.tasks": ("farm.run.tasks", ["load_run_tasks"]),
     "farm.rollout.plan": ("farm.run.stream", ["expand_rollouts"]),
     "farm.driver": ("farm.run.batch", ["run_batch"]),
+    "farm.continuous": ("farm.run.continuous", ["Farm", "FarmStopped"]),
 }
 
 
@@ -37,3 +38,8 @@ def test_the_old_entry_points_are_the_new_ones():
     from farm.run.batch import run_batch
 
     assert run_farm is run_batch
+
+    import farm
+    from farm.run.continuous import Farm, FarmStopped
+
+    assert (farm.Farm, farm.FarmStopped) == (Farm, FarmStopped)  # the face's lazy names: the new home

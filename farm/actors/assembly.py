@@ -126,6 +126,22 @@ class FarmActors:
         recovery = ray.get(self.reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
         return recovery, set(ray.get(self.reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
 
+    # --- weights (farm.Farm): the router's workers, the reducer's stamp ----------------------
+    def policy_version(self) -> int:
+        """The engine's current weight version (its router's)."""
+        return int(ray.get(self.router.policy_version.remote(), timeout=CONTROL_TIMEOUT_S))
+
+    def set_policy_version(self, version: int) -> None:
+        """Tell the reducer the weight version turns are now generated under."""
+        ray.get(self.reducer.set_policy_version.remote(version), timeout=CONTROL_TIMEOUT_S)
+
+    def update_weights(self, path: str | None, version: int | None) -> int:
+        """New weights on every worker behind the router (load ``path``, or stamp ``version``),
+        then the reducer told: the new version."""
+        update = ray.get(self.router.update_weights.remote(path, version), timeout=None)
+        self.set_policy_version(update.policy_version)
+        return update.policy_version
+
     def start_engine(self, tasks: list[Task]) -> str:
         from farm.actors.router import RouterActor
 

@@ -190,7 +190,8 @@ class RunSession:
         if self.recovery:
             progress.note(f"recovered {self.out_dir}: " + " | ".join(self.recovery))
         if self.skipped:
-            progress.note(f"resuming: {self.skipped} rollouts already in {self.out_dir}, {total} to run")
+            left = f", {total} to run" if total else ""  # continuous: pulled as the trainer consumes them
+            progress.note(f"resuming: {self.skipped} rollouts already in {self.out_dir}{left}")
         return progress
 
     # --- close ------------------------------------------------------------------------------
