@@ -44,13 +44,15 @@ def run_batch(
         session.close()
         raise
     batch = _Batch(session, actors)
-    try:
-        with stop_signals():  # after ray.init, which installs its own SIGTERM handler
+    with stop_signals():  # after ray.init, which installs its own SIGTERM handler
+        try:
             batch.run(start_engine=parts_factory is None)
-    finally:
-        with cleanup_phase():
-            actors.close()  # sandbox actors, the reducer (flushed), the router; reaped
-        summary = session.close(batch.tally(actors.lost_nodes))
+        finally:
+            with cleanup_phase():  # a signal now is noted, not raised: the stop always finishes
+                try:
+                    actors.close()  # sandbox actors, the reducer (flushed), the router; reaped
+                finally:
+                    summary = session.close(batch.tally(actors.lost_nodes))
     assert summary is not None
     return summary
 
