@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # farm.Farm (continuous mode) pulls in Ray: imported on first use only
     if name in ("Farm", "FarmStopped"):
-        from farm import continuous
+        from farm.run import continuous
 
         return getattr(continuous, name)
     if name in ("Rollouts", "RolloutHandle", "InlineTask"):  # one rollout at a time (farm.single)

@@ -60,7 +60,7 @@ import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.run.batch import run_batch
 from farm.envs.provider import EnvProvider
 from farm.envs.store import EnvRecord
 from farm.output.writer import ROLLOUTS_TABLE
@@ -268,7 +268,7 @@ def main() -> None:
         cfg_setup = config(root, pip_tasks, "setup", args.n, args.harness)
         t0 = time.monotonic()
         with DiskSampler(root / "sb-setup") as setup_disk:
-            summary = run_farm(cfg_setup, console=Console(quiet=True))
+            summary = run_batch(cfg_setup, console=Console(quiet=True))
         walls["setup"] = time.monotonic() - t0
         results["setup"] = rows(root / "out-setup")
         console.print(f"setup per sandbox: {summary.by_status} in {walls['setup']:.1f} s")
@@ -278,7 +278,7 @@ def main() -> None:
         console.print(f"snapshot built (pip) in {build_s:.1f} s, {snapshot_bytes / MB:.0f} MB")
         t0 = time.monotonic()
         with DiskSampler(root / "sb-snapshot") as snap_disk:
-            summary = run_farm(cfg_snap, console=Console(quiet=True))
+            summary = run_batch(cfg_snap, console=Console(quiet=True))
         walls["snapshot"] = time.monotonic() - t0
         results["snapshot"] = rows(root / "out-snapshot")
         console.print(f"from the snapshot: {summary.by_status} in {walls['snapshot']:.1f} s")

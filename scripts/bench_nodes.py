@@ -5,7 +5,7 @@ with one killed mid-run, in one process on one multi-node Ray cluster.
 The cluster (``tests/farm/farm_multinode.py``, ``ray.cluster_utils.Cluster``): a head
 (the driver, the reducer, ``engine_node``: the router and the scripted workers) and 3
 worker nodes (``sandbox_node``, 1 logical CPU each, their own sandbox root); the first
-worker also holds ``one_node``. Every run is ``run_farm`` (``farm run``'s code path)
+worker also holds ``one_node``. Every run is ``run_batch`` (``farm run``'s code path)
 with the real Claude Code CLI, local sandboxes, the demo tasks, the oracle policy, and
 the scripted engine's latency model (``engine.scripted.latency.ttft_s`` per model call)
 making rollouts wait on the "GPU", not on this machine's 2 cores:
@@ -86,7 +86,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "tests" / "farm"))
     from rich.console import Console
 
-    from farm.driver import run_farm
+    from farm.run.batch import run_batch
     from farm_multinode import MultiNode
 
     t_start = time.perf_counter()
@@ -99,7 +99,7 @@ def main() -> int:
     try:
         for name, resource in (("one", "one_node"), ("three", "sandbox_node")):
             t0 = time.perf_counter()
-            summary = run_farm(_config(work, name, resource, args), console=Console(quiet=True))
+            summary = run_batch(_config(work, name, resource, args), console=Console(quiet=True))
             res = _check(work / "out" / name, summary.planned)
             res["setup_s"] = (time.perf_counter() - t0) - res["makespan"]
             results[name] = (summary, res)
@@ -118,7 +118,7 @@ def main() -> int:
 
         killer = threading.Thread(target=kill_when_busy, daemon=True)
         killer.start()
-        summary = run_farm(_config(work, "loss", "sandbox_node", args), console=Console(quiet=True))
+        summary = run_batch(_config(work, "loss", "sandbox_node", args), console=Console(quiet=True))
         killer.join(timeout=30)
         res = _check(work / "out" / "loss", summary.planned)
         results["loss"] = (summary, res)

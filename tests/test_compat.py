@@ -38,6 +38,8 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.artifacts": ("farm.output.artifacts", ["build_artifacts", "read_index", "read_text", "artifact_dir"]),
     "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
     "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
+    "farm.driver": ("farm.run.batch", ["run_batch"]),
+    "farm.continuous": ("farm.run.continuous", ["Farm", "FarmStopped"]),
 }
 # names farm.trajectory itself handed out -> their module now
 MOVED_NAMES = {
@@ -79,3 +81,17 @@ def test_the_transcripts_table_names_still_resolve_from_farm_trajectory_transcri
 
     with pytest.warns(DeprecationWarning, match=f"transcript.{name} moved to farm.output.rows"):
         assert getattr(farm.trajectory.transcript, name) is getattr(farm.output.rows, name)
+
+
+def test_the_old_entry_points_are_the_new_ones():
+    sys.modules.pop("farm.driver", None)
+    with pytest.warns(DeprecationWarning, match="farm.run.batch"):
+        from farm.driver import run_farm
+    from farm.run.batch import run_batch
+
+    assert run_farm is run_batch
+
+    import farm
+    from farm.run.continuous import Farm, FarmStopped
+
+    assert (farm.Farm, farm.FarmStopped) == (Farm, FarmStopped)  # the face's lazy names: the new home

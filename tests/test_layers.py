@@ -18,7 +18,7 @@ FARM = Path(__file__).resolve().parents[1] / "farm"
 RANKS = {
     "__main__": 12, "farm": 12,
     "cli": 11, "commands": 11,
-    "single": 10, "driver": 10, "continuous": 10,  # the entry points beside `farm run` (driver, continuous: see run)
+    "single": 10,  # farm.Rollouts: the entry point beside `farm run` and farm.Farm (both in run/)
     "run": 9,  # the run session: one invocation on one output directory
     "actors": 8,  # the only Ray code
     "rollout": 7, "report": 7, "integrations": 7,
@@ -37,19 +37,6 @@ RAY_FREE_BELOW = "actors"
 # Upward edges that work in flight removes; each line goes with the commit that ends it.
 # (importer, imported): a module, or a package and everything in it.
 KNOWN_UPWARD = {
-    # the other entry points still reach into the driver's private set-up: the run
-    # session (farm/run/, issue 29 D2-D4) is the one place that sets a run up
-    ("farm.continuous", "farm.driver"),
-    ("farm.single.service", "farm.driver"),
-    # the output directory's modules still live in rollout/ (rank 7); farm/output/ (rank 3)
-    # takes them (issue 29 B2), with ArtifactsConfig into output/config.py
-    ("farm.config", "farm.rollout.artifacts"),
-    ("farm.report.data", "farm.rollout.artifacts"),
-    ("farm.report.data", "farm.rollout.table"),
-    ("farm.report.server", "farm.rollout.artifacts"),
-    ("farm.report.task", "farm.rollout.artifacts"),
-    *{(f"farm.integrations.{m}", "farm.rollout.group_reader")
-      for m in ("openrlhf", "pytorch", "rows", "slime", "source", "trl", "verl")},
     # the output directory's writer and rows still take RolloutResult / RolloutSummary from
     # rollout/ until the rollouts row is declared once in output/rows.py (issue 29 B3)
     ("farm.output", "farm.rollout"),
@@ -110,6 +97,8 @@ def is_shim(tree: ast.Module) -> bool:
             continue
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue  # the docstring
+        if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "__all__":
+            continue
         call = stmt.value if isinstance(stmt, ast.Expr) else None
         if (isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn"
                 and "DeprecationWarning" in ast.unparse(call)):

@@ -3,8 +3,8 @@ holding the output directory), the router (near the engine), the sandbox actors 
 ``placement`` puts them (and on sandbox nodes that join mid-run), and on ``close()`` what
 became of the sandboxes of actors and nodes that died (reaped, or reported left behind).
 
-``farm.driver`` (``farm run``), ``farm.continuous`` and ``farm.single`` all start the
-farm through :class:`FarmActors`.
+The run session (``farm.run.session``: ``farm run``, ``farm.Farm``, ``farm.Rollouts`` on
+Ray) starts the farm through :class:`FarmActors`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ def init_ray(cfg: FarmConfig) -> bool:
         kwargs.pop("include_dashboard", None)
         ray.init(**kwargs)
     return True
+
+
+def leave_ray() -> None:
+    """Disconnect from Ray (a local instance this process started stops with it); the
+    counterpart of an ``init_ray`` that returned True."""
+    ray.shutdown()
 
 
 def _kill_stale(name: str, namespace: str) -> None:
@@ -113,6 +119,28 @@ class FarmActors:
         )
         ray.get(self.reducer.ready.remote(), timeout=CONTROL_TIMEOUT_S)
         return self.reducer
+
+    def reducer_facts(self) -> tuple[list[str], set[str]]:
+        """What the started reducer found on opening the output directory: the repairs it
+        made (recovery lines) and the rollout ids already durable there."""
+        recovery = ray.get(self.reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
+        return recovery, set(ray.get(self.reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
+
+    # --- weights (farm.Farm): the router's workers, the reducer's stamp ----------------------
+    def policy_version(self) -> int:
+        """The engine's current weight version (its router's)."""
+        return int(ray.get(self.router.policy_version.remote(), timeout=CONTROL_TIMEOUT_S))
+
+    def set_policy_version(self, version: int) -> None:
+        """Tell the reducer the weight version turns are now generated under."""
+        ray.get(self.reducer.set_policy_version.remote(version), timeout=CONTROL_TIMEOUT_S)
+
+    def update_weights(self, path: str | None, version: int | None) -> int:
+        """New weights on every worker behind the router (load ``path``, or stamp ``version``),
+        then the reducer told: the new version."""
+        update = ray.get(self.router.update_weights.remote(path, version), timeout=None)
+        self.set_policy_version(update.policy_version)
+        return update.policy_version
 
     def start_engine(self, tasks: list[Task]) -> str:
         from farm.actors.router import RouterActor

@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 2
-    from farm.driver import run_farm
+    from farm.run.batch import run_batch
 
     # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        summary = run_farm(cfg, e2b_api_key=e2b_api_key, endpoint_api_key=endpoint_api_key)
+        summary = run_batch(cfg, e2b_api_key=e2b_api_key, endpoint_api_key=endpoint_api_key)
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 1

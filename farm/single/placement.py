@@ -4,14 +4,15 @@ on Ray.
 - ``InProcess``: the ``RouterActor``, one ``SandboxActor`` per harness and the
   ``ReducerActor`` as plain objects in the caller's event loop (no Ray needed).
 - ``OnRay``: the farm's actors on a Ray cluster, started the way ``farm run`` starts
-  them (``farm.driver.FarmActors``: named, the reducer pinned to this node, sandbox
-  actors spread); a rollout runs on its harness's sandbox actor, its events stream back
+  them (the run session's ``FarmActors``, ``farm.actors.assembly``: named, the reducer
+  pinned to this node, sandbox actors spread; the session joins and leaves Ray); a
+  rollout runs on its harness's sandbox actor, its events stream back
   (``SandboxActor.execute_stream``, a Ray streaming generator), an abort is a call to
   that actor (``SandboxActor.abort``).
 
-Both offer: ``start(tasks)``, ``actor(harness)``, ``execute(actor, spec, observer)``,
-``abort(actor, rollout_id)``, ``transcript(actor, rollout_id)``, ``submit(result)``,
-``done_ids()``, ``close()``.
+Both offer: ``start(session)`` (an open ``farm.run.session.RunSession``),
+``actor(harness)``, ``execute(actor, spec, observer)``, ``abort(actor, rollout_id)``,
+``transcript(actor, rollout_id)``, ``submit(result)``, ``done_ids()``, ``close()``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from farm.actors.sandbox import SandboxActor, call
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec
-from farm.tasks.model import Task
+from farm.run.session import RunSession
 
 
 def _harness_config(cfg: FarmConfig, harness: str) -> FarmConfig:
@@ -42,9 +43,10 @@ class InProcess:
         self.actors: dict[str, Any] = {}
         self._lock = asyncio.Lock()
 
-    async def start(self, tasks: list[Task]) -> None:
+    async def start(self, session: RunSession) -> None:
         from farm.actors.reducer import ReducerActor
 
+        tasks = session.tasks
         self.reducer = ReducerActor(self.cfg, metrics=False)
         if self.parts_factory is None and not self.cfg.black_box:  # a test seam / a hosted endpoint: no engine
             from farm.actors.router import RouterActor
@@ -103,17 +105,14 @@ class OnRay(InProcess):
                  endpoint_api_key: str | None = None) -> None:
         super().__init__(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=endpoint_api_key)
         self.farm: Any = None
-        self.started_ray = False
 
-    async def start(self, tasks: list[Task]) -> None:
-        from farm.actors.assembly import FarmActors, init_ray
-
-        self.started_ray = init_ray(self.cfg)  # in the main thread: ray.init installs signal handlers
-        self.farm = FarmActors(self.cfg, e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
-                               endpoint_api_key=self.endpoint_api_key)
+    async def start(self, session: RunSession) -> None:
+        # in this (the main) thread: ray.init installs signal handlers
+        self.farm = session.ray_actors(e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
+                                       endpoint_api_key=self.endpoint_api_key)  # fmt: skip
         self.reducer = await asyncio.to_thread(self.farm.start_reducer)
         if self.parts_factory is None and not self.cfg.black_box:
-            self.engine_url = await asyncio.to_thread(self.farm.start_engine, tasks)
+            self.engine_url = await asyncio.to_thread(self.farm.start_engine, session.tasks)
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
         import ray
@@ -146,13 +145,8 @@ class OnRay(InProcess):
         return bool(await actor.abort.remote(rollout_id))
 
     async def close(self) -> None:
-        import ray
-
         if self.farm is not None:
             await asyncio.to_thread(self.farm.close)  # sandbox actors, reducer (flushed), router; reap
             self.farm = None
         self.actors.clear()
         self.reducer = self.router = None
-        if self.started_ray:
-            ray.shutdown()
-            self.started_ray = False

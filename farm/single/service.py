@@ -14,7 +14,10 @@ table. Only the dispatch differs: a caller starts each rollout and watches it::
 
 A rollout is stored only when finalized; ``close()`` finalizes the finished rollouts
 nobody finalized (nothing is lost) and aborts the running ones (nothing half-done is
-stored). One ``Rollouts`` owns its output directory (``RunLock``) like one ``farm run``.
+stored). One ``Rollouts`` is one run session on its output directory
+(``farm.run.session``, as one ``farm run``): it owns the directory (``RunLock``), writes
+``run_config.yaml``, feeds the configured ``loggers:`` and, on ``close()``, adds its line
+to ``invocations.jsonl`` and rewrites ``summary.json`` (when it stored a rollout).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -30,6 +32,7 @@ from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_conf
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
+from farm.run.session import RunSession, RunTally, resolved
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
 from farm.single.placement import InProcess, OnRay
@@ -44,10 +47,9 @@ class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                  tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None,
                  placement: Literal["auto", "local", "ray"] = "auto") -> None:
-        self.cfg = cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides, defaults=SINGLE_DEFAULTS)
-        out_dir = Path(self.cfg.output.dir).expanduser().resolve()
-        self.cfg = self.cfg.model_copy(update={"output": self.cfg.output.model_copy(update={"dir": str(out_dir)})})
-        self.out_dir = out_dir
+        self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides,
+                                                                                  defaults=SINGLE_DEFAULTS))
+        self.out_dir = Path(self.cfg.output.dir)
         self._tasks_given = tasks
         self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
         self.tasks: dict[str, Task] = {}
@@ -58,10 +60,10 @@ class Rollouts:
         # a hosted endpoint's key (black-box mode): read here, from its api_key_env, as `farm run` does
         key = endpoint_api_key(self.cfg, os.environ)
         self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=key)
-        self._lock: Any = None
+        self.session: RunSession | None = None
+        self.summary: Any = None  # farm.run.summary.RunSummary once closed (None: nothing stored)
         self._used: set[str] = set()
         self._started = False
-        self._started_at, self._t0 = 0.0, 0.0
 
     # --- lifecycle ------------------------------------------------------------------------
     async def __aenter__(self) -> Rollouts:
@@ -71,26 +73,21 @@ class Rollouts:
         await self.close()
 
     async def start_farm(self) -> Rollouts:
-        """Own the output dir, load the tasks, start the reducer and the engine."""
-        from farm.driver import _write_run_config
-        from farm.run.lock import RunLock
-        from farm.run.tasks import load_run_tasks
-
+        """Open the run session (own the output dir, load the tasks), start the reducer and
+        the engine."""
         if self._started:
             return self
-        self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
+        session = RunSession(self.cfg, tasks=self._tasks_given, command="rollouts")
+        await asyncio.to_thread(session.open)  # the lock first; the task file may be large
+        self.session = session
         try:
-            _write_run_config(self.cfg, self.out_dir)
-            tasks = self._tasks_given if self._tasks_given is not None else await asyncio.to_thread(
-                load_run_tasks, self.cfg)
-            self.tasks = {t.id: t for t in tasks}
-            await self.placement.start(tasks)
+            self.tasks = {t.id: t for t in session.tasks}
+            await self.placement.start(session)
             self._used = set(await self.placement.done_ids())
         except BaseException:
-            await self._teardown()
+            await self._teardown(None)
             raise
         self._started = True
-        self._started_at, self._t0 = time.time(), time.monotonic()
         return self
 
     @property
@@ -107,34 +104,22 @@ class Rollouts:
                 await h.finalize()
             except Exception:  # noqa: BLE001 - the others still get stored
                 log.exception("finalizing rollout %s on close failed", h.id)
-        try:
-            await asyncio.to_thread(self._write_summary)
-        except Exception:  # noqa: BLE001 - what is stored stays stored; the summary is a view of it
-            log.exception("writing %s/summary.json on close failed", self.out_dir)
-        await self._teardown()
+        # This session as an invocation of the output directory (summary.json's counts are
+        # read back from its rollouts table); nothing stored: what summary.json says holds.
+        stored = [h.result_summary() for h in self.handles.values() if h.stored]
+        await self._teardown(RunTally(summaries=stored, planned=len(self.handles)) if stored else None)
         self._started = False
 
-    def _write_summary(self) -> None:
-        """This session as an invocation of the output directory (``invocations.jsonl``,
-        ``summary.json`` with the directory's counts read back from its rollouts table), so
-        the summary stays true when rollouts are added to a `farm run`'s directory."""
-        from farm.run.summary import summarize, with_history, write_summary
-
-        stored = [h.result_summary() for h in self.handles.values() if h.stored]
-        if not self._started or not stored:
-            return  # nothing added: what summary.json says still holds
-        summary = summarize(self.cfg.run_id, stored, planned=len(self.handles), wall_s=time.monotonic() - self._t0)
-        summary = with_history(summary, self.out_dir, started_at=self._started_at,
-                               group_size=self.cfg.rollout.n_samples, command="rollouts")  # fmt: skip
-        write_summary(summary, self.out_dir)
-
-    async def _teardown(self) -> None:
+    async def _teardown(self, tally: RunTally | None) -> None:
         try:
             await self.placement.close()
         finally:
-            if self._lock is not None:
-                self._lock.release()
-                self._lock = None
+            if self.session is not None:
+                try:  # in this thread: a session that joined Ray leaves it here
+                    self.summary = self.session.close(tally)
+                except Exception:  # noqa: BLE001 - what is stored stays stored; the summary is a view of it
+                    log.exception("writing %s/summary.json on close failed", self.out_dir)
+                self.session = None
 
     # --- rollouts -----------------------------------------------------------------------------
     def resolve_task(self, task: TaskLike) -> Task:

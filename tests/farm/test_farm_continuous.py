@@ -14,7 +14,7 @@ from rich.console import Console
 
 import farm_helpers
 from farm.config import FarmConfig
-from farm.continuous import Farm
+from farm import Farm
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.model import Task
 from farm.output.shard_reader import ShardReader
@@ -119,7 +119,7 @@ def test_no_group_beyond_the_bound_is_handed_out(tmp_path):
 
 
 def test_farm_run_takes_the_stream_epochs(tmp_path):
-    from farm.driver import run_farm
+    from farm.run.batch import run_batch as run_farm
 
     cfg = _cfg(tmp_path, epochs=2, shuffle=True, seed=3)
     summary = run_farm(cfg, console=Console(file=io.StringIO()), tasks=_tasks(tmp_path, 0.1),

@@ -24,7 +24,7 @@ from rich.console import Console
 import farm_helpers
 from farm.actors import dashboard
 from farm.config import FarmConfig
-from farm.continuous import Farm
+from farm import Farm
 from farm.tasks.model import Task
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.engine.routing import MoEShape, fake_routing
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.output.reader import open_sample_reader

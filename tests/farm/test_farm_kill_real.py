@@ -18,7 +18,7 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.actors.assembly import actor_name
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.harnesses.config import HarnessConfig
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.sandboxes.local import LABELS_FILE, MARKER_ENV

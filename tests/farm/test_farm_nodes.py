@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.output.shard_reader import ShardReader
 

@@ -20,7 +20,7 @@ import farm_helpers
 from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
 from farm.actors.assembly import actor_name
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.output.artifacts import read_index, read_text
 from farm.output.groups import complete_groups
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE

@@ -37,7 +37,7 @@ from rich.console import Console
 
 import farm
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.modeltext.tokenizer import load_tokenizer
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig

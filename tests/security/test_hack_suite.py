@@ -18,7 +18,7 @@ import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.driver import run_farm
+from farm.run.batch import run_batch as run_farm
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
