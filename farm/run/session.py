@@ -256,7 +256,7 @@ class RunSession:
 
 def _fidelity(out_dir: Path) -> dict[str, Any] | None:
     """The output's token-fidelity totals (never fails the run's end)."""
-    from farm.trajectory.fidelity import fidelity_report
+    from farm.output.fidelity import fidelity_report
 
     try:
         return fidelity_report(out_dir)[0]
