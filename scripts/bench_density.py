@@ -190,9 +190,12 @@ def summarize(args, records, sampler, base_rss, t0, t1, *, farm_cpu, child_cpu, 
     busy = 0.0
     overheads, creates, turns, statuses = [], [], 0, {}
     phase_s: dict[str, list[float]] = {}
+    reasons: dict[str, str] = {}
     for r in records:
         res = r["result"]
         statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
+        if res.status.value != "completed":
+            reasons.setdefault(res.status.value, res.reason[:300])
         marks = r["phases"] + [("end", r["end"])]
         for (name, a), (_, b) in zip(marks, marks[1:]):
             if name == "agent":
@@ -226,6 +229,7 @@ def summarize(args, records, sampler, base_rss, t0, t1, *, farm_cpu, child_cpu, 
         "turns": turns,
         "children_cpu_s_per_rollout": round(child_cpu / max(1, len(records)), 2),
         "statuses": statuses,
+        "reasons": reasons,
         "pool": pool_stats,
         "phases_p50_s": {k: round(statistics.median(v), 3) for k, v in phase_s.items()},
     }
@@ -252,8 +256,8 @@ async def main(args: argparse.Namespace) -> None:
             results[mode] = await run_mode(args, work, url, proc.pid or 0, mode == "pool")
             r = results[mode]
             print(f"bench_density[{mode}]: " + " ".join(f"{k}={v}" for k, v in r.items()
-                                                          if k not in ("statuses", "pool", "phases_p50_s")), flush=True)
-            print(f"  statuses={r['statuses']} pool={r['pool']}\n  phases_p50_s={r['phases_p50_s']}", flush=True)
+                                                          if k not in ("statuses", "reasons", "pool", "phases_p50_s")), flush=True)
+            print(f"  statuses={r['statuses']} pool={r['pool']}\n  reasons={r['reasons']}\n  phases_p50_s={r['phases_p50_s']}", flush=True)
     finally:
         await proc.astop()
     final = results.get("pool") or results[args.modes[-1]]
