@@ -20,6 +20,7 @@ from farm.rollout.model import RolloutSpec
 from farm.rollout.pipeline import AgentRun, Grade
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.limiter import SandboxLimiter
+from farm.sandboxes.pool import SandboxPool
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,11 @@ def make_actor_limiter(cfg: FarmConfig) -> SandboxLimiter:
         return limiter
     rate = cfg.rollout.sandbox_create_rate
     return SandboxLimiter(rate, max(1, int(rate)), cfg.rollout.sandbox_create_concurrency)
+
+
+def make_actor_pool(cfg: FarmConfig, create: Callable[[SandboxSpec], Any], limiter: SandboxLimiter) -> SandboxPool:
+    """The actor's warm sandboxes (``sandbox.pool``); a background create leaves one live slot free."""
+    return SandboxPool(create, cfg.sandbox.pool, has_room=lambda: limiter.in_use + 1 < limiter.max_concurrent)
 
 
 class FarmParts:
@@ -51,6 +57,7 @@ class FarmParts:
         self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (read by `farm run`); never stored
         self.on_sandbox_created = on_sandbox_created
         self.limiter = make_actor_limiter(cfg)
+        self.pool = make_actor_pool(cfg, self._create, self.limiter)
         self.gateway: Any = None
         self.engine: Any = None
         self.runtime: Any = None
@@ -94,7 +101,8 @@ class FarmParts:
         return self.gateway_url
 
     async def stop(self) -> None:
-        """Close open sandboxes, the gateway (closing its sessions) and the engine client."""
+        """Close the pool, open sandboxes, the gateway (closing its sessions) and the engine client."""
+        await self.pool.close()
         await asyncio.gather(*(sb.close() for sb in list(self._sandboxes)), return_exceptions=True)
         self._sandboxes.clear()
         if self.gateway is not None:
@@ -122,7 +130,7 @@ class FarmParts:
                 ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
             )
         sb_spec = await self.runtime.sandbox_spec(spec.task, sb_spec)  # interpreter, environment snapshot
-        return await self._create(sb_spec)
+        return await self.pool.acquire(sb_spec)  # warm when sandbox.pool.size > 0, else created now
 
     async def _create(self, sb_spec: SandboxSpec) -> Sandbox:
         from farm.sandboxes.factory import create_sandbox

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.sandboxes.pool import SandboxPoolConfig
 from farm.sandboxes.views import ViewMode
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -137,4 +138,8 @@ class SandboxConfig(BaseModel):
     )
     e2b: E2BSandboxConfig = Field(
         default_factory=E2BSandboxConfig, description="settings of the E2B backend (used when backend: e2b)"
+    )
+    pool: SandboxPoolConfig = Field(
+        default_factory=SandboxPoolConfig,
+        description="warm sandboxes per environment, made ahead of the rollouts (farm.sandboxes.pool; off by default)",
     )

@@ -167,3 +167,21 @@ async def test_cancel_cleans_up(tmp_path):
     r = await task
     assert r.status is S.CANCELLED and "agent" in r.reason
     assert all(sb.closed for sb in parts.sandboxes) and not parts.sessions_open
+
+
+async def test_grading_does_not_wait_for_the_agent_sandbox_teardown(tmp_path) -> None:
+    """The agent sandbox is torn down (view, directory) while its diff is graded, and the
+    rollout still ends with it closed."""
+    parts = Parts(tmp_path, final_answer=True)
+    seen: list[bool] = []
+    grade = parts.grade
+
+    async def grading(spec, diff):
+        seen.append(parts.sandboxes[0].dir.exists())  # being torn down, not gone yet
+        return await grade(spec, diff)
+
+    parts.grade = grading
+    result = await RolloutPipeline(parts, harness="claude_code", model="m", timeout_s=60, actor="a0").run(_spec())
+    assert result.status is S.COMPLETED and result.reward == 1.0
+    assert seen == [True]
+    assert parts.sandboxes[0].closed and not parts.sandboxes[0].dir.exists()
