@@ -53,7 +53,7 @@ import psutil
 from farm.config import FarmConfig, load_config
 from farm.engine.launchers import start_scripted_worker
 from farm.grading import grading_spec
-from farm.model.tokenizer import resolve_tokenizer
+from farm.modeltext.tokenizer import resolve_tokenizer
 from farm.rollout.model import RolloutSpec
 from farm.rollout.parts import FarmParts
 from farm.rollout.pipeline import RolloutPipeline
