@@ -57,7 +57,7 @@ class RolloutConfig(BaseModel):
         default=4.0, gt=0, description="sandbox creates per second per sandbox actor"
     )
     sandbox_create_concurrency: int = Field(
-        default=8, ge=1, description="sandbox creates in progress at once per sandbox actor"
+        default=8, ge=1, description="live sandboxes at once per sandbox actor (a rollout's agent and grading sandboxes each hold one until closed; raise it with rollout.concurrency)"
     )
     limit: int | None = Field(default=None, ge=1, description="run only the first N rollouts (smoke runs)")
     infra_retries: int = Field(
