@@ -249,7 +249,7 @@ class Farm:
             "groups_dispatched": self._feed.dispatched_groups if self._feed else 0,
             "groups_consumed": self.groups_consumed,
             "ahead": self._feed.ahead if self._feed else 0,
-            "rollouts_finished": len(d.summaries) if d else 0,
+            "rollouts_finished": d.finished if d else 0,
             "stale_dropped": d.stale_dropped if d else 0,
             "stale_aborted": d.stale_aborted if d else 0,
             "stale_groups_dropped": self.stale_groups_dropped,
@@ -277,7 +277,7 @@ class Farm:
         try:
             if self._actors is not None:
                 d = self._dispatcher
-                self.summary = _finish(self.cfg, self.console, self._actors, d, len(d.summaries) if d else 0,
+                self.summary = _finish(self.cfg, self.console, self._actors, d, d.finished if d else 0,
                                        self._skipped, self._t0, self._started_at, self.out_dir, self._started_ray,
                                        self._recovery, self._loggers)
         finally:

@@ -23,7 +23,7 @@ from farm.run.stream import StreamFeed, TaskStream
 from farm.run.progress import RunProgress
 from farm.run.lock import RunLock
 from farm.run.signals import cleanup_phase, stop_signals
-from farm.run.summary import RunSummary, summarize, summary_table, with_history, write_summary
+from farm.run.summary import RunSummary, SummaryTally, summary_table, with_history, write_summary
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -151,10 +151,9 @@ def _finish(
     try:
         farm.close()
     finally:
-        summaries = list(dispatcher.summaries.values()) if dispatcher else []
-        summary = summarize(
+        tally = dispatcher.tally if dispatcher else SummaryTally()  # kept as rollouts finished: bounded
+        summary = tally.summary(
             cfg.run_id,
-            summaries,
             planned=planned,
             skipped_done=skipped,
             wall_s=time.monotonic() - t0,
