@@ -309,6 +309,9 @@ def main() -> None:
     p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else float("nan")
     if not args.out:
         shutil.rmtree(tmp, ignore_errors=True)
+    quarters = [next((x for x in samples if x[0] >= total * q // 4), samples[-1]) for q in (1, 2, 3, 4)]
+    print("rss by rollouts durable (n, driver MB, reducer MB): "
+          + ", ".join(f"({n}, {d:.0f}, {r:.0f})" for n, d, r in quarters), file=sys.stderr)
     print(f"groups handed out {follower.groups}/{n_groups}; run wall {wall:.1f} s (incl. ray start); "
           f"rss samples {len(samples)}; driver {base[1]:.0f}->{last[1]:.0f} MB, reducer {base[2]:.0f}->"
           f"{max(s[2] for s in samples):.0f} MB", file=sys.stderr)

@@ -118,3 +118,50 @@ def test_a_rollout_handed_back_twice_counts_once():
     for x in (s[0], s[1], s[0], s[2], s[1]):
         d._finish(x)
     assert d.finished == 3
+
+
+def test_the_store_keeps_recent_summaries_and_reads_older_ones_back(tmp_path):
+    from farm_helpers import make_result, reducer_config
+
+    from farm.rollout.store import RolloutStore
+
+    cfg = reducer_config(tmp_path / "out")
+    store = RolloutStore(cfg.output.dir, cfg.output)
+    store.summaries._cache = 4
+    results = [make_result(f"g{i // 4}.{i % 4}", reward=float(i % 2)) for i in range(12)]
+    for r in results:
+        store.add(r, [])
+    store.commit(store.take_buffer())
+    assert len(store.summaries._recent) == 4  # not one per rollout
+    assert len(store.summaries) == 12 and set(store.summaries) == {r.rollout_id for r in results}
+    for r in results:  # the first 8 are read back from the rollouts shard
+        assert store.summaries[r.rollout_id] == r.summary(), r.rollout_id
+    assert "g9.0" not in store.summaries and store.summaries.get("g9.0") is None
+    store.close()
+    reopened = RolloutStore(cfg.output.dir, cfg.output)  # resume: nothing read into memory per rollout
+    assert len(reopened.summaries._recent) == 0 and len(reopened.summaries) == 12
+    assert reopened.summaries["g0.1"].reward == 1.0
+    reopened.close()
+
+
+def test_a_following_group_reader_keeps_no_id_per_rollout(tmp_path, monkeypatch):
+    from farm_helpers import make_result, reducer_config
+
+    from farm.rollout import group_reader
+    from farm.rollout.group_reader import GroupReader
+    from farm.rollout.store import RolloutStore
+
+    monkeypatch.setattr(group_reader, "CLOSED_GROUPS", 3)
+    cfg = reducer_config(tmp_path / "out")
+    store = RolloutStore(cfg.output.dir, cfg.output)
+    reader = GroupReader(cfg.output.dir, size=2)
+    got = []
+    for batch in range(5):
+        for g in range(2):
+            for k in range(2):
+                store.add(make_result(f"b{batch}g{g}.{k}"), [])
+        store.commit(store.take_buffer())
+        got += [g.group_id for g in reader.poll()]
+    assert got == [f"b{b}g{g}" for b in range(5) for g in range(2)]
+    assert len(reader._closed_ids) == 3 and not reader._pending
+    store.close()
