@@ -271,8 +271,8 @@ class RolloutStore:
         if rows:
             self.rollouts.flush()
             written[ROLLOUTS_TABLE] = 1
-        for rid in batch.rollout_ids:
-            self.summaries.remember(batch.summaries[rid])
+        for row in rows:  # first write wins: a rollout durable before keeps its stored summary
+            self.summaries.remember(batch.summaries[row["rollout_id"]])
         for k, v in written.items():
             self.shards_written[k] += v
         return written
