@@ -9,8 +9,9 @@ output directory in a thread the whole time, the way a trainer consumes the stre
 
 Figures:
   rollouts_per_s          rollouts recorded per second of the dispatch loop
-  driver_rss_growth_mb    this process's RSS at the end minus after the first 10% (the plan
-                          is built before: what grows is what the run keeps per rollout)
+  driver_rss_growth_mb    this process's RSS when every rollout is durable minus after the
+                          first 10% (the plan is built before; the run's end, which reads
+                          the directory back for summary.json, is printed apart)
   reducer_rss_growth_mb   the same for the reducer actor's process
   resume_open_s           opening the finished output directory the way a resumed run does
                           (the reducer's store: recover + reconcile + the done ids)
@@ -278,10 +279,14 @@ def main() -> None:
     assert recorded == total, (recorded, total, summary.by_status)
 
     # growth: from the first sample past 10% of the rollouts to the last one
+    # (the dispatch loop's end: the first sample with every rollout handed out, before the
+    # run's end reads the directory back for summary.json; that is reported apart)
     base = next((s for s in samples if s[0] >= total // 10 and s[2] > 0), samples[0])
-    last = samples[-1]
+    last = next((s for s in samples if s[0] >= total and s[2] > 0), samples[-1])
     driver_growth = last[1] - base[1]
-    reducer_growth = max(s[2] for s in samples) - base[2]
+    reducer_growth = last[2] - base[2]
+    print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
+          f"{max(s[1] for s in samples):.0f} MB", file=sys.stderr)
 
     # resume: open the finished directory as a resumed run's reducer does
     from farm.rollout.store import RolloutStore
@@ -314,7 +319,7 @@ def main() -> None:
           + ", ".join(f"({n}, {d:.0f}, {r:.0f})" for n, d, r in quarters), file=sys.stderr)
     print(f"groups handed out {follower.groups}/{n_groups}; run wall {wall:.1f} s (incl. ray start); "
           f"rss samples {len(samples)}; driver {base[1]:.0f}->{last[1]:.0f} MB, reducer {base[2]:.0f}->"
-          f"{max(s[2] for s in samples):.0f} MB", file=sys.stderr)
+          f"{last[2]:.0f} MB", file=sys.stderr)
     print(f"bench_scale: rollouts={total} rollouts_per_s={total / summary.wall_s:.0f} "
           f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
           f"resume_open_s={resume_open_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f}")
