@@ -279,10 +279,12 @@ def main() -> None:
     assert recorded == total, (recorded, total, summary.by_status)
 
     # growth: from the first sample past 10% of the rollouts to the last one
-    # (the dispatch loop's end: the first sample with every rollout handed out, before the
-    # run's end reads the directory back for summary.json; that is reported apart)
+    # (to the dispatch loop's end, before the run's end reads the directory back for
+    # summary.json; that is reported apart)
     base = next((s for s in samples if s[0] >= total // 10 and s[2] > 0), samples[0])
-    last = next((s for s in samples if s[0] >= total and s[2] > 0), samples[-1])
+    # the last sample with the reducer alive: the run's end closes the farm (reducer first)
+    # before it reads the directory back
+    last = [s for s in samples if s[2] > 0][-1] if any(s[2] > 0 for s in samples) else samples[-1]
     driver_growth = last[1] - base[1]
     reducer_growth = last[2] - base[2]
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
