@@ -46,6 +46,8 @@ GUARD_SLACK_S = 120.0
 CONTROL_TIMEOUT_S = 120.0
 # An actor call failed because the actor is gone: dead, restarting, or pinned to a node
 # that died (a node-pinned actor cannot restart anywhere else: unschedulable).
+# How many finished rollout ids the dispatcher remembers to count each once (see _finish).
+RECENT_IDS = 65_536
 ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
 
 
@@ -55,6 +57,14 @@ class Feed(Protocol):
     exhausted: bool
 
     def next(self) -> list[RolloutSpec] | None: ...
+
+
+class Tally(Protocol):
+    """Where finished rollouts are counted (farm.run.summary.SummaryTally: bounded memory)."""
+
+    count: int
+
+    def add(self, summary: RolloutSummary) -> None: ...
 
 
 class Progress(Protocol):
@@ -84,6 +94,7 @@ class Dispatcher:
         actors: dict[str, Any],
         reducer: Any,
         progress: Progress,
+        tally: Tally,
         *,
         guard_s: float | None = None,
         scale_out: Callable[[], dict[str, Any]] | None = None,
@@ -98,7 +109,14 @@ class Dispatcher:
         self.probes: dict[Any, tuple[str, float]] = {}  # probe ref -> (actor, sent): actors that lost a rollout
         self.inflight: dict[Any, _InFlight] = {}
         self.queue: deque[RolloutSpec] = deque()
-        self.summaries: dict[str, RolloutSummary] = {}
+        # What the run's summary needs, kept as rollouts finish (bounded: not one object per
+        # rollout); the driver and the trainer's thread read it (``tally.summary(...)``, ``finished``).
+        self.tally = tally
+        # The ids finished last, to count a rollout once if it is handed back twice (a rollout
+        # is queued, in flight or delayed at most once at a time, so a second hand-back can only
+        # follow closely: a window of recent ids, not every id of the run).
+        self._recent: deque[str] = deque()
+        self._recent_ids: set[str] = set()
         self.delayed: list[tuple[float, RolloutSpec]] = []  # infrastructure retries waiting out their backoff
         self.homes: dict[str, str] = {}  # task id -> the actor that ran it first (its node has the environment)
         self.redispatched = 0
@@ -116,7 +134,7 @@ class Dispatcher:
 
     # --- loop ---------------------------------------------------------------
     def run(self, specs: list[RolloutSpec] = (), *, feed: Feed | None = None,
-            stop: threading.Event | None = None) -> list[RolloutSummary]:
+            stop: threading.Event | None = None) -> Tally:
         """Run ``specs``, then whatever ``feed`` hands out (continuous mode) until it is
         exhausted, or until ``stop`` is set (in-flight rollouts are then interrupted)."""
         self.queue.extend(specs)
@@ -155,7 +173,12 @@ class Dispatcher:
             self.interrupted = True
             self.progress.note("interrupted: cancelling in-flight rollouts (Ctrl-C again to stop at once)")
             self.cancel_inflight(self.cfg.ray.drain_timeout_s)
-        return list(self.summaries.values())
+        return self.tally
+
+    @property
+    def finished(self) -> int:
+        """Rollouts finished so far (recorded, or interrupted)."""
+        return self.tally.count
 
     def _feed(self, feed: Feed | None) -> None:
         """Pull groups while the actors have free slots for them."""
@@ -346,9 +369,14 @@ class Dispatcher:
         return ray.get(self.reducer.submit.remote(result), timeout=CONTROL_TIMEOUT_S)
 
     def _finish(self, summary: RolloutSummary) -> None:
-        if summary.rollout_id in self.summaries:
+        rid = summary.rollout_id
+        if rid in self._recent_ids:
             return
-        self.summaries[summary.rollout_id] = summary
+        self._recent.append(rid)
+        self._recent_ids.add(rid)
+        while len(self._recent) > RECENT_IDS:
+            self._recent_ids.discard(self._recent.popleft())
+        self.tally.add(summary)
         self.progress.advance(summary, len(self.inflight))
 
     def cancel_inflight(self, drain_s: float) -> None:

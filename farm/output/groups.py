@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,7 @@ def complete_groups(out_dir: str | os.PathLike[str], size: int | None = None) ->
 
 
 GroupOrder = Literal["completion", "task"]
+CLOSED_GROUPS = 65_536  # group ids a reader remembers having handed out (see GroupReader._closed)
 # rollouts-table columns a group carries (the diff and the log tail stay in the table)
 ROW_COLUMNS = [
     "rollout_id", "group_id", "task_id", "sample_index", "group_index", "attempt", "status", "reason", "reward",
@@ -195,7 +197,11 @@ class GroupReader:
         self._rollout_tail = ManifestTail(self._rollouts.manifest_path, ROLLOUTS_TABLE)
         self._sample_tail = ManifestTail(self._samples.manifest_path, SAMPLES_TABLE)
         self._samples_by_rollout: dict[str, list[Sample]] = {}
-        self._rollout_ids: set[str] = set()
+        # Groups handed out (or left out) last: a row of one of them that shows up again (its
+        # rollout retracted and rewritten) does not start the group over. A window, so a
+        # reader following a run of a million rollouts keeps no id per rollout.
+        self._closed: deque[str] = deque()
+        self._closed_ids: set[str] = set()
         self._pending: dict[str, _Pending] = {}
         self._done: dict[int, Group] = {}  # task order: done groups waiting for earlier ones, by group index
         self._next_index = first_index
@@ -214,12 +220,11 @@ class GroupReader:
         for entry in self._rollout_tail.new_entries():
             table = self._rollouts.read_shard(entry).select(ROW_COLUMNS)
             for row in table.to_pylist():
-                if row["rollout_id"] in self._rollout_ids:  # a rollout counts once
+                if row["group_id"] in self._closed_ids:  # a rollout counts once
                     continue
-                self._rollout_ids.add(row["rollout_id"])
                 pending = self._pending.setdefault(row["group_id"], _Pending(seen_at=self._arrivals))
                 self._arrivals += 1
-                pending.rows.setdefault(int(row["sample_index"]), row)
+                pending.rows.setdefault(int(row["sample_index"]), row)  # the first row of a sample index
         return self._emit(self._finished())
 
     def _finished(self) -> list[Group]:
@@ -233,6 +238,10 @@ class GroupReader:
             samples = [s for r in rows for s in sorted(self._samples_by_rollout.pop(r["rollout_id"], []),
                                                         key=lambda s: s.chain_index)]
             del self._pending[gid]
+            self._closed.append(gid)
+            self._closed_ids.add(gid)
+            while len(self._closed) > CLOSED_GROUPS:
+                self._closed_ids.discard(self._closed.popleft())
             out.append(Group(
                 group_id=gid, task_id=rows[0]["task_id"], group_index=rows[0]["group_index"], size=self.size,
                 rollouts=rows, samples=samples, complete=all(RolloutStatus(r["status"]).trainable for r in rows),

@@ -137,6 +137,10 @@ class ShardWriter:
         return rollout_id in self._durable
 
     @property
+    def durable_count(self) -> int:
+        return len(self._durable)
+
+    @property
     def durable_ids(self) -> frozenset[str]:
         return frozenset(self._durable)
 

@@ -19,7 +19,8 @@ rollout has no row is retracted (the rollout runs again and writes it anew).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,54 @@ class Batch:
     artifacts: dict[str, RolloutArtifacts] = field(default_factory=dict)
 
 
+class StoredSummaries(Mapping[str, RolloutSummary]):
+    """The durable rollouts' summaries by id, without one object per rollout in memory (a
+    run of a million rollouts would keep ~1 KB each): which ids are durable is the rollouts
+    table's writer's to say; the last ``cache`` summaries stay in memory (a duplicate
+    submit or a lost actor's lookup concerns a recent rollout); an older one is read back
+    from its shard."""
+
+    def __init__(self, writer: ShardWriter, reader: ShardReader, cache: int = 4096) -> None:
+        self._writer, self._reader, self._cache = writer, reader, cache
+        self._recent: OrderedDict[str, RolloutSummary] = OrderedDict()
+
+    def __contains__(self, rollout_id: object) -> bool:
+        return isinstance(rollout_id, str) and self._writer.is_durable(rollout_id)
+
+    def __len__(self) -> int:
+        return self._writer.durable_count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._writer.durable_ids)
+
+    def __getitem__(self, rollout_id: str) -> RolloutSummary:
+        if rollout_id not in self:
+            raise KeyError(rollout_id)
+        summary = self._recent.get(rollout_id)
+        if summary is None:
+            summary = self._read(rollout_id)
+        self.remember(summary)
+        return summary
+
+    def remember(self, summary: RolloutSummary) -> None:
+        self._recent[summary.rollout_id] = summary
+        self._recent.move_to_end(summary.rollout_id)
+        while len(self._recent) > self._cache:
+            self._recent.popitem(last=False)
+
+    def forget(self, rollout_id: str) -> None:
+        self._recent.pop(rollout_id, None)
+
+    def _read(self, rollout_id: str) -> RolloutSummary:
+        for entry in reversed(self._writer.entries):
+            if rollout_id in entry.rollout_ids:
+                table = self._reader.read_shard(entry).select(SUMMARY_COLUMNS)
+                for row in table.to_pylist():
+                    if row["rollout_id"] == rollout_id:
+                        return row_to_summary(row)
+        raise KeyError(rollout_id)
+
+
 class OutputWriter:
     def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False) -> None:
         """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``)."""
@@ -80,8 +129,8 @@ class OutputWriter:
         self.partial_artifacts = clean_partial(self.out_dir)  # a crash mid-write: never a half copy
         self.rebuilt_rows = 0
         self.retracted: list[str] = []
-        self._promised: dict[str, int] = {}  # rollout id -> Samples its row promises (read once, at open)
-        self.summaries: dict[str, RolloutSummary] = self._load_summaries()
+        self._promised: dict[str, int] = self._load_promised()  # rollout id -> Samples its row promises (at open)
+        self.summaries = StoredSummaries(self.rollouts, self.rollouts_reader)
         self._buffer = Batch()
         self.buffered_rows = 0
         self.shards_written: dict[str, int] = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
@@ -95,14 +144,12 @@ class OutputWriter:
                 self.transcripts.retract(sorted(orphans))
         return self.transcripts
 
-    def _load_summaries(self) -> dict[str, RolloutSummary]:
-        out: dict[str, RolloutSummary] = {}
+    def _load_promised(self) -> dict[str, int]:
+        out: dict[str, int] = {}
         for entry in self.rollouts.entries:
-            table = self.rollouts_reader.read_shard(entry).select([*SUMMARY_COLUMNS, "num_samples"])
-            for row in table.to_pylist():
-                if row["rollout_id"] not in out:
-                    out[row["rollout_id"]] = row_to_summary(row)
-                    self._promised[row["rollout_id"]] = row["num_samples"]
+            table = self.rollouts_reader.read_shard(entry).select(["rollout_id", "num_samples"])
+            for rid, n in zip(table.column("rollout_id").to_pylist(), table.column("num_samples").to_pylist()):
+                out.setdefault(rid, n)
         return out
 
     # --- recovery -------------------------------------------------------------
@@ -123,7 +170,7 @@ class OutputWriter:
         for rid in sorted(orphans):
             row = RolloutRow.rebuilt(rid, rows[rid])
             self.rollouts.write_rollout(rid, rows_to_table([row]))
-            self.summaries[rid] = row_to_summary(row.model_dump())
+            self.summaries.remember(row_to_summary(row.model_dump()))
             self._promised[rid] = row.num_samples
         self.rollouts.flush()
         self.rebuilt_rows += len(orphans)
@@ -136,12 +183,12 @@ class OutputWriter:
         for entry in self.samples.entries:
             have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
         bad = sorted(rid for rid, n in self._promised.items() if have[rid] != n)
+        self._promised = {}  # needed only here, once: not kept per rollout for the whole run
         if bad:
             self.samples.retract([rid for rid in bad if have[rid]])
             self.rollouts.retract(bad)
             for rid in bad:
-                self.summaries.pop(rid, None)
-                self._promised.pop(rid, None)
+                self.summaries.forget(rid)
             self.retracted.extend(bad)
         return bad
 
@@ -208,8 +255,8 @@ class OutputWriter:
         if rows:
             self.rollouts.flush()
             written[ROLLOUTS_TABLE] = 1
-        for rid in batch.rollout_ids:
-            self.summaries.setdefault(rid, batch.summaries[rid])
+        for row in rows:  # first write wins: a rollout durable before keeps its stored summary
+            self.summaries.remember(batch.summaries[row.rollout_id])
         for k, v in written.items():
             self.shards_written[k] += v
         return written

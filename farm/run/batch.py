@@ -14,7 +14,7 @@ from farm.actors.dispatch import Dispatcher
 from farm.config import FarmConfig
 from farm.run.session import RunSession, RunTally
 from farm.run.signals import cleanup_phase, stop_signals
-from farm.run.summary import RunSummary
+from farm.run.summary import RunSummary, SummaryTally
 from farm.tasks.model import Task
 
 
@@ -78,7 +78,8 @@ class _Batch:
                     if start_engine and not cfg.black_box:  # a hosted endpoint needs no engine
                         actors.start_engine(session.tasks)
                     actors.start_sandbox_actors(None if plan.feed is not None else max(1, len(plan.specs)))
-                    self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, scale_out=actors.scale_out)
+                    self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, SummaryTally(),
+                                                 scale_out=actors.scale_out)
                     self.dispatcher.run(plan.specs, feed=plan.feed)
                     self.planned = progress.total
             finally:

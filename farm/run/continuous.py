@@ -37,6 +37,7 @@ from farm.config import FarmConfig, load_config
 from farm.output.groups import Group, GroupOrder, GroupReader
 from farm.run.session import RunSession, RunTally, resolved
 from farm.run.stream import Curriculum, StreamFeed, TaskStream
+from farm.run.summary import SummaryTally
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class Farm:
                 self._actors.start_engine(session.tasks)
             self._actors.start_sandbox_actors()
             self._progress = session.progress(0)
-            self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, self._progress,
+            self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, self._progress, SummaryTally(),
                                           scale_out=self._actors.scale_out)
             version = self.policy_version
             self._actors.set_policy_version(version)
@@ -221,7 +222,7 @@ class Farm:
             "groups_dispatched": self._feed.dispatched_groups if self._feed else 0,
             "groups_consumed": self.groups_consumed,
             "ahead": self._feed.ahead if self._feed else 0,
-            "rollouts_finished": len(d.summaries) if d else 0,
+            "rollouts_finished": d.finished if d else 0,
             "stale_dropped": d.stale_dropped if d else 0,
             "stale_aborted": d.stale_aborted if d else 0,
             "stale_groups_dropped": self.stale_groups_dropped,

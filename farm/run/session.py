@@ -31,7 +31,7 @@ from farm.run.lock import RunLock
 from farm.run.progress import RunProgress
 from farm.run.signals import cleanup_phase
 from farm.run.stream import Curriculum, StreamFeed, TaskStream
-from farm.run.summary import RunSummary, summarize, summary_table, with_history, write_summary
+from farm.run.summary import RunSummary, SummaryTally, summary_table, with_history, write_summary
 from farm.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def resolved(cfg: FarmConfig) -> FarmConfig:
 class RunTally:
     """What one invocation's dispatch did: the session's summary is made of it."""
 
-    summaries: list[RolloutSummary] = field(default_factory=list)
+    rollouts: SummaryTally = field(default_factory=SummaryTally)  # bounded: not one object per rollout
     planned: int = 0
     redispatched: int = 0
     retried: int = 0
@@ -65,10 +65,18 @@ class RunTally:
         """The tally of a ``farm.actors.dispatch.Dispatcher`` (None: it never started)."""
         if dispatcher is None:
             return cls(planned=planned or 0, lost_nodes=dict(lost_nodes or {}))
-        summaries = list(dispatcher.summaries.values())
-        return cls(summaries=summaries, planned=len(summaries) if planned is None else planned,
+        rollouts = dispatcher.tally
+        return cls(rollouts=rollouts, planned=rollouts.count if planned is None else planned,
                    redispatched=dispatcher.redispatched, retried=dispatcher.retried,
                    interrupted=bool(dispatcher.interrupted), lost_nodes=dict(lost_nodes or {}))  # fmt: skip
+
+    @classmethod
+    def of_summaries(cls, summaries: list[RolloutSummary], *, planned: int) -> RunTally:
+        """The tally of rollouts stored one by one (``farm.Rollouts``)."""
+        rollouts = SummaryTally()
+        for s in summaries:
+            rollouts.add(s)
+        return cls(rollouts=rollouts, planned=planned)
 
 
 @dataclass(frozen=True)
@@ -217,9 +225,9 @@ class RunSession:
 
     def _summarize(self, tally: RunTally) -> RunSummary:
         cfg = self.cfg
-        summary = summarize(cfg.run_id, tally.summaries, planned=tally.planned, skipped_done=self.skipped,
-                            wall_s=time.monotonic() - self._t0, redispatched=tally.redispatched,
-                            retried=tally.retried, interrupted=tally.interrupted)  # fmt: skip
+        summary = tally.rollouts.summary(cfg.run_id, planned=tally.planned, skipped_done=self.skipped,
+                                         wall_s=time.monotonic() - self._t0, redispatched=tally.redispatched,
+                                         retried=tally.retried, interrupted=tally.interrupted)  # fmt: skip
         summary = summary.model_copy(update={"recovery": self.recovery, "lost_nodes": tally.lost_nodes})
         summary = with_history(summary, self.out_dir, started_at=self._started_at, group_size=cfg.rollout.n_samples,
                                command=self.command)  # fmt: skip

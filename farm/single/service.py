@@ -107,7 +107,7 @@ class Rollouts:
         # This session as an invocation of the output directory (summary.json's counts are
         # read back from its rollouts table); nothing stored: what summary.json says holds.
         stored = [h.result_summary() for h in self.handles.values() if h.stored]
-        await self._teardown(RunTally(summaries=stored, planned=len(self.handles)) if stored else None)
+        await self._teardown(RunTally.of_summaries(stored, planned=len(self.handles)) if stored else None)
         self._started = False
 
     async def _teardown(self, tally: RunTally | None) -> None:

@@ -82,7 +82,9 @@ def test_close_writes_the_summary_once_closes_loggers_and_releases_the_lock(tmp_
     plan = session.plan()
     assert [s.rollout_id for s in plan.specs] == ["a.1", "b.0", "b.1"] and plan.skipped == 1 and plan
     done = RolloutSummary(rollout_id="a.1", task_id="a", group_id="a", status=RolloutStatus.COMPLETED, reward=1.0)
-    summary = session.close(RunTally(summaries=[done], planned=3, retried=1, lost_nodes={"n1": "died"}))
+    tally = RunTally.of_summaries([done], planned=3)
+    tally.retried, tally.lost_nodes = 1, {"n1": "died"}
+    summary = session.close(tally)
     on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert on_disk == summary.model_dump(mode="json")
     assert (summary.planned, summary.skipped_done, summary.finished, summary.resolved, summary.retried) == (3, 1, 1, 1, 1)

@@ -1,0 +1,331 @@
+"""bench_scale: the control plane alone at size (issue 31, item 2).
+
+A real `farm run` (``farm.driver.run_farm``: real Ray, the real Dispatcher, sandbox actors,
+the real ReducerActor writing real shards and manifests) over N rollouts in groups of 8,
+with parts that create no sandbox, start no CLI and call no engine (``NullParts``: every
+phase returns at once, each rollout is a 2-turn token tree and a graded reward), so what
+is measured is what farm's control plane costs per rollout. A ``GroupReader`` follows the
+output directory in a thread the whole time, the way a trainer consumes the stream.
+
+Figures:
+  rollouts_per_s          rollouts recorded per second of the dispatch loop
+  driver_rss_growth_mb    this process's RSS when every rollout is durable minus after the
+                          first 10% (the plan is built before; the run's end, which reads
+                          the directory back for summary.json, is printed apart)
+  reducer_rss_growth_mb   the same for the reducer actor's process
+  resume_open_s           opening the finished output directory the way a resumed run does
+                          (the reducer's store: recover + reconcile + the done ids)
+  inspect_s               `farm inspect OUT` (the CLI, a subprocess)
+  group_handout_ms_p99    the following GroupReader: time from a group's last row being
+                          durable (its manifest line) to the reader handing the group out
+
+Run: ``nice -n 10 .venv/bin/python scripts/bench_scale.py --rollouts 10000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+GROUP = 8
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(d))
+    return out
+
+
+def find_reducer(root: int) -> int | None:
+    """The reducer actor's process: a descendant of this one (the local Ray this run started)
+    whose title Ray set to ``ray::ReducerActor``."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        for child in _children(pid):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as fh:
+                    if fh.read().startswith(b"ray::ReducerActor"):
+                        return child
+            except OSError:
+                continue
+            todo.append(child)
+    return None
+
+
+class NullParts:
+    """Rollout parts with nothing behind them (no sandbox, CLI, gateway or engine)."""
+
+    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+        self.cfg = cfg
+
+    async def start(self) -> str:
+        return "http://null-gateway"
+
+    async def stop(self) -> None:
+        return None
+
+    async def create_sandbox(self, spec, purpose):
+        return _NullSandbox(spec.rollout_id)
+
+    async def prepare(self, sb, spec):
+        return None
+
+    async def open_session(self, spec):
+        return spec.rollout_id
+
+    async def run_agent(self, sb, spec, secret, budget_s, workspace):
+        from farm.rollout.pipeline import AgentRun
+
+        return AgentRun(exit_code=0, log_tail="null agent")
+
+    async def capture(self, sb, spec, workspace):
+        return "diff --git a/x b/x\n"
+
+    async def close_session(self, secret):
+        from farm.trajectory.tree import TurnTree
+
+        tree, parent = TurnTree(secret), None
+        for k in range(2):
+            rec = tree.append(parent_id=parent, prompt_delta_ids=[10 + k, 11, 12] if parent is None else [7, 8],
+                              output_ids=[100 + k, 101], output_logprobs=[-0.5, -0.25], finish_reason="stop")
+            parent = rec.turn_id
+        return tree
+
+    async def grade(self, spec, diff):
+        from farm.rollout.pipeline import Grade
+
+        reward = 1.0 if hash(spec.rollout_id) % 3 else 0.0
+        return Grade(reward=reward, report={"resolved": reward == 1.0})
+
+
+class _NullSandbox:
+    def __init__(self, rid: str) -> None:
+        self.id = "null-" + rid
+
+    async def close(self) -> None:
+        return None
+
+
+def tasks_for(n_groups: int):
+    from farm.tasks.model import Task
+
+    return [Task(id=f"t{i:07d}", instruction="noop") for i in range(n_groups)]
+
+
+class Follower(threading.Thread):
+    """A GroupReader following the output: records when each group was handed out."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(daemon=True)
+        self.out, self.stop = out, threading.Event()
+        self.handed: dict[str, float] = {}
+        self.groups = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from farm.output.groups import GroupReader
+
+        try:
+            while not (self.out / "rollouts.manifest.jsonl").exists() and not self.stop.is_set():
+                time.sleep(0.05)
+            reader = GroupReader(self.out, size=GROUP, include_incomplete=True, verify=False)
+            for g in reader.follow(poll_interval=0.05, stop=self.stop):
+                self.handed[g.group_id] = time.time()
+                self.groups += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+
+def _durable_rows(out: Path) -> int:
+    try:
+        return (out / "rollouts.manifest.jsonl").read_bytes().count(b'"rollout_ids":') and sum(
+            json.loads(ln)["rows"] for ln in (out / "rollouts.manifest.jsonl").read_text().splitlines() if ln)
+    except (OSError, ValueError):
+        return 0
+
+
+def manifest_times(out: Path) -> dict[str, float]:
+    """group id -> when its last row's manifest line was written (created_at)."""
+    last: dict[str, float] = {}
+    with open(out / "rollouts.manifest.jsonl") as fh:
+        for line in fh:
+            entry = json.loads(line)
+            for rid in entry["rollout_ids"]:
+                gid = rid.rsplit(".", 1)[0]
+                last[gid] = max(last.get(gid, 0.0), entry["created_at"])
+    return last
+
+
+def reducer_alone(cfg, out: Path, n: int) -> float:
+    """Rollouts per second one ReducerActor makes durable (no Ray: its methods awaited in
+    this process, ``n`` submits in flight at once): the reducer's fan-in capacity."""
+    import asyncio
+
+    from farm.actors.reducer import ReducerActor
+    from farm.rollout.model import RolloutResult
+    from farm.output.rows import counts_of
+
+    cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": str(out)})})
+    tree_of = NullParts(cfg, "").close_session
+
+    async def go() -> float:
+        reducer = ReducerActor(cfg, metrics=False)
+        results = []
+        for i in range(n):
+            rid = f"r{i // GROUP:07d}.{i % GROUP}"
+            tree = await tree_of(rid)
+            results.append(RolloutResult(
+                run_id=cfg.run_id, rollout_id=rid, group_id=rid.split(".")[0], task_id=rid.split(".")[0],
+                sample_index=i % GROUP, harness="claude_code", model="m", status="completed", reward=1.0,
+                grading={"resolved": True}, diff="d", agent_log_tail="", counts=counts_of(tree), timings={},
+                sandbox_id="s", started_at=0.0, finished_at=1.0, tree=tree))  # fmt: skip
+        t = time.monotonic()
+        await asyncio.gather(*(reducer.submit(r) for r in results))
+        rate = n / (time.monotonic() - t)
+        await reducer.close()
+        return rate
+
+    return asyncio.run(go())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rollouts", type=int, default=10_000)
+    ap.add_argument("--actors", type=int, default=2, help="sandbox actors")
+    ap.add_argument("--concurrency", type=int, default=64, help="rollouts in flight per actor")
+    ap.add_argument("--no-follow", action="store_true", help="no GroupReader in this process (isolates its memory)")
+    ap.add_argument("--out", default=None, help="output directory (default: a temp dir, removed)")
+    args = ap.parse_args()
+
+    from rich.console import Console
+
+    from farm.config import FarmConfig
+    from farm.run.batch import run_batch as run_farm
+
+    n_groups = max(1, args.rollouts // GROUP)
+    tmp = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_scale-"))
+    out = tmp / "out"
+    cfg = FarmConfig.model_validate({
+        "run_id": f"scale{os.getpid()}",
+        "output": {"dir": str(out)},
+        "rollout": {"n_samples": GROUP, "concurrency": args.concurrency, "timeout_s": 600},
+        "ray": {"num_sandbox_actors": args.actors, "reducer_flush_s": 0.2, "namespace": f"bench-scale-{os.getpid()}",
+                "include_dashboard": False, "num_cpus": 4},
+        "artifacts": {"enabled": False},
+    })
+    tasks = tasks_for(n_groups)
+    total = n_groups * GROUP
+
+    follower = Follower(out)
+    if not args.no_follow:
+        follower.start()
+    samples: list[tuple[int, float, float]] = []  # (rollouts durable, driver rss, reducer rss)
+    done = threading.Event()
+    me = os.getpid()
+
+    def sample() -> None:
+        reducer = None
+        while not done.is_set():
+            reducer = reducer or find_reducer(me)
+            n = follower.groups * GROUP if not args.no_follow else _durable_rows(out)
+            samples.append((n, rss_mb(me), rss_mb(reducer) if reducer else 0.0))
+            done.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.monotonic()
+    summary = run_farm(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
+    wall = time.monotonic() - t0
+    time.sleep(1.0)
+    follower.stop.set()
+    if not args.no_follow:
+        follower.join(timeout=60)
+    done.set()
+    sampler.join()
+    if follower.error is not None:
+        raise follower.error
+    recorded = summary.by_status.get("completed", 0) + sum(v for k, v in summary.by_status.items() if k != "completed")
+    assert recorded == total, (recorded, total, summary.by_status)
+
+    # growth: from the first sample past 10% of the rollouts to the last one
+    # (to the dispatch loop's end, before the run's end reads the directory back for
+    # summary.json; that is reported apart)
+    base = next((s for s in samples if s[0] >= total // 10 and s[2] > 0), samples[0])
+    # the last sample with the reducer alive: the run's end closes the farm (reducer first)
+    # before it reads the directory back
+    last = [s for s in samples if s[2] > 0][-1] if any(s[2] > 0 for s in samples) else samples[-1]
+    driver_growth = last[1] - base[1]
+    reducer_growth = last[2] - base[2]
+    print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
+          f"{max(s[1] for s in samples):.0f} MB", file=sys.stderr)
+
+    # resume: open the finished directory as a resumed run's reducer does
+    from farm.output.writer import OutputWriter as RolloutStore
+
+    t = time.monotonic()
+    store = RolloutStore(out, cfg.output)
+    store.recover()
+    store.reconcile()
+    done_ids = store.done_ids() if hasattr(store, "done_ids") else sorted(store.summaries)
+    resume_open_s = time.monotonic() - t
+    store.close()
+    assert len(done_ids) == total
+
+    farm_cli = [sys.executable, "-m", "farm", "inspect", str(out)]
+    t = time.monotonic()
+    subprocess.run(farm_cli, check=True, stdout=subprocess.DEVNULL)
+    inspect_s = time.monotonic() - t
+
+    alone = reducer_alone(cfg, tmp / "reducer-alone", min(total, 2_000))
+    print(f"reducer alone (no Ray, one process): {alone:.0f} rollouts/s durable", file=sys.stderr)
+    lasts = manifest_times(out)
+    counts = Counter(type(o).__name__ for o in gc.get_objects())
+    print("driver python objects by type (top 8):", counts.most_common(8), file=sys.stderr)
+    waits = sorted(max(0.0, follower.handed[g] - lasts[g]) * 1000 for g in follower.handed if g in lasts)
+    p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else float("nan")
+    if not args.out:
+        shutil.rmtree(tmp, ignore_errors=True)
+    quarters = [next((x for x in samples if x[0] >= total * q // 4), samples[-1]) for q in (1, 2, 3, 4)]
+    print("rss by rollouts durable (n, driver MB, reducer MB): "
+          + ", ".join(f"({n}, {d:.0f}, {r:.0f})" for n, d, r in quarters), file=sys.stderr)
+    print(f"groups handed out {follower.groups}/{n_groups}; run wall {wall:.1f} s (incl. ray start); "
+          f"rss samples {len(samples)}; driver {base[1]:.0f}->{last[1]:.0f} MB, reducer {base[2]:.0f}->"
+          f"{last[2]:.0f} MB", file=sys.stderr)
+    print(f"bench_scale: rollouts={total} rollouts_per_s={total / summary.wall_s:.0f} "
+          f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
+          f"resume_open_s={resume_open_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f}")
+
+
+if __name__ == "__main__":
+    main()
