@@ -86,7 +86,7 @@ def find_reducer(root: int) -> int | None:
 class NullParts:
     """Rollout parts with nothing behind them (no sandbox, CLI, gateway or engine)."""
 
-    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+    def __init__(self, cfg, engine_url, *, secrets=None, on_sandbox_created=None):
         self.cfg = cfg
 
     async def start(self) -> str:

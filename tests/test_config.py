@@ -64,6 +64,25 @@ def test_endpoint_api_key_comes_from_the_named_variable():
     assert "sk-1" not in cfg.model_dump_json()
 
 
+def test_run_secrets_come_from_the_environment_once_and_never_show():
+    import pickle
+
+    from farm.secrets import RunSecrets
+
+    hosted = ["endpoints.h.kind=openai", "endpoints.h.model=m", "endpoints.h.base_url=http://h/v1",
+              "endpoints.h.api_key_env=H_KEY", "endpoint=h"]
+    secrets = RunSecrets.from_environ(load_config(None, hosted), {"H_KEY": "sk-1", "E2B_API_KEY": "e2b-2"})
+    assert (secrets.endpoint_api_key, secrets.e2b_api_key) == ("sk-1", "e2b-2")
+    assert pickle.loads(pickle.dumps(secrets)) == secrets  # travels to the sandbox actors as one value
+    shown = f"{secrets!r} {secrets}"
+    assert "sk-1" not in shown and "e2b-2" not in shown and "endpoint_api_key=set" in shown
+    assert RunSecrets.from_environ(load_config(None), {}) == RunSecrets()  # local sandboxes, farm engine: none
+    with pytest.raises(ConfigError, match=r"\$H_KEY, which is not set"):
+        RunSecrets.from_environ(load_config(None, hosted), {})
+    with pytest.raises(ConfigError, match="sandbox.backend is e2b but E2B_API_KEY is not set"):
+        RunSecrets.from_environ(load_config(None, ["sandbox.backend=e2b"]), {})
+
+
 def test_shipped_hosted_config_is_valid():
     from pathlib import Path
 

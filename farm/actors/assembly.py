@@ -19,6 +19,7 @@ from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 from farm.actors import placement
 from farm.actors.dispatch import ACTOR_LOST, CONTROL_TIMEOUT_S
 from farm.config import FarmConfig
+from farm.secrets import RunSecrets
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,9 @@ def _kill_stale(name: str, namespace: str) -> None:
 class FarmActors:
     """The actors of one run; ``close()`` stops everything it started."""
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
-                 endpoint_api_key: str | None = None) -> None:
+    def __init__(self, cfg: FarmConfig, *, secrets: RunSecrets | None = None, parts_factory: Any = None) -> None:
         self.cfg = cfg
-        self.e2b_api_key = e2b_api_key
-        self.endpoint_api_key = endpoint_api_key
+        self.secrets = secrets or RunSecrets()
         self.parts_factory = parts_factory
         self.reducer: Any = None
         self.router: Any = None
@@ -218,9 +217,8 @@ class FarmActors:
             self.engine_url,
             actor_name(self.cfg.run_id, "reducer"),  # looked up by name: survives reducer restarts
             name,
-            e2b_api_key=self.e2b_api_key,
+            secrets=self.secrets,
             parts_factory=self.parts_factory,
-            endpoint_api_key=self.endpoint_api_key,
         )
         self.actors[name] = actor
         # Small, so kept in this process: still readable after the actor's node died.
@@ -291,7 +289,7 @@ class FarmActors:
                 for n in placement.alive_nodes()
             ]
         else:
-            refs = [reap_remote.remote(self.cfg.run_id, self.cfg.sandbox, self.e2b_api_key)]
+            refs = [reap_remote.remote(self.cfg.run_id, self.cfg.sandbox, self.secrets.e2b_api_key)]
         reaped: dict[str, list[str]] = {}
         deadline = time.monotonic() + 120
         for ref in refs:  # one by one: a node that fails to reap (or dies now) costs only its own

@@ -20,6 +20,7 @@ from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
 from farm.rollout.pipeline import RolloutPipeline
 from farm.rollout.retry import RetryBudgets, Verdict, decide
 from farm.status import RolloutStatus
+from farm.secrets import RunSecrets
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +55,16 @@ class SandboxActor:
         reducer: Any,  # the reducer actor's name (or any object with ``submit``)
         name: str = "sandbox-0",
         *,
-        e2b_api_key: str | None = None,
+        secrets: RunSecrets | None = None,
         metrics: bool = True,
         parts_factory: Any = None,
-        endpoint_api_key: str | None = None,
     ) -> None:
-        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (black-box runs), from `farm run`
+        self.secrets = secrets or RunSecrets()  # the run's keys, read by the entry point
         self.cfg = cfg
         self.budgets = RetryBudgets.from_config(cfg)
         self.engine_url = engine_url
         self.reducer = reducer
         self.name = name
-        self.e2b_api_key = e2b_api_key
         self._want_metrics = metrics
         self._parts_factory = parts_factory
         self._metrics: Any = None
@@ -94,13 +93,11 @@ class SandboxActor:
                     from farm.actors.metrics import ActorMetrics
 
                     self._metrics = ActorMetrics(self.cfg.run_id)
-                extra = {"endpoint_api_key": self.endpoint_api_key} if self.cfg.black_box else {}
                 self._parts = factory(
                     self.cfg,
                     self.engine_url,
-                    e2b_api_key=self.e2b_api_key,
+                    secrets=self.secrets,
                     on_sandbox_created=self._metrics.observe_sandbox_create if self._metrics else None,
-                    **extra,
                 )
                 self.gateway_url = await self._parts.start()
                 self._slots = asyncio.Semaphore(self.cfg.rollout.concurrency)

@@ -59,13 +59,14 @@ async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]
     from farm.config import SINGLE_DEFAULTS, load_config
     from farm.errors import TaskError
     from farm.run.tasks import load_run_tasks
+    from farm.secrets import RunSecrets
     from farm.single import Rollouts
 
     cfg = load_config(args.config, overrides, defaults=SINGLE_DEFAULTS)
     tasks = load_run_tasks(cfg)
     if args.task not in {t.id for t in tasks}:  # before anything starts
         raise TaskError(f"unknown task {args.task!r} in {cfg.tasks.path}")
-    async with Rollouts(cfg, tasks=tasks, e2b_api_key=os.environ.get("E2B_API_KEY"),
+    async with Rollouts(cfg, tasks=tasks, secrets=RunSecrets.from_environ(cfg, os.environ),
                          placement=args.placement) as farm_:
         handle = await farm_.start(args.task, harness=args.harness)
         async for ev in handle.events():

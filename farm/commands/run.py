@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm.config import endpoint_api_key as endpoint_api_key_of, load_config
+    from farm.config import load_config
     from farm.errors import FarmError
 
     try:
@@ -32,12 +32,10 @@ def run(args: argparse.Namespace) -> int:
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 2
-    e2b_api_key = os.environ.get("E2B_API_KEY")
-    if cfg.sandbox.backend == "e2b" and not e2b_api_key:
-        print("farm run: sandbox.backend is e2b but E2B_API_KEY is not set", file=sys.stderr)
-        return 2
-    try:
-        endpoint_api_key = endpoint_api_key_of(cfg, os.environ)
+    from farm.secrets import RunSecrets
+
+    try:  # the keys, once, here: never written anywhere
+        secrets = RunSecrets.from_environ(cfg, os.environ)
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 2
@@ -46,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        summary = run_batch(cfg, e2b_api_key=e2b_api_key, endpoint_api_key=endpoint_api_key)
+        summary = run_batch(cfg, secrets=secrets)
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 1

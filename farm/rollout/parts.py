@@ -21,6 +21,7 @@ from farm.rollout.pipeline import AgentRun, Grade
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.limiter import SandboxLimiter
 from farm.sandboxes.pool import SandboxPool
+from farm.secrets import RunSecrets
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,12 @@ class FarmParts:
         cfg: FarmConfig,
         engine_url: str,
         *,
-        e2b_api_key: str | None = None,
+        secrets: RunSecrets | None = None,
         on_sandbox_created: Callable[[float], None] | None = None,
-        endpoint_api_key: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine_url = engine_url
-        self.e2b_api_key = e2b_api_key
-        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's key (read by `farm run`); never stored
+        self.secrets = secrets or RunSecrets()  # read by the entry point; never stored
         self.on_sandbox_created = on_sandbox_created
         self.limiter = make_actor_limiter(cfg)
         self.pool = make_actor_pool(cfg, self._create, self.limiter)
@@ -80,14 +79,14 @@ class FarmParts:
         e = self.cfg.engine
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)
         self.runtime.envs = provider_for(
-            self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.e2b_api_key
+            self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.secrets.e2b_api_key
         )
         self.harness = make_harness(self.cfg.harness)
         if self.cfg.black_box:  # a hosted endpoint serves the CLIs: no tokenizer, no engine (farm.gateway.blackbox)
             ep = self.cfg.active_endpoint
             ep_tok = getattr(ep, "tokenizer", None)
             tok = await asyncio.to_thread(load_tokenizer, ep_tok, e.tokenizer_cache_dir) if ep_tok else None
-            self.gateway = Gateway.for_endpoint(self.cfg.gateway, self.cfg.endpoint, ep, self.endpoint_api_key,
+            self.gateway = Gateway.for_endpoint(self.cfg.gateway, self.cfg.endpoint, ep, self.secrets.endpoint_api_key,
                                                 model_name=e.model_name, tokenizer=tok)  # fmt: skip
             self.gateway_url = await self.gateway.start()
             return self.gateway_url
@@ -136,7 +135,7 @@ class FarmParts:
         from farm.sandboxes.factory import create_sandbox
 
         t0 = time.monotonic()
-        sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.e2b_api_key)
+        sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.secrets.e2b_api_key)
         if self.on_sandbox_created is not None:
             self.on_sandbox_created(time.monotonic() - t0)
         self._sandboxes.add(sb)

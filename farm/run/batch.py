@@ -15,6 +15,7 @@ from farm.config import FarmConfig
 from farm.run.session import RunSession, RunTally
 from farm.run.signals import cleanup_phase, stop_signals
 from farm.run.summary import RunSummary, SummaryTally
+from farm.secrets import RunSecrets
 from farm.tasks.model import Task
 
 
@@ -22,15 +23,17 @@ def run_batch(
     cfg: FarmConfig,
     *,
     console: Console | None = None,
-    e2b_api_key: str | None = None,
+    secrets: RunSecrets | None = None,
     tasks: list[Task] | None = None,
     parts_factory: Any = None,
+    e2b_api_key: str | None = None,
     endpoint_api_key: str | None = None,
 ) -> RunSummary:
     """Run every rollout of ``cfg`` not already in ``cfg.output.dir``; return the summary.
 
-    ``endpoint_api_key``: the key of the hosted endpoint ``cfg.endpoint`` names (black-box
-    runs; read from its ``api_key_env`` by the entry point, never written anywhere).
+    ``secrets``: the run's keys (``RunSecrets.from_environ``, read by the entry point, never
+    written anywhere); ``e2b_api_key`` / ``endpoint_api_key`` are its two fields given one
+    by one (the keywords of earlier releases).
 
     ``tasks`` (default: loaded from ``cfg.tasks``) and ``parts_factory`` (default: the
     real layers, ``farm.rollout.parts.FarmParts``; a factory also means no engine is
@@ -38,8 +41,8 @@ def run_batch(
     """
     session = RunSession(cfg, tasks=tasks, console=console or Console()).open()
     try:
-        actors = session.ray_actors(e2b_api_key=e2b_api_key, parts_factory=parts_factory,
-                                    endpoint_api_key=endpoint_api_key)  # fmt: skip
+        actors = session.ray_actors(secrets=secrets or RunSecrets(e2b_api_key, endpoint_api_key),
+                                    parts_factory=parts_factory)  # fmt: skip
     except BaseException:
         session.close()
         raise

@@ -38,6 +38,7 @@ from farm.output.groups import Group, GroupOrder, GroupReader
 from farm.run.session import RunSession, RunTally, resolved
 from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.run.summary import SummaryTally
+from farm.secrets import RunSecrets
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -60,15 +61,16 @@ class Farm:
         order: GroupOrder = "completion",
         skip_existing: bool = True,
         console: Console | None = None,
-        e2b_api_key: str | None = None,
+        secrets: RunSecrets | None = None,
         parts_factory: Any = None,
+        e2b_api_key: str | None = None,
     ) -> None:
         self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides))
         self.out_dir = Path(self.cfg.output.dir)
         self._tasks, self._curriculum, self._order = tasks, curriculum, order
         self._skip_existing = skip_existing
         self.console = console or Console(stderr=True)
-        self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
+        self._secrets, self._parts_factory = secrets or RunSecrets(e2b_api_key=e2b_api_key), parts_factory
         self._session: RunSession | None = None
         self._actors: Any = None
         self._dispatcher: Any = None
@@ -92,7 +94,7 @@ class Farm:
         cfg = self.cfg
         session = self._session = RunSession(cfg, tasks=self._tasks, console=self.console).open()  # lock first
         try:
-            self._actors = session.ray_actors(e2b_api_key=self._e2b_api_key, parts_factory=self._parts_factory)
+            self._actors = session.ray_actors(secrets=self._secrets, parts_factory=self._parts_factory)
             reducer = self._actors.start_reducer()
             session.resume(*self._actors.reducer_facts())
             plan = session.plan(curriculum=self._curriculum, continuous=True)

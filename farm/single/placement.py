@@ -24,6 +24,7 @@ from farm.actors.sandbox import SandboxActor, call
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.run.session import RunSession
+from farm.secrets import RunSecrets
 
 
 def _harness_config(cfg: FarmConfig, harness: str) -> FarmConfig:
@@ -33,10 +34,8 @@ def _harness_config(cfg: FarmConfig, harness: str) -> FarmConfig:
 class InProcess:
     cancels_locally = True  # abort = cancel the handle's task (the pipeline runs in this loop)
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
-                 endpoint_api_key: str | None = None) -> None:
-        self.cfg, self.e2b_api_key, self.parts_factory = cfg, e2b_api_key, parts_factory
-        self.endpoint_api_key = endpoint_api_key  # a hosted endpoint's (black-box), read by the entry point
+    def __init__(self, cfg: FarmConfig, *, secrets: RunSecrets, parts_factory: Any = None) -> None:
+        self.cfg, self.secrets, self.parts_factory = cfg, secrets, parts_factory  # secrets: read by the entry point
         self.reducer: Any = None
         self.router: Any = None
         self.engine_url = ""
@@ -66,8 +65,8 @@ class InProcess:
         return actor
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
-        return SandboxActor(cfg, self.engine_url, self.reducer, name, e2b_api_key=self.e2b_api_key, metrics=False,
-                            parts_factory=self.parts_factory, endpoint_api_key=self.endpoint_api_key)  # fmt: skip
+        return SandboxActor(cfg, self.engine_url, self.reducer, name, secrets=self.secrets, metrics=False,
+                            parts_factory=self.parts_factory)  # fmt: skip
 
     async def execute(self, actor: Any, spec: RolloutSpec, observer: Any) -> RolloutResult | None:
         return await actor.execute(spec, observer)
@@ -101,15 +100,13 @@ class OnRay(InProcess):
 
     cancels_locally = False
 
-    def __init__(self, cfg: FarmConfig, *, e2b_api_key: str | None = None, parts_factory: Any = None,
-                 endpoint_api_key: str | None = None) -> None:
-        super().__init__(cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=endpoint_api_key)
+    def __init__(self, cfg: FarmConfig, *, secrets: RunSecrets, parts_factory: Any = None) -> None:
+        super().__init__(cfg, secrets=secrets, parts_factory=parts_factory)
         self.farm: Any = None
 
     async def start(self, session: RunSession) -> None:
         # in this (the main) thread: ray.init installs signal handlers
-        self.farm = session.ray_actors(e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
-                                       endpoint_api_key=self.endpoint_api_key)  # fmt: skip
+        self.farm = session.ray_actors(secrets=self.secrets, parts_factory=self.parts_factory)
         self.reducer = await asyncio.to_thread(self.farm.start_reducer)
         if self.parts_factory is None and not self.cfg.black_box:
             self.engine_url = await asyncio.to_thread(self.farm.start_engine, session.tasks)
@@ -124,8 +121,7 @@ class OnRay(InProcess):
             name=full, num_cpus=self.cfg.ray.sandbox_actor_cpus, max_restarts=0, max_task_retries=0,
             max_concurrency=self.cfg.rollout.concurrency * 4 + 16, scheduling_strategy="SPREAD",
         ).remote(cfg, self.engine_url, actor_name(self.cfg.run_id, "reducer"), full,
-                 e2b_api_key=self.e2b_api_key, parts_factory=self.parts_factory,
-                 endpoint_api_key=self.endpoint_api_key)  # fmt: skip
+                 secrets=self.secrets, parts_factory=self.parts_factory)  # fmt: skip
         self.farm.actors[full] = actor  # FarmActors.close stops it with the others
         return actor
 

@@ -33,6 +33,7 @@ from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
 from farm.run.session import RunSession, RunTally, resolved
+from farm.secrets import RunSecrets
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
 from farm.single.placement import InProcess, OnRay
@@ -45,21 +46,21 @@ TaskLike = str | Task | InlineTask | dict[str, Any]  # a task id, a Task, or an 
 
 class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
-                 tasks: list[Task] | None = None, e2b_api_key: str | None = None, parts_factory: Any = None,
-                 placement: Literal["auto", "local", "ray"] = "auto") -> None:
+                 tasks: list[Task] | None = None, secrets: RunSecrets | None = None, parts_factory: Any = None,
+                 placement: Literal["auto", "local", "ray"] = "auto", e2b_api_key: str | None = None) -> None:
         self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides,
                                                                                   defaults=SINGLE_DEFAULTS))
         self.out_dir = Path(self.cfg.output.dir)
         self._tasks_given = tasks
-        self._e2b_api_key, self._parts_factory = e2b_api_key, parts_factory
+        self._parts_factory = parts_factory
         self.tasks: dict[str, Task] = {}
         self.handles: dict[str, RolloutHandle] = {}
         if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
             placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
         kind = OnRay if placement == "ray" else InProcess
-        # a hosted endpoint's key (black-box mode): read here, from its api_key_env, as `farm run` does
-        key = endpoint_api_key(self.cfg, os.environ)
-        self.placement = kind(self.cfg, e2b_api_key=e2b_api_key, parts_factory=parts_factory, endpoint_api_key=key)
+        # a hosted endpoint's key (black-box mode) unless given: read here, from its api_key_env, as `farm run` does
+        secrets = secrets or RunSecrets(e2b_api_key, endpoint_api_key(self.cfg, os.environ))
+        self.placement = kind(self.cfg, secrets=secrets, parts_factory=parts_factory)
         self.session: RunSession | None = None
         self.summary: Any = None  # farm.run.summary.RunSummary once closed (None: nothing stored)
         self._used: set[str] = set()

@@ -48,7 +48,7 @@ class FakeParts:
     ``<metadata['log_dir']>/started``.
     """
 
-    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+    def __init__(self, cfg, engine_url, *, secrets=None, on_sandbox_created=None):
         self.cfg = cfg
         self.sessions: set[str] = set()
 
@@ -116,7 +116,7 @@ class MeteredParts(FakeParts):
     (the last turn failed in the engine) and ``truncate`` (a turn budget ran out: the rollout
     is truncated). It also reports sandbox create times, as the real parts do."""
 
-    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+    def __init__(self, cfg, engine_url, *, secrets=None, on_sandbox_created=None):
         super().__init__(cfg, engine_url)
         self.on_sandbox_created = on_sandbox_created
         self.tasks = {}

@@ -60,7 +60,7 @@ class SleepParts:
     local sandbox whose 'agent' sleeps ``task.metadata['agent_s']``; ``task.metadata['boom']``
     makes the agent phase fail like an actor bug would (outside the pipeline's mapping)."""
 
-    def __init__(self, cfg, engine_url, *, e2b_api_key=None, on_sandbox_created=None):
+    def __init__(self, cfg, engine_url, *, secrets=None, on_sandbox_created=None):
         self.cfg = cfg
 
     async def start(self) -> str:

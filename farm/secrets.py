@@ -1,0 +1,40 @@
+"""The keys a run needs and never writes anywhere (issue 29: one object, not two keyword
+arguments threaded through every constructor from the entry point to the sandbox).
+
+``RunSecrets.from_environ(cfg, os.environ)`` is read once, by the entry point (``farm run``,
+``farm rollout``, ``farm.Farm``, ``farm.Rollouts``), and travels to the sandbox actors as
+one value: its fields never appear in a repr, a log line, ``run_config.yaml`` or a Ray
+dashboard view of an actor's arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from farm.config import FarmConfig, endpoint_api_key
+from farm.errors import ConfigError
+
+E2B_KEY_ENV = "E2B_API_KEY"
+
+
+@dataclass(frozen=True)
+class RunSecrets:
+    """``e2b_api_key``: the E2B cloud's (``sandbox.backend: e2b``); ``endpoint_api_key``: the
+    hosted endpoint's that ``cfg.endpoint`` names (black-box runs, from its ``api_key_env``)."""
+
+    e2b_api_key: str | None = field(default=None, repr=False)
+    endpoint_api_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_environ(cls, cfg: FarmConfig, environ: Mapping[str, str]) -> RunSecrets:
+        """The keys ``cfg`` needs, from ``environ``; a ConfigError naming the variable when
+        one it needs is unset (before anything starts)."""
+        e2b = environ.get(E2B_KEY_ENV) or None
+        if cfg.sandbox.backend == "e2b" and not e2b:
+            raise ConfigError(f"sandbox.backend is e2b but {E2B_KEY_ENV} is not set")
+        return cls(e2b_api_key=e2b, endpoint_api_key=endpoint_api_key(cfg, environ))
+
+    def __repr__(self) -> str:
+        said = {"e2b_api_key": self.e2b_api_key, "endpoint_api_key": self.endpoint_api_key}
+        return "RunSecrets(" + ", ".join(f"{k}={'set' if v else 'unset'}" for k, v in said.items()) + ")"
