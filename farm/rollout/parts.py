@@ -17,7 +17,7 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.errors import PatchApplyError
 from farm.rollout.model import RolloutSpec
-from farm.rollout.pipeline import AgentRun, Grade
+from farm.rollout.pipeline import AgentEnd, Grade
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.limiter import SandboxLimiter
 from farm.sandboxes.pool import SandboxPool
@@ -155,7 +155,7 @@ class FarmParts:
 
     async def run_agent(
         self, sandbox: Sandbox, spec: RolloutSpec, secret: str, budget_s: float, workspace: Any
-    ) -> AgentRun:
+    ) -> AgentEnd:
         from farm.harnesses.base import HarnessRun
 
         gateway_url = await self._connect(sandbox, secret)
@@ -169,23 +169,9 @@ class FarmParts:
             budget_s=budget_s,
             env=self._agent_env(spec.task),
         )
-        stuck = await self._until_stuck(self._followed(self.harness.run(sandbox, run), sandbox, spec), sandbox, secret)
-        if isinstance(stuck, str):
-            return AgentRun(exit_code=None, status="agent_error", reason=stuck)
-        if isinstance(stuck, tuple):  # the hosted endpoint failed the session: (status, reason)
-            return AgentRun(exit_code=None, status=stuck[0], reason=stuck[1])
-        result = stuck
-        self._excludes[spec.rollout_id] = list(result.diff_excludes)
-        return AgentRun(
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            stderr_tail=result.stderr_tail,
-            log_tail=result.stdout_tail,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            status=result.status.value,
-            reason=result.reason,
-        )
+        end = await self._until_stuck(self._followed(self.harness.run(sandbox, run), sandbox, spec), sandbox, secret)
+        self._excludes[spec.rollout_id] = list(end.diff_excludes)
+        return end
 
     async def _followed(self, running: Any, sandbox: Sandbox, spec: RolloutSpec) -> Any:
         """``running`` (the harness run), its CLI's stdout lines told to the rollout's
@@ -212,37 +198,37 @@ class FarmParts:
                 except Exception:  # noqa: BLE001 - live output is best effort
                     log.warning("following %s's output failed", spec.rollout_id, exc_info=True)
 
-    async def _until_stuck(self, running: Any, sandbox: Sandbox, secret: str) -> Any:
-        """The harness run's result, or (a str) why its CLI was found stuck and killed: no
-        model request in flight and no tool running for ``rollout.agent_idle_timeout_s``.
-        A policy's own long tool call keeps a process busy, a model call keeps a request
-        in flight: neither is stuck. Only where the sandbox can tell (local). In black-box
-        mode, also (a tuple: status, reason) a hosted endpoint that failed the session for
-        good (auth refused, retries spent): the CLI is killed at once, not left retrying."""
+    async def _until_stuck(self, running: Any, sandbox: Sandbox, secret: str) -> AgentEnd:
+        """How the harness run ended; or the CLI found stuck and killed: no model request
+        in flight and no tool running for ``rollout.agent_idle_timeout_s``. A policy's own
+        long tool call keeps a process busy, a model call keeps a request in flight: neither
+        is stuck. Only where the sandbox can tell (local). In black-box mode, also a hosted
+        endpoint that failed the session for good (auth refused, retries spent): the CLI is
+        killed at once, not left retrying."""
         limit = self.cfg.rollout.agent_idle_timeout_s
         busy = getattr(sandbox, "busy_processes", None)
         task = asyncio.ensure_future(running)
         watch_idle = bool(limit) and busy is not None
         black_box = self.cfg.black_box
         if not watch_idle and not black_box:
-            return await task
+            return AgentEnd.from_harness(await task)
         session = self._secrets[secret]
         poll = 0.5 if black_box else min(5.0, (limit or 20.0) / 4)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=poll)
                 if done:
-                    return task.result()
+                    return AgentEnd.from_harness(task.result())
                 failure = self.gateway.session_failure(session) if black_box else None
-                if failure is not None:
-                    return failure
+                if failure is not None:  # (status, reason)
+                    return AgentEnd.endpoint_failed(*failure)
                 if not watch_idle:
                     continue
                 assert limit is not None and busy is not None
                 idle = self.gateway.session_idle_s(session)
                 if idle >= limit and await asyncio.to_thread(busy) == 0:
-                    return (f"{self.harness.name} was stuck: no model request in flight and no tool running "
-                            f"for {idle:.0f} s (rollout.agent_idle_timeout_s); CLI killed")  # fmt: skip
+                    return AgentEnd.stuck(f"{self.harness.name} was stuck: no model request in flight and no tool "
+                                          f"running for {idle:.0f} s (rollout.agent_idle_timeout_s); CLI killed")
         finally:
             if not task.done():
                 task.cancel()  # the runner kills the CLI's process tree on the way out

@@ -18,7 +18,7 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
@@ -35,12 +35,16 @@ from farm.output.rows import counts_of
 from farm.sandboxes.base import Sandbox
 from farm.status import FailureClass, Outcome, RolloutStatus
 
+if TYPE_CHECKING:
+    from farm.harnesses.plan import HarnessResult
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class AgentRun:
-    """How the agent CLI ended, in the pipeline's terms."""
+class AgentEnd:
+    """How the agent CLI ended, in the pipeline's terms: one type whatever ended it (the
+    harness run returned, farm found the CLI stuck, the hosted endpoint failed the session)."""
 
     exit_code: int | None
     timed_out: bool = False
@@ -50,6 +54,27 @@ class AgentRun:
     stderr: str = ""
     status: str | None = None  # a RolloutStatus value the harness reported itself, if any
     reason: str = ""
+    diff_excludes: list[str] = field(default_factory=list)  # files farm wrote in the workdir: not the agent's diff
+
+    @classmethod
+    def from_harness(cls, result: HarnessResult) -> AgentEnd:
+        return cls(exit_code=result.exit_code, timed_out=result.timed_out, stderr_tail=result.stderr_tail,
+                   log_tail=result.stdout_tail, stdout=result.stdout, stderr=result.stderr,
+                   status=result.status.value, reason=result.reason,
+                   diff_excludes=list(result.diff_excludes))  # fmt: skip
+
+    @classmethod
+    def stuck(cls, reason: str) -> AgentEnd:
+        """Farm found the CLI stuck and killed it."""
+        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR.value, reason=reason)
+
+    @classmethod
+    def endpoint_failed(cls, status: str, reason: str) -> AgentEnd:
+        """The hosted endpoint failed the session for good (black-box): the CLI was killed."""
+        return cls(exit_code=None, status=status, reason=reason)
+
+
+AgentRun = AgentEnd  # its name before issue 29 (test doubles and embedders build it)
 
 
 @dataclass
@@ -74,7 +99,7 @@ class RolloutParts(Protocol):
 
     async def run_agent(
         self, sandbox: Sandbox, spec: RolloutSpec, secret: str, budget_s: float, workspace: Any
-    ) -> AgentRun: ...
+    ) -> AgentEnd: ...
 
     async def capture(self, sandbox: Sandbox, spec: RolloutSpec, workspace: Any) -> str: ...
 
@@ -92,7 +117,7 @@ class _State:
     tree: Any = None
     diff: str = ""
     log_tail: str = ""
-    run: AgentRun | None = None
+    run: AgentEnd | None = None
     setup: Any = None  # the workspace's setup report (a pydantic model), for the artifacts
     traceback: str = ""
     grade: Grade | None = None

@@ -78,7 +78,7 @@ class FakeParts:
 
     async def run_agent(self, sb, spec, secret, budget_s, workspace):
         from farm.errors import SandboxTimeout
-        from farm.rollout.pipeline import AgentRun
+        from farm.rollout.pipeline import AgentEnd
 
         md = spec.task.metadata
         if md.get("crash_actor") and spec.attempt <= md.get("crash_actor_attempts", spec.attempt):
@@ -93,8 +93,8 @@ class FakeParts:
         try:
             res = await proc.wait(timeout=budget_s)
         except SandboxTimeout:
-            return AgentRun(exit_code=None, timed_out=True)
-        return AgentRun(exit_code=res.exit_code, stderr_tail=res.stderr, log_tail="agent log")
+            return AgentEnd(exit_code=None, timed_out=True)
+        return AgentEnd(exit_code=res.exit_code, stderr_tail=res.stderr, log_tail="agent log")
 
     async def capture(self, sb, spec, workspace):
         return "diff --git a/x b/x\n"

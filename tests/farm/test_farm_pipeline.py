@@ -9,7 +9,7 @@ import pytest
 
 from farm import errors as E
 from farm.rollout.model import RolloutSpec
-from farm.rollout.pipeline import AgentRun, Grade, RolloutPipeline
+from farm.rollout.pipeline import AgentEnd, Grade, RolloutPipeline
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
@@ -50,8 +50,8 @@ class Parts:
         try:
             res = await proc.wait(timeout=budget_s)
         except E.SandboxTimeout:
-            return AgentRun(exit_code=None, timed_out=True)
-        return AgentRun(exit_code=res.exit_code, stderr_tail=res.stderr, log_tail=res.stdout)
+            return AgentEnd(exit_code=None, timed_out=True)
+        return AgentEnd(exit_code=res.exit_code, stderr_tail=res.stderr, log_tail=res.stdout)
 
     async def capture(self, sb, spec, workspace):
         return (await sb.read_file(f"{sb.root}/repo/f")).decode()

@@ -14,7 +14,7 @@ from farm.actors.reducer import ReducerActor
 from farm.output.artifacts import artifact_dir, build_artifacts, read_index, read_text, write_artifacts
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutSpec
-from farm.rollout.pipeline import REDACTED, AgentRun, Grade, RolloutPipeline
+from farm.rollout.pipeline import REDACTED, AgentEnd, Grade, RolloutPipeline
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
@@ -76,7 +76,7 @@ class _Parts:
         proc = await sb.start(f"echo '{{\"type\":\"start\",\"key\":\"{secret}\"}}'; echo change >> repo/f; "
                               f"echo warn >&2; {self.agent_extra}")
         res = await proc.wait(timeout=budget_s)
-        return AgentRun(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
+        return AgentEnd(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
     async def capture(self, sb, spec, workspace):
         return (await sb.read_file(f"{sb.root}/repo/f")).decode()

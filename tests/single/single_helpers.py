@@ -82,10 +82,10 @@ class SleepParts:
         return spec.rollout_id
 
     async def run_agent(self, sb, spec, secret, budget_s, workspace):
-        from farm.rollout.pipeline import AgentRun
+        from farm.rollout.pipeline import AgentEnd
 
         res = await (await sb.start(f"sleep {spec.task.metadata.get('agent_s', 0.1)}")).wait(timeout=budget_s)
-        return AgentRun(exit_code=res.exit_code)
+        return AgentEnd(exit_code=res.exit_code)
 
     async def capture(self, sb, spec, workspace):
         return ""
