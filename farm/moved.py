@@ -1,4 +1,4 @@
-"""Old module paths of modules that moved to ``farm/output/`` (issue 29), kept for one
+"""Old module paths of modules that moved (issue 29: to ``farm/output/``, and ``rollout.parts``), kept for one
 release: importing one warns (DeprecationWarning) and hands out the new module's objects
 themselves. A finder rather than a file left at each old path, so git records each move as
 a rename and a merge carries an edit made to the old file over to the new one."""
@@ -23,6 +23,7 @@ MOVED = {  # old module -> new module
     "farm.rollout.artifacts": "farm.output.artifacts",
     "farm.rollout.group_reader": "farm.output.groups",
     "farm.rollout.groups": "farm.output.groups",
+    "farm.rollout.parts": "farm.rollout.actor_layers",  # FarmParts is ActorLayers
 }
 # names an old module handed out that now live in another new module
 EXTRA = {"farm.rollout.artifacts": {"ArtifactsConfig": "farm.output.config"}}

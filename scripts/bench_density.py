@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A node full of rollouts: how many one node keeps in flight and busy, and what each costs.
 
-One sandbox actor's rollout path (``FarmParts`` + ``RolloutPipeline``, in this process,
+One sandbox actor's rollout path (``ActorLayers`` + ``RolloutPipeline``, in this process,
 without Ray: what a ``SandboxActor`` runs), real local sandboxes (bubblewrap, cgroups,
 copy-on-write views of the environment snapshots), a real CLI (``--harness``, default
 Codex), graded in fresh sandboxes; the model is the scripted oracle worker (its own
@@ -55,7 +55,7 @@ from farm.engine.launchers import start_scripted_worker
 from farm.grading import grading_spec
 from farm.modeltext.tokenizer import resolve_tokenizer
 from farm.rollout.model import RolloutSpec
-from farm.rollout.parts import FarmParts
+from farm.rollout.actor_layers import ActorLayers
 from farm.rollout.pipeline import RolloutPipeline
 from farm.sandboxes.base import SandboxSpec
 from farm.tasks.loaders import load_tasks, resolve_tasks_path
@@ -127,7 +127,7 @@ def pct(values: list[float], q: float) -> float:
 async def run_mode(args: argparse.Namespace, work: Path, engine_url: str, engine_pid: int, pool: bool) -> dict:
     cfg = config(args, work, pool)
     tasks = load_tasks(cfg.tasks).tasks[: args.tasks]
-    parts = FarmParts(cfg, engine_url)
+    parts = ActorLayers(cfg, engine_url)
     await parts.start()
     pipeline = RolloutPipeline(parts, harness=cfg.harness.name, model=cfg.engine.model_name,
                                timeout_s=cfg.rollout.timeout_s, actor="bench")

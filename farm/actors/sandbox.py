@@ -86,7 +86,7 @@ class SandboxActor:
             if self._pipeline is None:
                 self.node = _ray_node()
                 if self._parts_factory is None:
-                    from farm.rollout.parts import FarmParts as factory
+                    from farm.rollout.actor_layers import ActorLayers as factory
                 else:
                     factory = self._parts_factory
                 if self._want_metrics:

@@ -1,4 +1,5 @@
-"""FarmParts: the real layers behind the rollout pipeline, for one sandbox actor.
+"""ActorLayers: the real layers behind the rollout pipeline, for one sandbox actor (its
+composition root: engine client, gateway, harness, sandboxes, environments, grading).
 
 Holds what an actor's rollouts share: the model gateway (with its engine client and
 tokenizer), the sandbox-create limiter, the task runtime (repository cache). Each
@@ -42,7 +43,7 @@ def make_actor_pool(cfg: FarmConfig, create: Callable[[SandboxSpec], Any], limit
     return SandboxPool(create, cfg.sandbox.pool, has_room=lambda: limiter.in_use + 1 < limiter.max_concurrent)
 
 
-class FarmParts:
+class ActorLayers:
     def __init__(
         self,
         cfg: FarmConfig,
@@ -300,3 +301,6 @@ class FarmParts:
             summary=report.summary(),
             test_log=report.test_log,
         )
+
+
+FarmParts = ActorLayers  # its name before issue 29

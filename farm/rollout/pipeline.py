@@ -88,7 +88,7 @@ class Grade:
 
 
 class RolloutParts(Protocol):
-    """What the pipeline needs from the layers below (``farm.rollout.parts`` wires the real ones)."""
+    """What the pipeline needs from the layers below (``farm.rollout.actor_layers`` wires the real ones)."""
 
     async def create_sandbox(self, spec: RolloutSpec, purpose: str) -> Sandbox: ...
 

@@ -36,7 +36,7 @@ def run_batch(
     by one (the keywords of earlier releases).
 
     ``tasks`` (default: loaded from ``cfg.tasks``) and ``parts_factory`` (default: the
-    real layers, ``farm.rollout.parts.FarmParts``; a factory also means no engine is
+    real layers, ``farm.rollout.actor_layers.ActorLayers``; a factory also means no engine is
     started) are seams for tests and embedding.
     """
     session = RunSession(cfg, tasks=tasks, console=console or Console()).open()
