@@ -73,10 +73,7 @@ class RunTally:
     @classmethod
     def of_summaries(cls, summaries: list[RolloutSummary], *, planned: int) -> RunTally:
         """The tally of rollouts stored one by one (``farm.Rollouts``)."""
-        rollouts = SummaryTally()
-        for s in summaries:
-            rollouts.add(s)
-        return cls(rollouts=rollouts, planned=planned)
+        return cls(rollouts=SummaryTally.of(summaries), planned=planned)
 
 
 @dataclass(frozen=True)

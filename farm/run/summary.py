@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,33 +101,10 @@ def summarize(
     retried: int = 0,
     interrupted: bool = False,
 ) -> RunSummary:
-    by_status = Counter(s.status.value for s in summaries)
-    finished = [s for s in summaries if not s.status.reruns]
-    resolved = sum(1 for s in finished if s.reward >= RESOLVED_REWARD)
-    durations = np.array([s.duration_s for s in finished], dtype=np.float64)
-    output_tokens = sum(s.output_tokens for s in summaries)
-    return RunSummary(
-        run_id=run_id,
-        planned=planned,
-        skipped_done=skipped_done,
-        finished=len(finished),
-        by_status={k: by_status[k] for k in sorted(by_status)},
-        resolved=resolved,
-        resolved_rate=resolved / len(finished) if finished else 0.0,
-        mean_reward=float(np.mean([s.reward for s in finished])) if finished else 0.0,
-        turns=sum(s.turns for s in summaries),
-        prompt_tokens=sum(s.prompt_tokens for s in summaries),
-        output_tokens=output_tokens,
-        wall_s=wall_s,
-        rollouts_per_min=60.0 * len(finished) / wall_s if wall_s > 0 else 0.0,
-        output_tokens_per_s=output_tokens / wall_s if wall_s > 0 else 0.0,
-        duration_p50_s=float(np.percentile(durations, 50)) if len(durations) else 0.0,
-        duration_p95_s=float(np.percentile(durations, 95)) if len(durations) else 0.0,
-        redispatched=redispatched,
-        retried=retried,
-        interrupted=interrupted,
-        nodes=dict(sorted(Counter(s.node for s in finished if s.node).items())),
-    )
+    """The summary of rollouts at hand (a run keeps a ``SummaryTally`` as they finish)."""
+    return SummaryTally.of(summaries).summary(run_id, planned=planned, skipped_done=skipped_done, wall_s=wall_s,
+                                              redispatched=redispatched, retried=retried,
+                                              interrupted=interrupted)  # fmt: skip
 
 
 class Durations:
@@ -193,6 +170,13 @@ class SummaryTally:
         self.turns = self.prompt_tokens = self.output_tokens = 0
         self.durations = Durations()
         self.nodes: Counter[str] = Counter()
+
+    @classmethod
+    def of(cls, summaries: Iterable[RolloutSummary]) -> SummaryTally:
+        tally = cls()
+        for s in summaries:
+            tally.add(s)
+        return tally
 
     def add(self, s: RolloutSummary) -> None:
         self.count += 1

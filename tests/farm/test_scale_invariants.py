@@ -1,12 +1,12 @@
 """The control plane keeps nothing per rollout (issue 31): the run summary is kept as
-rollouts finish, equal to ``summarize`` over the same rollouts, and the dispatcher retains
+rollouts finish, equal to the summary computed over the whole list of rollouts, and the dispatcher retains
 the same objects after 2,000 rollouts as after 8,000. Small sizes, no clocks."""
 
 from __future__ import annotations
 
 import gc
 import random
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ from farm.actors import dispatch
 from farm.actors.dispatch import Dispatcher
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutSummary
-from farm.run.summary import Durations, SummaryTally, summarize
+from farm.run.summary import RESOLVED_REWARD, Durations, RunSummary, SummaryTally
 from farm.status import RolloutStatus
 
 STATUSES = [RolloutStatus.COMPLETED] * 6 + [RolloutStatus.SANDBOX_ERROR, RolloutStatus.TIMEOUT,
@@ -35,14 +35,36 @@ def _summaries(n: int, seed: int = 0) -> list[RolloutSummary]:
     return out
 
 
+def _over_the_list(run_id, summaries, *, planned, skipped_done, wall_s, redispatched, retried, interrupted):
+    """The reference: the summary computed with every rollout in hand (numpy's mean and
+    percentiles), as the run computed it before it kept a tally."""
+    finished = [s for s in summaries if not s.status.reruns]
+    resolved = sum(1 for s in finished if s.reward >= RESOLVED_REWARD)
+    durations = np.array([s.duration_s for s in finished], dtype=np.float64)
+    by_status = Counter(s.status.value for s in summaries)
+    output_tokens = sum(s.output_tokens for s in summaries)
+    return RunSummary(
+        run_id=run_id, planned=planned, skipped_done=skipped_done, finished=len(finished),
+        by_status={k: by_status[k] for k in sorted(by_status)}, resolved=resolved,
+        resolved_rate=resolved / len(finished) if finished else 0.0,
+        mean_reward=float(np.mean([s.reward for s in finished])) if finished else 0.0,
+        turns=sum(s.turns for s in summaries), prompt_tokens=sum(s.prompt_tokens for s in summaries),
+        output_tokens=output_tokens, wall_s=wall_s,
+        rollouts_per_min=60.0 * len(finished) / wall_s if wall_s > 0 else 0.0,
+        output_tokens_per_s=output_tokens / wall_s if wall_s > 0 else 0.0,
+        duration_p50_s=float(np.percentile(durations, 50)) if len(durations) else 0.0,
+        duration_p95_s=float(np.percentile(durations, 95)) if len(durations) else 0.0,
+        redispatched=redispatched, retried=retried, interrupted=interrupted,
+        nodes=dict(sorted(Counter(s.node for s in finished if s.node).items())),
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, 300])
-def test_tally_gives_what_summarize_gives(n):
+def test_tally_gives_the_summary_over_the_whole_list(n):
     rows = _summaries(n, seed=n)
-    tally = SummaryTally()
-    for s in rows:
-        tally.add(s)
+    tally = SummaryTally.of(rows)
     kw = dict(planned=n + 3, skipped_done=2, wall_s=12.5, redispatched=1, retried=4, interrupted=True)
-    want = summarize("run", rows, **kw).model_dump()
+    want = _over_the_list("run", rows, **kw).model_dump()
     got = tally.summary("run", **kw).model_dump()
     assert got.keys() == want.keys()
     for key, value in want.items():
