@@ -128,6 +128,11 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
     tasks = _tasks(tmp_path)
     start = time.time() - 1
     with Farm(cfg, tasks=tasks, parts_factory=farm_helpers.MeteredParts, console=Console(quiet=True)) as farm:
+        # Before the first four are handed out (and so before the last four start, max_ahead 4),
+        # Prometheus has scraped both actors' sandbox-create series: the last four creates then
+        # raise a series it has seen, so the create-time panels' rate has an increase to show
+        # (a series whose every observation predates its first scrape rates 0 throughout).
+        _wait_for(prometheus, 'sum(ray_farm_sandbox_create_s_count{run_id="dash"})', 4)
         groups = farm.next_groups(4, timeout=120)
         # A trainer's weight update, as Farm.update_weights stamps it (no engine here to load weights into):
         # the rest of the rollouts began under version 0 and are recorded under 1, staleness 1.
@@ -136,19 +141,22 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
         groups += list(farm.groups())
         assert sorted(g.group_id for g in groups) == sorted(t.id for t in tasks)
         # Ray exports every second and Prometheus scrapes every second: wait for the last rollout.
-        recorded = 'sum(ray_farm_rollouts_total{run_id="dash"})'
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            got = _get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': recorded})}")["data"]["result"]
-            if got and float(got[0]["value"][1]) == len(tasks):
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"Prometheus never saw {len(tasks)} rollouts: {got}")
+        _wait_for(prometheus, 'sum(ray_farm_rollouts_total{run_id="dash"})', len(tasks))
         time.sleep(3)  # a rate needs two samples: a series that first appeared in the last scrape gets its second
         end = time.time() + 1
         _check_panels(prometheus, start, end)
     assert farm.summary.by_status == {"completed": 7, "truncated": 1}
+
+
+def _wait_for(prometheus: str, expr: str, value: float) -> None:
+    """Until Prometheus's instant value of ``expr`` reaches ``value``."""
+    deadline, got = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        got = _get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")["data"]["result"]
+        if got and float(got[0]["value"][1]) >= value:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus never saw {expr} reach {value}: {got}")
 
 
 def _check_panels(prometheus: str, start: float, end: float) -> None:
