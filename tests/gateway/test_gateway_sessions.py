@@ -272,7 +272,7 @@ def test_a_retry_of_a_realigned_turn_is_rendered_again(hf_tokenizer):
     from farm.gateway.canonical import tools_digest
     from farm.gateway.history import plan_turn
     from farm.gateway.render import PromptRenderer
-    from farm.gateway.sessions import Lane, Session
+    from farm.gateway.sessions import Lane, TokenSession
     from farm.trajectory import TurnTree
 
     tree = TurnTree("s")
@@ -283,7 +283,7 @@ def test_a_retry_of_a_realigned_turn_is_rendered_again(hf_tokenizer):
     b = tree.mount(prompt_ids=[1, 2, 101, 99, 102, 103, 5], output_ids=[104], output_logprobs=[-0.2],
                    finish_reason="stop", messages=hist)  # fmt: skip
     assert TurnFlag.DRIFT_REALIGNED in b.flags and b.parent_id == a.turn_id
-    session = Session(session_id="s", secret="k", model_name="m", max_turns=9, max_context_tokens=4096,
+    session = TokenSession(session_id="s", secret="k", model_name="m", max_turns=9, max_context_tokens=4096,
                       policy_version=None, tree=tree)  # fmt: skip
     lane = Lane(turn_id=b.turn_id, request=hist, response={"role": "assistant", "content": "done"},
                 tools_digest=tools_digest([]), generated_end="", sequence_length=b.sequence_length)  # fmt: skip
