@@ -249,7 +249,7 @@ class ReducerActor:
 def _truncation(result: RolloutResult) -> dict[str, Any]:
     """Sample metadata of a truncated rollout: ``truncated`` and the budget that ran out
     (``budget``: max_turns / context / output, its ``limit``, the main ``turns`` done)."""
-    stop = getattr(result.tree, "budget_stop", None)
+    stop = result.tree.budget_stop if result.tree is not None else None  # a TurnTree's or a Transcript's
     if result.status is not RolloutStatus.TRUNCATED or stop is None:
         return {}
     return {"truncated": True, "truncated_by": stop.as_dict()}
