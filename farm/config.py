@@ -16,7 +16,7 @@ from farm.engine.config import EngineConfig
 from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
 from farm.gateway.config import GatewayConfig
-from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, is_hosted
+from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, RolloutMode
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
 from farm.loggers.config import LoggerConfig
@@ -173,18 +173,24 @@ class FarmConfig(BaseModel):
         return self.endpoints.get(self.endpoint) or FarmEndpoint()
 
     @property
+    def mode(self) -> RolloutMode:
+        """How the run's CLIs are served (its endpoint's mode): what to start, what a rollout
+        records and writes, what can fail its session. Ask it, never the endpoint's kind."""
+        return self.active_endpoint.mode
+
+    @property
     def black_box(self) -> bool:
-        """Is the run served by a hosted endpoint (no engine, no Samples)?"""
-        return is_hosted(self.active_endpoint)
+        """``mode is RolloutMode.BLACK_BOX``: for a user's scripts and notebooks; farm's own
+        code asks ``mode`` what it needs (tests/test_mode_guard.py keeps it so)."""
+        return self.mode is RolloutMode.BLACK_BOX
 
 
 def endpoint_api_key(cfg: FarmConfig, environ: Mapping[str, str]) -> str | None:
     """The API key of the hosted endpoint ``cfg.endpoint`` names, from ``environ`` (the
     entry point passes ``os.environ``): None for the farm engine or an endpoint without
     ``api_key_env``; a ConfigError when the variable is unset or empty."""
-    ep = cfg.active_endpoint
-    name = getattr(ep, "api_key_env", None)
-    if not cfg.black_box or not name:
+    name = getattr(cfg.active_endpoint, "api_key_env", None)  # the farm engine has none
+    if not name:
         return None
     key = environ.get(name)
     if not key:

@@ -88,3 +88,22 @@ def test_shipped_hosted_config_is_valid():
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "hosted.yaml", ["endpoint=claude"])
     assert cfg.black_box and cfg.active_endpoint.kind == "anthropic"
+
+
+def test_the_endpoint_fixes_the_rollout_mode_and_the_mode_says_what_to_do():
+    """FarmConfig.mode: token_exact for the farm engine, black_box for every hosted kind; what
+    each mode starts, writes and watches for; its values are the rollouts table's strings."""
+    from farm.config import RolloutMode
+
+    hosted = {"openai": ["endpoints.h.kind=openai", "endpoints.h.model=m", "endpoints.h.base_url=http://h/v1"],
+              "anthropic": ["endpoints.h.kind=anthropic", "endpoints.h.model=m"]}
+    farm = load_config(None, hosted["openai"])  # a catalog entry alone changes nothing: endpoint farm
+    assert farm.mode is RolloutMode.TOKEN_EXACT and not farm.black_box
+    assert farm.mode.needs_engine and farm.mode.writes_samples and not farm.mode.endpoint_fails_sessions
+    for kind, sets in hosted.items():
+        cfg = load_config(None, [*sets, "endpoint=h"])
+        assert cfg.mode is RolloutMode.BLACK_BOX and cfg.black_box, kind
+        assert not cfg.mode.needs_engine and not cfg.mode.writes_samples and cfg.mode.endpoint_fails_sessions
+    # the on-disk strings (the rollouts table's mode column) are the modes themselves
+    assert [m.value for m in RolloutMode] == ["token_exact", "black_box"]
+    assert RolloutMode("black_box") is RolloutMode.BLACK_BOX and f"{RolloutMode.TOKEN_EXACT}" == "token_exact"

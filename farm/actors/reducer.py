@@ -31,7 +31,6 @@ from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
 from farm.status import Outcome, RolloutStatus
-from farm.trajectory.transcript import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +145,8 @@ class ReducerActor:
                 excluded = excluded or (result.status is RolloutStatus.TRUNCATED
                                         and self.cfg.rollout.on_truncated == "exclude")  # fmt: skip
                 # A black-box rollout (a hosted endpoint) has a transcript, no tokens: never a Sample.
-                black_box = result.mode == "black_box" or isinstance(result.tree, Transcript)
-                samples = self._linearize(result) if result.status.trainable and not excluded and not black_box else []
+                trains = result.status.trainable and result.mode.writes_samples and not excluded
+                samples = self._linearize(result) if trains else []
                 self.store.add(result, samples)
             except BaseException as exc:
                 self._pending.pop(rid, None)
@@ -250,7 +249,7 @@ class ReducerActor:
 def _truncation(result: RolloutResult) -> dict[str, Any]:
     """Sample metadata of a truncated rollout: ``truncated`` and the budget that ran out
     (``budget``: max_turns / context / output, its ``limit``, the main ``turns`` done)."""
-    stop = getattr(result.tree, "budget_stop", None)
+    stop = result.tree.budget_stop if result.tree is not None else None  # a TurnTree's or a Transcript's
     if result.status is not RolloutStatus.TRUNCATED or stop is None:
         return {}
     return {"truncated": True, "truncated_by": stop.as_dict()}

@@ -109,7 +109,7 @@ class SandboxActor:
                     agent_timeout_s=self.cfg.rollout.agent_timeout_s,
                     actor=self.name,
                     artifacts=self.cfg.artifacts,
-                    mode="black_box" if self.cfg.black_box else "token_exact",
+                    mode=self.cfg.mode,
                     node=self.node,
                     on_truncated=self.cfg.rollout.on_truncated,
                 )

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from farm.errors import GatewayRequestError
 from farm.gateway.anthropic import AnthropicProtocol
+from farm.gateway.blackbox import BlackBoxService
 from farm.gateway.bounds import check_body
 from farm.gateway.canonical import TurnOutput
 from farm.gateway.chat import ChatProtocol
@@ -51,7 +52,8 @@ def _json(status: int, body: Any) -> web.Response:
 class GatewayApp:
     """Builds the ``web.Application``; state lives in the session table and the service."""
 
-    def __init__(self, config: GatewayConfig, sessions: SessionTable, service: TurnService, model_name: str) -> None:
+    def __init__(self, config: GatewayConfig, sessions: SessionTable, service: TurnService | BlackBoxService,
+                 model_name: str) -> None:
         self.socket_sessions: dict[str, str] = {}  # unix socket path -> the one session it serves
         self.config = config
         self.sessions = sessions

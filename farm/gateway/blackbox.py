@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from farm.errors import GatewayRequestError
 from farm.gateway import budget
@@ -44,12 +44,13 @@ from farm.gateway.config import GatewayConfig
 from farm.gateway.hosted import EndpointError, Failure, HostedCall, HostedClient
 from farm.gateway.hosted_wire import output_cap
 from farm.gateway.service import is_side_request
-from farm.gateway.sessions import Session
+from farm.gateway.endpoints import RolloutMode
+from farm.gateway.sessions import HostedSession
 from farm.gateway.wire import new_id
 from farm.modeltext.toolcalls import ToolCall
 from farm.status import RolloutStatus
 from farm.trajectory.records import Budget, FinishReason, TurnFlag
-from farm.trajectory.transcript import TranscriptTurn
+from farm.trajectory.transcript import Transcript, TranscriptTurn
 
 # What the CLI is told, per failure: (HTTP status, protocol-neutral error kind).
 _CLI_ERROR = {
@@ -63,7 +64,7 @@ _CLI_ERROR = {
 
 @dataclass(slots=True)
 class BlackBoxTurn:
-    session: Session
+    session: HostedSession
     req: CanonicalRequest
     side: bool
     immediate: TurnOutput | None = None
@@ -73,12 +74,19 @@ class BlackBoxTurn:
 
 
 class BlackBoxService:
+    mode: ClassVar[RolloutMode] = RolloutMode.BLACK_BOX
+
     def __init__(self, config: GatewayConfig, client: HostedClient, tokenizer: Any = None) -> None:
         self.config = config
         self.client = client
         self.tokenizer = tokenizer  # the endpoint model's, if known (re-tokenized logprob turns)
 
-    async def begin(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> BlackBoxTurn:
+    def new_session(self, **fields: Any) -> HostedSession:
+        """The sessions it serves: black-box, a transcript each, named after the endpoint."""
+        return HostedSession(transcript=Transcript(fields["session_id"], self.client.name), **fields)
+
+    async def begin(self, session: HostedSession, req: CanonicalRequest, *,
+                    call_id_prefix: str = "call_") -> BlackBoxTurn:
         session.stats.requests += 1
         side = is_side_request(self.config, session, req)
         if not side:
@@ -106,7 +114,6 @@ class BlackBoxService:
         if pending.immediate is not None:
             return pending.immediate
         transcript = session.transcript
-        assert transcript is not None
         if transcript.failure is not None:  # the endpoint already failed this session for good
             raise GatewayRequestError(transcript.failure[1], status=503, kind="overloaded")
         session.notify("turn_started", prompt_tokens=0, side=pending.side)  # a hosted prompt has no count yet
@@ -153,7 +160,6 @@ class BlackBoxService:
 
     def _record(self, pending: BlackBoxTurn, out: TurnOutput, call: HostedCall | None, *, attempts: int = 0) -> None:
         session, req = pending.session, pending.req
-        assert session.transcript is not None
         ids, logprobs = None, None
         if call is not None and call.reply.logprobs:
             logprobs = [lp for _, lp in call.reply.logprobs]
@@ -180,9 +186,12 @@ class BlackBoxService:
             session.stats.main_turns += 1  # a model turn (a refusal at a limit is none)
         session.last_activity = time.monotonic()
 
-    async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:
+    async def count_tokens(self, session: HostedSession, req: CanonicalRequest) -> int:
         raise GatewayRequestError("count_tokens is not available in black-box mode (the endpoint's tokenizer is "
                                   "not known)", status=404, kind="not_found")  # fmt: skip
+
+    async def session_closed(self, session: HostedSession) -> None:
+        """Nothing to measure: a transcript is the endpoint's reply as it came."""
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -16,8 +16,8 @@ engine cut it, else :data:`STOP_TEXT`), no tool call, the protocol's ordinary st
 (Anthropic ``end_turn``, Responses ``completed``, Chat ``stop``). That is the reply each
 real CLI ends on with exit 0, where the protocol's length stop makes Claude Code exit 1
 ("response exceeded the ... output token maximum") and Codex fail ("Incomplete response
-returned, reason: max_output_tokens"). The session remembers the stop
-(``tree.budget_stop`` / ``transcript.budget_stop``); any later main request of it gets
+returned, reason: max_output_tokens"). The session remembers the stop in its record
+(``session.record.budget_stop``: its turn tree's or its transcript's); any later main request of it gets
 the same end of turn without generating (a sub-agent cut off ends, then its parent
 does); the rollout reads the stop and ends ``truncated`` (``farm.rollout.outcome``).
 
@@ -48,13 +48,12 @@ def ends_session(config: GatewayConfig, *, side: bool) -> bool:
 
 def stopped(session: Session) -> BudgetStop | None:
     """The budget stop that ended ``session``, if one did."""
-    record = session.transcript if session.transcript is not None else session.tree
-    return record.budget_stop
+    return session.record.budget_stop
 
 
 def stop(session: Session, budget: Budget, limit: int) -> BudgetStop:
     """End ``session`` for ``budget`` (the first stop is kept); returns the stop in force."""
-    record = session.transcript if session.transcript is not None else session.tree
+    record = session.record
     if record.budget_stop is None:
         record.budget_stop = BudgetStop(budget=budget, limit=limit, turns=session.stats.main_turns)
         session.stats.budget_stops += 1

@@ -8,15 +8,45 @@ translates each CLI request to the endpoint's protocol, records the canonical
 transcript (no token ids), and no Sample is ever written. The API key is never in
 the config: ``api_key_env`` names the environment variable the entry point
 (``farm run``) reads it from. This module holds only config types.
+
+Each endpoint kind says which :class:`RolloutMode` it serves a run in
+(``FarmConfig.mode``); the run's code asks the mode what to do, never the endpoint's kind.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FARM_ENDPOINT = "farm"
+
+
+class RolloutMode(StrEnum):
+    """How a run's CLIs are served, fixed by its endpoint (``FarmConfig.mode``). The value
+    is what the rollouts table's ``mode`` column holds."""
+
+    TOKEN_EXACT = "token_exact"  # the farm's engine: every turn's token ids recorded (a TurnTree), Samples
+    BLACK_BOX = "black_box"  # a hosted endpoint: canonical messages only (a Transcript), never a Sample
+
+    @property
+    def needs_engine(self) -> bool:
+        """The farm's engine (and the policy's tokenizer) serves the CLIs: started with the run."""
+        return self is RolloutMode.TOKEN_EXACT
+
+    @property
+    def writes_samples(self) -> bool:
+        """A rollout's record is a token TurnTree, linearized into Samples when its outcome is
+        trainable; else a Transcript, written to the transcripts table and never a Sample."""
+        return self is RolloutMode.TOKEN_EXACT
+
+    @property
+    def endpoint_fails_sessions(self) -> bool:
+        """The endpoint can fail a whole session for good (a refused key, retries spent): the
+        rollout watches for it and ends at once with that status. The engine path fails
+        single turns (the CLI retries them), never a session."""
+        return self is RolloutMode.BLACK_BOX
 
 
 class _Endpoint(BaseModel):
@@ -26,10 +56,12 @@ class _Endpoint(BaseModel):
 class FarmEndpoint(_Endpoint):
     """The farm's own engine (``engine:`` section): token-exact, trainable."""
 
+    mode: ClassVar[RolloutMode] = RolloutMode.TOKEN_EXACT
     kind: Literal["farm"] = Field(default="farm", description="selects the farm's own engine (token-exact)")
 
 
 class _HostedEndpoint(_Endpoint):
+    mode: ClassVar[RolloutMode] = RolloutMode.BLACK_BOX
     base_url: str = Field(description="the API root, e.g. https://api.openai.com/v1 (routes are appended)")
     model: str = Field(min_length=1, description="the model name sent to the endpoint (the CLI's is replaced)")
     api_key_env: str | None = Field(
@@ -88,7 +120,3 @@ class AnthropicEndpoint(_HostedEndpoint):
 
 EndpointConfig = Annotated[Union[FarmEndpoint, OpenAIEndpoint, AnthropicEndpoint], Field(discriminator="kind")]
 HostedEndpoint = Union[OpenAIEndpoint, AnthropicEndpoint]
-
-
-def is_hosted(ep: object) -> bool:
-    return isinstance(ep, (OpenAIEndpoint, AnthropicEndpoint))

@@ -14,12 +14,14 @@ The gateway does not own the engine client (close it yourself).
 
 Black-box mode (a hosted endpoint, :mod:`farm.gateway.blackbox`): no tokenizer, no
 engine; ``Gateway.for_endpoint(cfg.gateway, name, endpoint, api_key)``, the same
-sessions and protocols, and ``close_session`` returns the session's Transcript.
+protocols, and ``close_session`` returns the session's Transcript. The gateway's
+``mode`` is its service's; each session it opens is of that service's kind
+(:mod:`farm.gateway.sessions`: ``TokenSession`` or ``HostedSession``), so nothing here
+asks which.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
@@ -31,8 +33,7 @@ from farm.errors import GatewayError
 from farm.gateway.app import GatewayApp
 from farm.gateway.blackbox import BlackBoxService
 from farm.gateway.config import GatewayConfig
-from farm.gateway.endpoints import HostedEndpoint
-from farm.gateway.fidelity import measure_session
+from farm.gateway.endpoints import HostedEndpoint, RolloutMode
 from farm.gateway.hosted import HostedClient
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
@@ -56,8 +57,7 @@ class Gateway:
                  renderer: PromptRenderer | None = None, black_box: BlackBoxService | None = None) -> None:
         self.config = config
         self.model_name = model_name
-        self.black_box = black_box
-        self.service: Any
+        self.service: TurnService | BlackBoxService
         if black_box is not None:  # a hosted endpoint: no tokenizer, no engine (farm.gateway.blackbox)
             self.renderer = None
             self.service = black_box
@@ -68,7 +68,7 @@ class Gateway:
                 special_tokens_in_content=config.special_tokens_in_content)  # fmt: skip
             fmt = get_format(tool_format) if isinstance(tool_format, str) else tool_format
             self.service = TurnService(config, self.renderer, engine, fmt)
-        self.sessions = SessionTable()
+        self.sessions = SessionTable(self.service.new_session)  # each session of the service's kind
         self._app = GatewayApp(config, self.sessions, self.service, model_name)
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
@@ -91,6 +91,11 @@ class Gateway:
         the endpoint model's, for re-tokenized logprob turns)."""
         return cls(config, None, None, model_name=model_name,
                    black_box=BlackBoxService(config, HostedClient(name, endpoint, api_key), tokenizer))
+
+    @property
+    def mode(self) -> RolloutMode:
+        """Token-exact (the engine) or black-box (a hosted endpoint): its service's."""
+        return self.service.mode
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -131,10 +136,7 @@ class Gateway:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
-        if self.black_box is not None:
-            await self.black_box.aclose()
-        else:
-            self.service.close()
+        await self.service.aclose()
 
     # ---- sessions ----------------------------------------------------------------------
     def open_session(self, session_id: str, *, model_name: str | None = None, max_turns: int | None = None,
@@ -149,8 +151,6 @@ class Gateway:
             max_context_tokens=max_context_tokens if max_context_tokens is not None else self.config.max_context_tokens,
             policy_version=policy_version, observer=observer,
         )  # fmt: skip
-        if self.black_box is not None:
-            session.transcript = Transcript(session_id, self.black_box.client.name)
         return SessionHandle(session_id=session.session_id, secret=session.secret)
 
     async def serve_session_socket(self, session_id: str, path: str) -> None:
@@ -180,22 +180,14 @@ class Gateway:
             pass
 
     async def close_session(self, session_id: str) -> TurnTree | Transcript:
-        """Refuse further requests (401), abort in-flight generation, return the turn tree
-        (black-box mode: the transcript)."""
+        """Refuse further requests (401), abort in-flight generation, return the session's
+        record: its turn tree (black-box mode: its transcript)."""
         await self._stop_socket(session_id)
         session = await self.sessions.close(session_id, timeout_s=self.config.close_timeout_s)
         self.sessions.forget(session_id)
-        if session.transcript is not None:
-            self._keep_stats(session_id, session.stats)
-            return session.transcript
-        if self.config.fidelity != "off" and self.renderer is not None:
-            args = (session.tree, self.renderer, session.tools_by_digest, self.config.fidelity)
-            if self.renderer.thread_safe:  # a full render per Sample: off the event loop
-                await asyncio.to_thread(measure_session, *args)
-            else:
-                measure_session(*args)
+        await self.service.session_closed(session)  # token-exact: the fidelity measure
         self._keep_stats(session_id, session.stats)
-        return session.tree
+        return session.record
 
     def _keep_stats(self, session_id: str, stats: SessionStats) -> None:
         self._closed_stats[session_id] = stats
@@ -208,9 +200,9 @@ class Gateway:
         self.sessions.get(session_id).deadline = deadline
 
     def session_failure(self, session_id: str) -> tuple[str, str] | None:
-        """Black-box mode: (status, reason) once the hosted endpoint failed the open session for good."""
-        transcript = self.sessions.get(session_id).transcript
-        return transcript.failure if transcript is not None else None
+        """(status, reason) once the endpoint failed the open session for good: a hosted
+        one can (black-box mode); the engine never does (None)."""
+        return self.sessions.get(session_id).failure
 
     def session_idle_s(self, session_id: str) -> float:
         """Seconds since the open session last had a model request in flight (0 while one is)."""
@@ -225,5 +217,4 @@ class Gateway:
     def tree(self, session_id: str) -> TurnTree | Transcript:
         """The live record of an open session (read-only use): its turn tree, or in
         black-box mode its transcript."""
-        session = self.sessions.get(session_id)
-        return session.transcript if session.transcript is not None else session.tree
+        return self.sessions.get(session_id).record

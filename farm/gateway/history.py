@@ -1,6 +1,6 @@
 """Where a request's prompt comes from: append-only extension, retry, or full render.
 
-:func:`plan_turn` looks at the session's recent leaf turns (``Session.lanes``, newest
+:func:`plan_turn` looks at the session's recent leaf turns (``TokenSession.lanes``, newest
 first). A request *extends* a lane when its canonical messages are the lane's request
 messages (exactly, or up to echo tolerance for assistant messages) + an echo of the
 lane's reply (:func:`echo_matches`; an empty reply may be left out) + new messages.
@@ -25,7 +25,7 @@ import numpy as np
 
 from farm.gateway.canonical import Message, echo_matches, is_empty_response, messages_equivalent, tools_digest
 from farm.gateway.render import PromptRenderer
-from farm.gateway.sessions import Lane, Session
+from farm.gateway.sessions import Lane, TokenSession
 
 
 NEW_CONVERSATION = "new_conversation"  # no recent turn shares the first message: a root, not a fallback
@@ -68,7 +68,7 @@ def _ids(values: list[int] | np.ndarray) -> np.ndarray:
 _EMPTY = _ids([])
 
 
-def plan_turn(session: Session, messages: list[Message], tools: list[dict], renderer: PromptRenderer,
+def plan_turn(session: TokenSession, messages: list[Message], tools: list[dict], renderer: PromptRenderer,
               *, max_candidates: int) -> TurnPlan:
     """Decide how to build the prompt of a request (see module doc)."""
     digest = tools_digest(tools)
@@ -123,13 +123,13 @@ def plan_turn(session: Session, messages: list[Message], tools: list[dict], rend
     return full_plan(messages, digest, reason, session)
 
 
-def full_plan(messages: list[Message], digest: str, reason: str, session: Session | None = None) -> TurnPlan:
+def full_plan(messages: list[Message], digest: str, reason: str, session: TokenSession | None = None) -> TurnPlan:
     """A plan whose prompt still has to be rendered in full (``TurnPlan.set_prompt``)."""
     msgs = _swap_echoes(session, messages) if session is not None else list(messages)
     return TurnPlan("full", None, _EMPTY, _EMPTY, msgs, digest, fallback_reason=reason)
 
 
-def _swap_echoes(session: Session, messages: list[Message]) -> list[Message]:
+def _swap_echoes(session: TokenSession, messages: list[Message]) -> list[Message]:
     """Replace echoed assistant messages by the replies we recorded (so ``mount`` finds parents)."""
     if not any(m.get("role") == "assistant" for m in messages):
         return list(messages)

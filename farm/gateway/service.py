@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 from farm.engine.client import EngineClient, GenerateRequest, GenerateResult
@@ -41,9 +41,11 @@ from farm.gateway import budget
 from farm.gateway.bounds import check_request
 from farm.gateway.canonical import CanonicalRequest, TurnOutput, assistant_message
 from farm.gateway.config import GatewayConfig
+from farm.gateway.endpoints import RolloutMode
+from farm.gateway.fidelity import measure_session
 from farm.gateway.history import NEW_CONVERSATION, TurnPlan, full_plan, plan_turn
 from farm.gateway.render import PromptRenderer, PromptTooLong
-from farm.gateway.sessions import Lane, Session
+from farm.gateway.sessions import Lane, Session, TokenSession, token_session
 from farm.modeltext.toolcalls import ToolCallFormat
 from farm.gateway.wire import new_id
 from farm.trajectory.records import Budget, FinishReason, TurnFlag
@@ -53,7 +55,7 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": Fi
 
 @dataclass(slots=True)
 class PendingTurn:
-    session: Session
+    session: TokenSession
     req: CanonicalRequest
     plan: TurnPlan
     side: bool
@@ -80,6 +82,9 @@ def is_side_request(config: GatewayConfig, session: Session, req: CanonicalReque
 
 
 class TurnService:
+    mode: ClassVar[RolloutMode] = RolloutMode.TOKEN_EXACT
+    new_session = staticmethod(token_session)  # the sessions it serves: token-exact, a turn tree each
+
     def __init__(self, config: GatewayConfig, renderer: PromptRenderer, engine: EngineClient,
                  tool_format: ToolCallFormat) -> None:
         self.config = config
@@ -89,10 +94,10 @@ class TurnService:
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- classification ------------------------------------------------------------
-    def is_side_request(self, session: Session, req: CanonicalRequest) -> bool:
+    def is_side_request(self, session: TokenSession, req: CanonicalRequest) -> bool:
         return is_side_request(self.config, session, req)
 
-    async def count_tokens(self, session: Session, req: CanonicalRequest) -> int:
+    async def count_tokens(self, session: TokenSession, req: CanonicalRequest) -> int:
         """Prompt length of a full render (on the render thread); only counted in the stats."""
         session.stats.count_tokens += 1
         limit = session.max_context_tokens
@@ -107,7 +112,7 @@ class TurnService:
             session.stats.too_long_refusals += 1
             raise
 
-    def _check(self, session: Session, req: CanonicalRequest) -> None:
+    def _check(self, session: TokenSession, req: CanonicalRequest) -> None:
         try:
             check_request(req, self.config, self.renderer, session.max_context_tokens, session.bounds_checked)
         except PromptTooLong:
@@ -117,7 +122,7 @@ class TurnService:
             raise
 
     # ---- begin -----------------------------------------------------------------
-    def prepare(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> PendingTurn:
+    def prepare(self, session: TokenSession, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> PendingTurn:
         """Classify and plan (synchronous, no other request of the session interleaves).
         A full render is left to :meth:`begin` / :meth:`render` (``pending.plan.needs_render``)."""
         t0 = time.perf_counter()
@@ -157,7 +162,8 @@ class TurnService:
             self._limits(pending)
         return pending
 
-    async def begin(self, session: Session, req: CanonicalRequest, *, call_id_prefix: str = "call_") -> PendingTurn:
+    async def begin(self, session: TokenSession, req: CanonicalRequest, *,
+                    call_id_prefix: str = "call_") -> PendingTurn:
         """:meth:`prepare`, with a full render (O(history)) on the render thread so the
         event loop keeps serving other sessions meanwhile."""
         try:
@@ -181,11 +187,24 @@ class TurnService:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-gateway-render")
         return self._pool
 
+    async def session_closed(self, session: TokenSession) -> None:
+        """The closed session's fidelity (``gateway.fidelity``): a full render per Sample."""
+        if self.config.fidelity == "off":
+            return
+        args = (session.tree, self.renderer, session.tools_by_digest, self.config.fidelity)
+        if self.renderer.thread_safe:  # off the event loop
+            await asyncio.to_thread(measure_session, *args)
+        else:
+            measure_session(*args)
+
     def close(self) -> None:
         """Stop the render thread (idempotent)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    async def aclose(self) -> None:
+        self.close()
 
     def _limits(self, pending: PendingTurn) -> None:
         session, req, stats = pending.session, pending.req, pending.session.stats

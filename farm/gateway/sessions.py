@@ -1,9 +1,22 @@
-"""Per-rollout sessions: a secret the CLI presents as its API key, limits, the turn tree.
+"""Per-rollout sessions: a secret the CLI presents as its API key, limits, the session's record.
 
 ``SessionTable.open`` issues a random secret; the CLI sends it as ``x-api-key`` or
 ``Authorization: Bearer``. Unknown, missing or closed secrets are 401. A session only
-ever sees its own tree. ``close`` marks the session closed (later requests get 401)
+ever sees its own record. ``close`` marks the session closed (later requests get 401)
 and cancels its in-flight generations (which aborts them at the engine).
+
+A session is of one kind, fixed when it opens by the service that serves its turns
+(``new_session``), one per :class:`~farm.gateway.endpoints.RolloutMode`:
+
+- :class:`TokenSession` (token-exact, the farm's engine): its ``record`` is a
+  :class:`~farm.trajectory.tree.TurnTree`, with the lanes and tool lists its prompt
+  plans and fidelity checks need;
+- :class:`HostedSession` (black-box, a hosted endpoint): its ``record`` is a
+  :class:`~farm.trajectory.transcript.Transcript`, and the endpoint can fail it for good
+  (``failure``).
+
+What is common (limits, stats, in-flight turns, observers, the record's budget stop) is
+:class:`Session`; the gateway, the app and the budgets see only that.
 """
 
 from __future__ import annotations
@@ -12,12 +25,14 @@ import asyncio
 import logging
 import secrets
 import time
+from abc import ABC, abstractmethod
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Protocol
 
 from farm.errors import GatewayError, GatewayRequestError
 from farm.gateway.canonical import Message, TranslationMemo
+from farm.gateway.endpoints import RolloutMode
 from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
 
@@ -78,26 +93,39 @@ class Lane:
 
 
 @dataclass(eq=False)
-class Session:
+class Session(ABC):
+    """What every session has, whichever kind (:class:`TokenSession`, :class:`HostedSession`)."""
+
+    mode: ClassVar[RolloutMode]
     session_id: str
     secret: str
     model_name: str
     max_turns: int
     max_context_tokens: int
     policy_version: int | None
-    tree: TurnTree
     stats: SessionStats = field(default_factory=SessionStats)
-    lanes: OrderedDict[str, Lane] = field(default_factory=OrderedDict)
     inflight: set[asyncio.Task[Any]] = field(default_factory=set)
     closed: bool = False
     seen_tools: bool = False  # a main request carried tools (then tool-less requests are side requests)
-    tools_by_digest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # for farm.gateway.fidelity
     memos: dict[str, TranslationMemo] = field(default_factory=dict)
-    bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
     last_activity: float = field(default_factory=time.monotonic)  # opened, or a request began / ended
-    transcript: Transcript | None = None  # black-box mode (a hosted endpoint): the record instead of the tree
     deadline: float | None = None  # time.monotonic() the agent phase ends (black-box retries never wait past it)
     observer: Callable[[str, dict[str, Any]], None] | None = None  # farm.single: turn events, as they happen
+
+    @property
+    @abstractmethod
+    def record(self) -> TurnTree | Transcript:
+        """What the session recorded (``Gateway.close_session`` returns it): each has the
+        ``budget_stop`` that ended the session (farm.gateway.budget), if one did."""
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """(RolloutStatus value, reason) once the endpoint failed the session for good."""
+        return self.record.failure
+
+    def release(self) -> None:
+        """Drop what only serves requests to come (the session is closed)."""
+        self.memos.clear()
 
     def notify(self, kind: str, **data: Any) -> None:
         """Tell the session's observer (if any) that ``kind`` happened; an observer's bug
@@ -116,13 +144,6 @@ class Session:
             memo = self.memos[protocol] = TranslationMemo()
         return memo
 
-    def add_lane(self, lane: Lane, *, replaces: str | None, keep: int) -> None:
-        if replaces is not None:
-            self.lanes.pop(replaces, None)
-        self.lanes[lane.turn_id] = lane
-        while len(self.lanes) > keep:
-            self.lanes.popitem(last=False)
-
     def track(self, task: asyncio.Task[Any]) -> None:
         self.last_activity = time.monotonic()
         self.inflight.add(task)
@@ -137,10 +158,64 @@ class Session:
         return 0.0 if self.inflight else time.monotonic() - self.last_activity
 
 
-class SessionTable:
-    """All sessions of one gateway, by id and by secret."""
+@dataclass(eq=False, kw_only=True)
+class TokenSession(Session):
+    """A token-exact session (the farm's engine, :mod:`farm.gateway.service`): every turn's
+    token ids in its tree, linearized into Samples."""
 
-    def __init__(self) -> None:
+    mode: ClassVar[RolloutMode] = RolloutMode.TOKEN_EXACT
+    tree: TurnTree
+    lanes: OrderedDict[str, Lane] = field(default_factory=OrderedDict)  # farm.gateway.history's append fast path
+    tools_by_digest: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # for farm.gateway.fidelity
+    bounds_checked: dict[int, Any] = field(default_factory=dict)  # farm.gateway.bounds: nesting already checked
+
+    @property
+    def record(self) -> TurnTree:
+        return self.tree
+
+    def add_lane(self, lane: Lane, *, replaces: str | None, keep: int) -> None:
+        if replaces is not None:
+            self.lanes.pop(replaces, None)
+        self.lanes[lane.turn_id] = lane
+        while len(self.lanes) > keep:
+            self.lanes.popitem(last=False)
+
+    def release(self) -> None:
+        super().release()
+        self.lanes.clear()
+
+
+@dataclass(eq=False, kw_only=True)
+class HostedSession(Session):
+    """A black-box session (a hosted endpoint, :mod:`farm.gateway.blackbox`): canonical
+    messages in its transcript, never a Sample; the endpoint can fail it for good."""
+
+    mode: ClassVar[RolloutMode] = RolloutMode.BLACK_BOX
+    transcript: Transcript
+
+    @property
+    def record(self) -> Transcript:
+        return self.transcript
+
+
+class SessionFactory(Protocol):
+    """Makes the session a service serves (``TurnService.new_session``, ``BlackBoxService.new_session``)."""
+
+    def __call__(self, *, session_id: str, secret: str, model_name: str, max_turns: int, max_context_tokens: int,
+                 policy_version: int | None, observer: Callable[[str, dict[str, Any]], None] | None) -> Session: ...
+
+
+def token_session(**fields: Any) -> TokenSession:
+    """A token-exact session with an empty turn tree (a SessionFactory)."""
+    return TokenSession(tree=TurnTree(fields["session_id"]), **fields)
+
+
+class SessionTable:
+    """All sessions of one gateway, by id and by secret; ``new_session`` makes each (its
+    kind: the gateway's service's, token-exact unless given)."""
+
+    def __init__(self, new_session: SessionFactory = token_session) -> None:
+        self._new_session = new_session
         self._by_id: dict[str, Session] = {}
         self._by_secret: dict[str, Session] = {}
 
@@ -155,10 +230,10 @@ class SessionTable:
             raise GatewayError(f"session {session_id!r} is already open")
         if old is not None:
             self._by_secret.pop(old.secret, None)
-        session = Session(
+        session = self._new_session(
             session_id=session_id, secret="farm-" + secrets.token_urlsafe(24), model_name=model_name,
             max_turns=max_turns, max_context_tokens=max_context_tokens, policy_version=policy_version,
-            tree=TurnTree(session_id), observer=observer,
+            observer=observer,
         )  # fmt: skip
         self._by_id[session_id] = session
         self._by_secret[session.secret] = session
@@ -199,8 +274,7 @@ class SessionTable:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
-        session.lanes.clear()
-        session.memos.clear()
+        session.release()
         return session
 
     def forget(self, session_id: str) -> None:

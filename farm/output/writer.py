@@ -45,7 +45,6 @@ from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
-from farm.trajectory.transcript import Transcript
 
 
 
@@ -212,7 +211,7 @@ class OutputWriter:
         self._buffer.rollout_ids.append(rid)
         self._buffer.samples[rid] = table
         self._buffer.rows[rid] = result_to_row(result, num_samples=len(samples))
-        if isinstance(result.tree, Transcript) and len(result.tree):
+        if not result.mode.writes_samples and result.tree is not None and len(result.tree):  # the transcripts table
             rows = result.tree.rows(run_id=result.run_id, rollout_id=rid, task_id=result.task_id)
             self._buffer.transcripts[rid] = transcript_table(rows)
         self._buffer.summaries[rid] = result.summary()

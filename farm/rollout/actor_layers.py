@@ -83,7 +83,7 @@ class ActorLayers:
             self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.secrets.e2b_api_key
         )
         self.harness = make_harness(self.cfg.harness)
-        if self.cfg.black_box:  # a hosted endpoint serves the CLIs: no tokenizer, no engine (farm.gateway.blackbox)
+        if not self.cfg.mode.needs_engine:  # a hosted endpoint serves the CLIs: no tokenizer (farm.gateway.blackbox)
             ep = self.cfg.active_endpoint
             ep_tok = getattr(ep, "tokenizer", None)
             tok = await asyncio.to_thread(load_tokenizer, ep_tok, e.tokenizer_cache_dir) if ep_tok else None
@@ -203,24 +203,24 @@ class ActorLayers:
         """How the harness run ended; or the CLI found stuck and killed: no model request
         in flight and no tool running for ``rollout.agent_idle_timeout_s``. A policy's own
         long tool call keeps a process busy, a model call keeps a request in flight: neither
-        is stuck. Only where the sandbox can tell (local). In black-box mode, also a hosted
-        endpoint that failed the session for good (auth refused, retries spent): the CLI is
-        killed at once, not left retrying."""
+        is stuck. Only where the sandbox can tell (local). Where the endpoint can fail a session
+        (black-box mode: a hosted endpoint refused the key, retries spent), also that: the CLI
+        is killed at once, not left retrying."""
         limit = self.cfg.rollout.agent_idle_timeout_s
         busy = getattr(sandbox, "busy_processes", None)
         task = asyncio.ensure_future(running)
         watch_idle = bool(limit) and busy is not None
-        black_box = self.cfg.black_box
-        if not watch_idle and not black_box:
+        watch_failure = self.cfg.mode.endpoint_fails_sessions
+        if not watch_idle and not watch_failure:
             return AgentEnd.from_harness(await task)
         session = self._secrets[secret]
-        poll = 0.5 if black_box else min(5.0, (limit or 20.0) / 4)
+        poll = 0.5 if watch_failure else min(5.0, (limit or 20.0) / 4)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=poll)
                 if done:
                     return AgentEnd.from_harness(task.result())
-                failure = self.gateway.session_failure(session) if black_box else None
+                failure = self.gateway.session_failure(session)  # None for a session no endpoint can fail
                 if failure is not None:  # (status, reason)
                     return AgentEnd.endpoint_failed(*failure)
                 if not watch_idle:

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.gateway.endpoints import RolloutMode
 from farm.rollout.retry import Reruns, RetryDecision, RetryKind
 from farm.status import Outcome, RolloutStatus
 from farm.tasks.model import Task
@@ -61,15 +62,18 @@ class Runner:
 
     harness: str
     model: str = ""
-    mode: str = "token_exact"  # black_box: a hosted endpoint served the CLI
+    mode: RolloutMode = RolloutMode.TOKEN_EXACT  # black_box: a hosted endpoint served the CLI
     actor: str = ""
     node: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", RolloutMode(self.mode))  # its value ("black_box") is the mode too
 
     @classmethod
     def of(cls, cfg: Any, *, actor: str = "", node: str = "", harness: str | None = None) -> Runner:
         """From a FarmConfig: its harness (unless ``harness``), engine model and mode."""
-        return cls(harness=harness or cfg.harness.name, model=cfg.engine.model_name,
-                   mode="black_box" if cfg.black_box else "token_exact", actor=actor, node=node)
+        return cls(harness=harness or cfg.harness.name, model=cfg.engine.model_name, mode=cfg.mode,
+                   actor=actor, node=node)
 
 
 class RolloutResult(BaseModel):
@@ -104,12 +108,14 @@ class RolloutResult(BaseModel):
         default_factory=dict, description="the agent sandbox's network and limits policy, as applied"
     )
     actor: str = Field(default="", description="the sandbox actor that ran it")
-    mode: str = Field(default="token_exact", description="token_exact (farm engine) or black_box (hosted endpoint)")
+    mode: RolloutMode = Field(default=RolloutMode.TOKEN_EXACT, description="how its CLI was served: token_exact "
+                              "(farm engine: a TurnTree, Samples) or black_box (hosted endpoint: a Transcript)")
     node: str = Field(default="", description="the Ray node id of that actor ('' outside Ray)")
     policy_version_at_finish: int | None = Field(default=None, description="the farm's weight version when recorded")
     started_at: float = 0.0
     finished_at: float = 0.0
-    tree: Any = Field(default=None, exclude=True, description="the session's TurnTree (not serialized)")
+    tree: Any = Field(default=None, exclude=True, description="the session's record, as its mode makes it: a TurnTree "
+                      "(token_exact) or a Transcript (black_box); not serialized")
     artifacts: Any = Field(
         default=None, exclude=True, description="its RolloutArtifacts (compressed files; the reducer writes them)"
     )

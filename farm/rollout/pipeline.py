@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from farm.gateway.endpoints import RolloutMode
 from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
@@ -195,13 +196,13 @@ class RolloutPipeline:
         agent_timeout_s: float | None = None,
         actor: str = "",
         artifacts: ArtifactsConfig | None = None,
-        mode: str = "token_exact",
+        mode: RolloutMode = RolloutMode.TOKEN_EXACT,
         node: str = "",
         on_truncated: str = "grade",
     ) -> None:
         self.on_truncated = on_truncated  # rollout.on_truncated: grade | zero (not graded) | exclude (graded, no Samples)
         self.parts = parts
-        # mode black_box: a hosted endpoint serves the CLI (a transcript, never Samples)
+        # mode black_box: a hosted endpoint serves the CLI (its record a Transcript, never Samples)
         self.runner = Runner(harness=harness, model=model, mode=mode, actor=actor, node=node)
         self.timeout_s = timeout_s
         self.agent_timeout_s = agent_timeout_s
@@ -321,7 +322,7 @@ class RolloutPipeline:
         # Torn down (processes, view, directory: ~0.3 s, seconds under load) while grading runs;
         # _cleanup awaits the same close (idempotent) and logs a failure. Kept for its id.
         asyncio.ensure_future(st.sandbox.close()).add_done_callback(_observed)
-        failure = getattr(st.tree, "failure", None)
+        failure = st.tree.failure if st.tree is not None else None  # a TurnTree's is always None
         if failure is not None:  # a hosted endpoint failed the session (farm.gateway.blackbox): never graded
             return Outcome(status=RolloutStatus(failure[0]), reason=failure[1])
         agent_end = outcome_for_agent(
@@ -332,7 +333,7 @@ class RolloutPipeline:
             engine_errors=counts_of(st.tree).engine_errors,
             harness_status=run.status,
             harness_reason=run.reason,
-            budget_stop=getattr(st.tree, "budget_stop", None),
+            budget_stop=st.tree.budget_stop if st.tree is not None else None,
         )
         truncated = agent_end is not None and agent_end.status is RolloutStatus.TRUNCATED
         if agent_end is not None and (not truncated or self.on_truncated == "zero"):

@@ -78,7 +78,7 @@ class _Batch:
             progress = session.progress(self.planned)
             try:
                 if plan:
-                    if start_engine and not cfg.black_box:  # a hosted endpoint needs no engine
+                    if start_engine and cfg.mode.needs_engine:  # a hosted endpoint needs none
                         actors.start_engine(session.tasks)
                     actors.start_sandbox_actors(None if plan.feed is not None else max(1, len(plan.specs)))
                     self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, SummaryTally(),

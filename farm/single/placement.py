@@ -47,7 +47,7 @@ class InProcess:
 
         tasks = session.tasks
         self.reducer = ReducerActor(self.cfg, metrics=False)
-        if self.parts_factory is None and not self.cfg.black_box:  # a test seam / a hosted endpoint: no engine
+        if self.parts_factory is None and self.cfg.mode.needs_engine:  # else a test seam / a hosted endpoint
             from farm.actors.router import RouterActor
 
             engine = self.cfg.engine
@@ -108,7 +108,7 @@ class OnRay(InProcess):
         # in this (the main) thread: ray.init installs signal handlers
         self.farm = session.ray_actors(secrets=self.secrets, parts_factory=self.parts_factory)
         self.reducer = await asyncio.to_thread(self.farm.start_reducer)
-        if self.parts_factory is None and not self.cfg.black_box:
+        if self.parts_factory is None and self.cfg.mode.needs_engine:
             self.engine_url = await asyncio.to_thread(self.farm.start_engine, session.tasks)
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:

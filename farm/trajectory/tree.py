@@ -46,9 +46,12 @@ class TurnTree:
     """Per-session turn tree. Picklable (it travels to the reducer).
 
     ``budget_stop``: set when the gateway ended the session because the policy ran out
-    of a budget (turns, context, output): the rollout is then ``truncated``."""
+    of a budget (turns, context, output): the rollout is then ``truncated``. ``failure``
+    is always None: the engine fails single turns (the CLI retries them), never a whole
+    session as a hosted endpoint can (a black-box session's record, ``Transcript``, has both)."""
 
     budget_stop: BudgetStop | None = None  # a class default: trees pickled before it existed read None
+    failure: tuple[str, str] | None = None  # (RolloutStatus value, reason), as Transcript.failure
 
     def __init__(self, session_id: str, *, max_realign_tokens: int = 256) -> None:
         self.session_id = session_id

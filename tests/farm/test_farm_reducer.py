@@ -91,6 +91,35 @@ async def test_truncated_samples_are_marked_or_excluded(tmp_path, on_truncated):
     assert sample.metadata["truncated_by"] == {"budget": "output", "limit": 16384, "turns": 2}
 
 
+async def test_the_rollout_mode_decides_samples_or_transcripts(tmp_path):
+    """A black-box rollout (RolloutMode.BLACK_BOX, its record a Transcript) is written to the
+    transcripts table and never becomes a Sample, however trainable its status; a token-exact
+    one beside it does."""
+    from farm.gateway.endpoints import RolloutMode
+    from farm.output.rows import counts_of
+    from farm.trajectory.records import FinishReason
+    from farm.trajectory.transcript import Transcript, TranscriptTurn
+
+    transcript = Transcript("h.0", "ep")
+    transcript.turns.append(TranscriptTurn(
+        messages=[{"role": "user", "content": "fix it"}], tools=["Bash"], finish_reason=FinishReason.STOP,
+        response={"role": "assistant", "content": "done"}, protocol="anthropic", model="claude-x",
+        prompt_tokens=12, output_tokens=3))  # fmt: skip
+    hosted = make_result("h.0").model_copy(update={"mode": RolloutMode.BLACK_BOX, "tree": transcript,
+                                                   "counts": counts_of(transcript)})  # fmt: skip
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    for result in (hosted, make_result("a.0")):
+        assert (await red.submit(result)).status is RolloutStatus.COMPLETED
+    await red.close()
+    samples, rollouts = _tables(tmp_path)
+    rows = {r["rollout_id"]: r for r in rollouts.to_pylist()}
+    assert (rows["h.0"]["mode"], rows["h.0"]["num_samples"], rows["h.0"]["output_tokens"]) == ("black_box", 0, 3)
+    assert (rows["a.0"]["mode"], rows["a.0"]["num_samples"]) == ("token_exact", 1)
+    assert samples.column("rollout_id").to_pylist() == ["a.0"]
+    turns = ds.dataset(tmp_path / "transcripts", format="ipc").to_table().to_pylist()
+    assert [(t["rollout_id"], t["endpoint"], t["output_tokens"]) for t in turns] == [("h.0", "ep", 3)]
+
+
 async def test_restart_resumes_from_manifest(tmp_path):
     red = ReducerActor(reducer_config(tmp_path), metrics=False)
     await red.submit(make_result("a.0"))

@@ -272,7 +272,7 @@ def test_a_retry_of_a_realigned_turn_is_rendered_again(hf_tokenizer):
     from farm.gateway.canonical import tools_digest
     from farm.gateway.history import plan_turn
     from farm.gateway.render import PromptRenderer
-    from farm.gateway.sessions import Lane, Session
+    from farm.gateway.sessions import Lane, TokenSession
     from farm.trajectory import TurnTree
 
     tree = TurnTree("s")
@@ -283,10 +283,43 @@ def test_a_retry_of_a_realigned_turn_is_rendered_again(hf_tokenizer):
     b = tree.mount(prompt_ids=[1, 2, 101, 99, 102, 103, 5], output_ids=[104], output_logprobs=[-0.2],
                    finish_reason="stop", messages=hist)  # fmt: skip
     assert TurnFlag.DRIFT_REALIGNED in b.flags and b.parent_id == a.turn_id
-    session = Session(session_id="s", secret="k", model_name="m", max_turns=9, max_context_tokens=4096,
+    session = TokenSession(session_id="s", secret="k", model_name="m", max_turns=9, max_context_tokens=4096,
                       policy_version=None, tree=tree)  # fmt: skip
     lane = Lane(turn_id=b.turn_id, request=hist, response={"role": "assistant", "content": "done"},
                 tools_digest=tools_digest([]), generated_end="", sequence_length=b.sequence_length)  # fmt: skip
     session.add_lane(lane, replaces=None, keep=4)
     plan = plan_turn(session, hist, [], PromptRenderer(hf_tokenizer), max_candidates=4)
     assert plan.mode == "full" and plan.fallback_reason == "retry_of_realigned_turn"
+
+
+async def test_each_gateway_opens_sessions_of_its_own_kind(hf_tokenizer):
+    """The engine's gateway opens token-exact sessions (a turn tree, never failed by the engine);
+    a hosted endpoint's opens black-box ones (a transcript named after the endpoint, which the
+    endpoint can fail): chosen when the session opens, read the same way after."""
+    from farm.engine.client import EngineClient
+    from farm.gateway.config import GatewayConfig
+    from farm.gateway.endpoints import OpenAIEndpoint, RolloutMode
+    from farm.gateway.gateway import Gateway
+    from farm.gateway.sessions import HostedSession, TokenSession
+    from farm.status import RolloutStatus
+    from farm.trajectory.transcript import Transcript
+    from farm.trajectory.tree import TurnTree
+
+    engine = EngineClient("http://127.0.0.1:9")  # never called: no turn is served here
+    token = Gateway(GatewayConfig(), hf_tokenizer, engine)
+    hosted = Gateway.for_endpoint(GatewayConfig(), "ep", OpenAIEndpoint(kind="openai", base_url="http://127.0.0.1:9/v1",
+                                                                         model="m"), None)  # fmt: skip
+    assert (token.mode, hosted.mode) == (RolloutMode.TOKEN_EXACT, RolloutMode.BLACK_BOX)
+    for gw, kind, record in ((token, TokenSession, TurnTree), (hosted, HostedSession, Transcript)):
+        gw.open_session("r1")
+        session = gw.sessions.get("r1")
+        assert type(session) is kind and session.mode is gw.mode and type(session.record) is record
+        assert gw.tree("r1") is session.record and gw.session_failure("r1") is None
+    hosted.sessions.get("r1").transcript.failure = (RolloutStatus.AUTH_ERROR.value, "key refused")
+    assert hosted.session_failure("r1") == ("auth_error", "key refused")
+    assert hosted.tree("r1").endpoint == "ep"
+    for gw in (token, hosted):
+        record = gw.tree("r1")
+        assert await gw.close_session("r1") is record
+        await gw.stop()
+    await engine.close()

@@ -16,6 +16,7 @@ from farm.sandboxes.factory import create_sandbox
 from farm.status import RolloutStatus as S
 from farm.tasks.model import Task
 from farm.trajectory.records import Budget, BudgetStop
+from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
 
 
@@ -58,6 +59,10 @@ class Parts:
 
     async def close_session(self, secret):
         self.sessions_open.discard(secret)
+        if self.fail.get("endpoint"):  # black-box: the hosted endpoint failed the session for good
+            transcript = Transcript(secret, "ep")
+            transcript.failure = self.fail["endpoint"]
+            return transcript
         # two turns; the policy's last one is a tool call still running, unless the test says it had answered
         call = {"role": "assistant", "content": "", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": {"command": "sleep 60"}}}]}
@@ -111,6 +116,7 @@ async def test_completed(tmp_path):
         ({"agent_cmd": "echo boom >&2; exit 7"}, S.AGENT_ERROR, "boom"),
         ({"grade": E.PatchApplyError("does not apply")}, S.PATCH_FAILED, "does not apply"),
         ({"grade": E.GradingError("pytest missing")}, S.GRADING_ERROR, "grader"),
+        ({"endpoint": ("auth_error", "hosted endpoint failed (auth): 401")}, S.AUTH_ERROR, "401"),
     ],
 )
 async def test_each_failure_is_one_status(tmp_path, fail, status, needle):
@@ -120,6 +126,8 @@ async def test_each_failure_is_one_status(tmp_path, fail, status, needle):
         assert r.tree is None and r.counts.turns == 0
     if "agent_cmd" in fail:
         assert r.counts.turns == 2 and parts.graded == 0  # tree kept, not graded
+    if "endpoint" in fail:  # infrastructure: never graded, never a reward-0 policy outcome
+        assert parts.graded == 0 and r.tree.failure == fail["endpoint"]
 
 
 async def test_agent_budget_and_whole_rollout_timeout(tmp_path):
