@@ -53,6 +53,13 @@ MOVED_NAMES = {
     "open_sample_writer": "farm.output.reader",
 }
 
+# names a module that still stands handed out -> (that module, their module now)
+MOVED_OUT = {
+    "actor_name": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "init_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "leave_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+}
+
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_path_still_imports_and_says_where_it_went(old):
@@ -73,6 +80,16 @@ def test_a_name_farm_trajectory_handed_out_still_resolves(name):
     assert obj is getattr(importlib.import_module(MOVED_NAMES[name]), name)
     with pytest.raises(AttributeError):
         farm.trajectory.NoSuchName  # noqa: B018
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_OUT))
+def test_a_name_that_left_a_standing_module_still_resolves_there(name):
+    old, new = MOVED_OUT[name]
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}"):
+        obj = getattr(importlib.import_module(old), name)
+    assert obj is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError):
+        importlib.import_module(old).NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("name", ["TRANSCRIPT_SCHEMA", "transcript_table"])

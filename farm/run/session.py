@@ -157,7 +157,7 @@ class RunSession:
     def connect_ray(self) -> None:
         """Join this job's Ray (or start a local one), once; ``close()`` leaves it if this
         session connected. In the main thread: ``ray.init`` installs signal handlers."""
-        from farm.actors.assembly import init_ray
+        from farm.actors.ray_cluster import init_ray
 
         self._connected_ray = init_ray(self.cfg) or self._connected_ray
 
@@ -243,7 +243,7 @@ class RunSession:
         finally:
             try:
                 if self._connected_ray:
-                    from farm.actors.assembly import leave_ray
+                    from farm.actors.ray_cluster import leave_ray
 
                     leave_ray()
                     self._connected_ray = False

@@ -114,7 +114,7 @@ class OnRay(InProcess):
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
         import ray
 
-        from farm.actors.assembly import actor_name
+        from farm.actors.ray_cluster import actor_name
 
         full = actor_name(self.cfg.run_id, name)
         actor = ray.remote(SandboxActor).options(
