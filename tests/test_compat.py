@@ -39,6 +39,7 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
     "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
     "farm.rollout.parts": ("farm.rollout.actor_layers", ["ActorLayers", "FarmParts", "make_actor_limiter"]),
+    "farm.single.placement": ("farm.single.runtime", ["InProcess", "OnRay"]),
     "farm.driver": ("farm.run.batch", ["run_batch"]),
     "farm.continuous": ("farm.run.continuous", ["Farm", "FarmStopped"]),
 }
