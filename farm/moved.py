@@ -24,6 +24,7 @@ MOVED = {  # old module -> new module
     "farm.rollout.group_reader": "farm.output.groups",
     "farm.rollout.groups": "farm.output.groups",
     "farm.rollout.parts": "farm.rollout.actor_layers",  # FarmParts is ActorLayers
+    "farm.rollout.outdir": "farm.output.outdir",
     "farm.single.placement": "farm.single.runtime",  # in this process or on Ray, not node placement
 }
 # names an old module handed out that now live in another new module

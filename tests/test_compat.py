@@ -39,6 +39,7 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
     "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
     "farm.rollout.parts": ("farm.rollout.actor_layers", ["ActorLayers", "FarmParts", "make_actor_limiter"]),
+    "farm.rollout.outdir": ("farm.output.outdir", ["check_tasks_source", "write_run_config", "RUN_CONFIG"]),
     "farm.single.placement": ("farm.single.runtime", ["InProcess", "OnRay"]),
     "farm.driver": ("farm.run.batch", ["run_batch"]),
     "farm.continuous": ("farm.run.continuous", ["Farm", "FarmStopped"]),
@@ -59,6 +60,8 @@ MOVED_OUT = {
     "actor_name": ("farm.actors.assembly", "farm.actors.ray_cluster"),
     "init_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
     "leave_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "RolloutSummary": ("farm.rollout.model", "farm.output.rows"),
+    "RolloutCounts": ("farm.rollout.model", "farm.output.rows"),
 }
 
 

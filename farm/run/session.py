@@ -37,7 +37,8 @@ from farm.tasks.model import Task
 if TYPE_CHECKING:
     from farm.actors.assembly import FarmActors
     from farm.loggers import RunLoggers
-    from farm.rollout.model import RolloutSpec, RolloutSummary
+    from farm.output.rows import RolloutSummary
+    from farm.rollout.model import RolloutSpec
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class RunSession:
             raise RuntimeError("a closed run session cannot be opened again: make a new one")
         self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
         try:
-            from farm.rollout.outdir import check_tasks_source, write_run_config
+            from farm.output.outdir import check_tasks_source, write_run_config
             from farm.run.tasks import load_run_tasks
 
             check_tasks_source(self.cfg, self.out_dir)
