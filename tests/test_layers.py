@@ -36,12 +36,7 @@ RAY_FREE_BELOW = "actors"
 
 # Upward edges that work in flight removes; each line goes with the commit that ends it.
 # (importer, imported): a module, or a package and everything in it.
-KNOWN_UPWARD = {
-    # config types still declared beside their code: ViewMode (sandboxes/views.py) and the
-    # sandbox pool's config (sandboxes/pool.py, issue 31) into sandboxes/config.py
-    ("farm.sandboxes.config", "farm.sandboxes.views"),
-    ("farm.sandboxes.config", "farm.sandboxes.pool"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # none left (issue 29 removed the last)
 
 
 def is_config(mod: str) -> bool:
