@@ -1,4 +1,4 @@
-"""Old module paths of modules that moved (issue 29: to ``farm/output/``, and ``rollout.parts``), kept for one
+"""Old module paths of modules that moved (issue 29: to ``farm/output/``, ``rollout.parts``, ``single.placement``), kept for one
 release: importing one warns (DeprecationWarning) and hands out the new module's objects
 themselves. A finder rather than a file left at each old path, so git records each move as
 a rename and a merge carries an edit made to the old file over to the new one."""
@@ -24,6 +24,8 @@ MOVED = {  # old module -> new module
     "farm.rollout.group_reader": "farm.output.groups",
     "farm.rollout.groups": "farm.output.groups",
     "farm.rollout.parts": "farm.rollout.actor_layers",  # FarmParts is ActorLayers
+    "farm.rollout.outdir": "farm.output.outdir",
+    "farm.single.placement": "farm.single.runtime",  # in this process or on Ray, not node placement
 }
 # names an old module handed out that now live in another new module
 EXTRA = {"farm.rollout.artifacts": {"ArtifactsConfig": "farm.output.config"}}
@@ -49,7 +51,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Once per process (farm.trajectory and farm.rollout call it: a submodule's package is
-    always imported first)."""
+    """Once per process (farm.trajectory, farm.rollout and farm.single call it: a submodule's
+    package is always imported first)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.append(_MovedFinder())

@@ -16,6 +16,7 @@ Every status belongs to exactly one class:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
@@ -77,3 +78,40 @@ class Outcome(BaseModel):
     @property
     def trainable(self) -> bool:
         return self.status.trainable
+
+
+# --- what becomes of an attempt: the retry decision's data (``farm.rollout.retry.decide`` makes
+# it; declared here, at the bottom, because a rollout's summary carries it from the actor that
+# decided to the dispatcher that carries it out, and that summary is a row of the output directory)
+
+
+class RetryKind(str, Enum):
+    """What made a rollout run again: each kind has its own budget."""
+
+    INFRASTRUCTURE = "infrastructure"
+    ACTOR_LOST = "actor_lost"
+    STALE = "stale"
+
+
+class Verdict(str, Enum):
+    RECORD = "record"  # final: hand it to the reducer (under ``RetryDecision.status`` when set)
+    RUN_AGAIN = "run_again"  # in this run, as a new attempt of ``RetryDecision.kind``
+    DROP = "drop"  # not recorded: a later invocation of the run runs it again
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What to do with an attempt that ended. ``status``/``reason``, on a RECORD, are what
+    it is recorded as when that differs from how it ended (e.g. ``sandbox_error``,
+    "sandbox actor died 3 time(s) under this rollout"); on the other verdicts ``reason``
+    says why, for the progress log."""
+
+    verdict: Verdict
+    kind: RetryKind | None = None
+    delay_s: float = 0.0
+    status: RolloutStatus | None = None
+    reason: str = ""
+
+    @property
+    def runs_again(self) -> bool:
+        return self.verdict is Verdict.RUN_AGAIN

@@ -39,6 +39,8 @@ MOVED = {  # old module -> (new module, names a user of the old one relies on)
     "farm.rollout.group_reader": ("farm.output.groups", ["GroupReader", "Group", "GroupOrder"]),
     "farm.rollout.groups": ("farm.output.groups", ["complete_groups", "group_states", "GroupState"]),
     "farm.rollout.parts": ("farm.rollout.actor_layers", ["ActorLayers", "FarmParts", "make_actor_limiter"]),
+    "farm.rollout.outdir": ("farm.output.outdir", ["check_tasks_source", "write_run_config", "RUN_CONFIG"]),
+    "farm.single.placement": ("farm.single.runtime", ["InProcess", "OnRay"]),
     "farm.driver": ("farm.run.batch", ["run_batch"]),
     "farm.continuous": ("farm.run.continuous", ["Farm", "FarmStopped"]),
 }
@@ -51,6 +53,15 @@ MOVED_NAMES = {
     "committed_files": "farm.output.shard_reader",
     "open_sample_reader": "farm.output.reader",
     "open_sample_writer": "farm.output.reader",
+}
+
+# names a module that still stands handed out -> (that module, their module now)
+MOVED_OUT = {
+    "actor_name": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "init_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "leave_ray": ("farm.actors.assembly", "farm.actors.ray_cluster"),
+    "RolloutSummary": ("farm.rollout.model", "farm.output.rows"),
+    "RolloutCounts": ("farm.rollout.model", "farm.output.rows"),
 }
 
 
@@ -73,6 +84,16 @@ def test_a_name_farm_trajectory_handed_out_still_resolves(name):
     assert obj is getattr(importlib.import_module(MOVED_NAMES[name]), name)
     with pytest.raises(AttributeError):
         farm.trajectory.NoSuchName  # noqa: B018
+
+
+@pytest.mark.parametrize("name", sorted(MOVED_OUT))
+def test_a_name_that_left_a_standing_module_still_resolves_there(name):
+    old, new = MOVED_OUT[name]
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}"):
+        obj = getattr(importlib.import_module(old), name)
+    assert obj is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError):
+        importlib.import_module(old).NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("name", ["TRANSCRIPT_SCHEMA", "transcript_table"])

@@ -36,15 +36,7 @@ RAY_FREE_BELOW = "actors"
 
 # Upward edges that work in flight removes; each line goes with the commit that ends it.
 # (importer, imported): a module, or a package and everything in it.
-KNOWN_UPWARD = {
-    # the output directory's writer and rows still take RolloutResult / RolloutSummary from
-    # rollout/ until the rollouts row is declared once in output/rows.py (issue 29 B3)
-    ("farm.output", "farm.rollout"),
-    # config types still declared beside their code: ViewMode (sandboxes/views.py) and the
-    # sandbox pool's config (sandboxes/pool.py, issue 31) into sandboxes/config.py
-    ("farm.sandboxes.config", "farm.sandboxes.views"),
-    ("farm.sandboxes.config", "farm.sandboxes.pool"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # none left (issue 29 removed the last)
 
 
 def is_config(mod: str) -> bool:

@@ -1,7 +1,8 @@
-"""The farm's actors on Ray, assembled and taken down: the reducer (pinned to the node
-holding the output directory), the router (near the engine), the sandbox actors where
-``placement`` puts them (and on sandbox nodes that join mid-run), and on ``close()`` what
-became of the sandboxes of actors and nodes that died (reaped, or reported left behind).
+"""The farm's actors on Ray, started, scaled out and closed: the reducer (pinned to the
+node holding the output directory), the router (near the engine), the sandbox actors
+where ``placement`` puts them (and on sandbox nodes that join mid-run). What dead actors
+and nodes left behind is ``farm.actors.reaping``'s; joining Ray and the actors' names,
+``farm.actors.ray_cluster``'s.
 
 The run session (``farm.run.session``: ``farm run``, ``farm.Farm``, ``farm.Rollouts`` on
 Ray) starts the farm through :class:`FarmActors`.
@@ -9,15 +10,17 @@ Ray) starts the farm through :class:`FarmActors`.
 
 from __future__ import annotations
 
+import importlib
 import logging
-import time
+import warnings
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayTaskError
 
-from farm.actors import placement
+from farm.actors import placement, ray_cluster
 from farm.actors.dispatch import ACTOR_LOST, CONTROL_TIMEOUT_S
+from farm.actors.reaping import Reaper, locations
 from farm.config import FarmConfig
 from farm.secrets import RunSecrets
 from farm.tasks.model import Task
@@ -29,55 +32,6 @@ log = logging.getLogger(__name__)
 # (400-turn linearize 6x slower than 100-turn instead of 4x: scripts/bench_trajectory.py).
 # A resident reducer keeps its arenas instead.
 REDUCER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-
-
-def actor_name(run_id: str, role: str) -> str:
-    return f"farm-{run_id}-{role}"
-
-
-def init_ray(cfg: FarmConfig) -> bool:
-    """Join the Ray this job runs in (``ray job submit`` sets RAY_ADDRESS; or ``ray.address``),
-    else start a local one. True if this call connected: the caller then calls
-    ``ray.shutdown()``, which only disconnects from a cluster it did not start."""
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {"namespace": cfg.ray.namespace, "log_to_driver": True}
-    if cfg.ray.address is not None:
-        kwargs["address"] = cfg.ray.address
-    if cfg.ray.num_cpus is not None:
-        kwargs["num_cpus"] = cfg.ray.num_cpus
-    if cfg.ray.include_dashboard is not None:
-        kwargs["include_dashboard"] = cfg.ray.include_dashboard
-    try:
-        ray.init(**kwargs)
-    except ValueError:
-        # num_cpus / include_dashboard are refused when joining an existing cluster.
-        kwargs.pop("num_cpus", None)
-        kwargs.pop("include_dashboard", None)
-        ray.init(**kwargs)
-    return True
-
-
-def leave_ray() -> None:
-    """Disconnect from Ray (a local instance this process started stops with it); the
-    counterpart of an ``init_ray`` that returned True."""
-    ray.shutdown()
-
-
-def _kill_stale(name: str, namespace: str) -> None:
-    try:
-        stale = ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return
-    log.warning("killing stale actor %s from an earlier driver", name)
-    ray.kill(stale, no_restart=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return
-        time.sleep(0.2)
 
 
 class FarmActors:
@@ -93,15 +47,19 @@ class FarmActors:
         self.actors: dict[str, Any] = {}
         self.where: dict[str, Any] = {}  # actor name -> ref of its where(): node id, sandbox root
         self.watch: placement.NodeWatch | None = None  # sandbox nodes joining mid-run (per-node placement)
-        self.lost_nodes: dict[str, str] = {}  # node id -> what became of its sandboxes (filled by close)
-        self.reaped_on_join: dict[str, list[str]] = {}  # sandbox root -> sandboxes reaped when its node joined
+        self.reaper = Reaper(cfg, self.secrets)
+
+    @property
+    def lost_nodes(self) -> dict[str, str]:
+        """Node id -> what became of its sandboxes (filled by ``close``)."""
+        return self.reaper.lost_nodes
 
     def start_reducer(self) -> Any:
         """Start (or restart after a crash) the one reducer, pinned to this node."""
         from farm.actors.reducer import ReducerActor
 
-        name = actor_name(self.cfg.run_id, "reducer")
-        _kill_stale(name, self.cfg.ray.namespace)
+        name = ray_cluster.actor_name(self.cfg.run_id, "reducer")
+        ray_cluster.kill_stale(name, self.cfg.ray.namespace)
         # The reducer writes the output directory: keep it on the driver's node.
         self.reducer = (
             ray.remote(ReducerActor)
@@ -144,8 +102,8 @@ class FarmActors:
     def start_engine(self, tasks: list[Task]) -> str:
         from farm.actors.router import RouterActor
 
-        name = actor_name(self.cfg.run_id, "router")
-        _kill_stale(name, self.cfg.ray.namespace)
+        name = ray_cluster.actor_name(self.cfg.run_id, "router")
+        ray_cluster.kill_stale(name, self.cfg.ray.namespace)
         self.router = ray.remote(RouterActor).options(
             name=name, num_cpus=0, max_restarts=0, **placement.router_options(self.cfg.placement)
         ).remote(
@@ -173,38 +131,17 @@ class FarmActors:
         for node in self.watch.joined():
             log.warning("sandbox node %s joined: starting %d sandbox actor(s) on it", node,
                         self.cfg.placement.sandbox_actors_per_node)
-            self._reap_joined(node)
+            self.reaper.on_join(node, self.where)
             for _ in range(self.cfg.placement.sandbox_actors_per_node):
                 name, ref = self._start_sandbox_actor(placement.Slot(node, placement.on_node(node)))
                 started[name] = ref
         return started
 
-    def _reap_joined(self, node: str) -> None:
-        """A machine coming back under a new node id: reap what this run left under its sandbox
-        root before it gets work, unless a live node of this run uses the same root (a shared
-        disk without a per-node root: those sandboxes may be running)."""
-        if self.cfg.sandbox.backend != "local":
-            return
-        locations = self._locations().values()
-        gone = placement.dead({loc["node"] for loc in locations})
-        live = sorted({loc["sandbox_root"] for loc in locations if loc["node"] not in gone})
-        reap_remote = ray.remote(num_cpus=0, max_retries=0)(_reap_sandboxes)
-        try:
-            root, found = ray.get(reap_remote.options(**placement.on_node(node)).remote(
-                self.cfg.run_id, self.cfg.sandbox, None, live), timeout=CONTROL_TIMEOUT_S)
-        except (GetTimeoutError, RayError) as exc:
-            log.warning("reaping sandboxes on joining node %s failed: %s", node, exc)
-            return
-        if found is not None:
-            self.reaped_on_join.setdefault(root, []).extend(found)
-            if found:
-                log.warning("node %s joined with %d sandbox(es) of this run left under %s: reaped", node, len(found), root)
-
     def _start_sandbox_actor(self, slot: placement.Slot) -> tuple[str, Any]:
         from farm.actors.sandbox import SandboxActor
 
-        name = actor_name(self.cfg.run_id, f"sandbox-{len(self.actors)}")
-        _kill_stale(name, self.cfg.ray.namespace)
+        name = ray_cluster.actor_name(self.cfg.run_id, f"sandbox-{len(self.actors)}")
+        ray_cluster.kill_stale(name, self.cfg.ray.namespace)
         actor = ray.remote(SandboxActor).options(
             name=name,
             num_cpus=self.cfg.ray.sandbox_actor_cpus,
@@ -215,7 +152,7 @@ class FarmActors:
         ).remote(
             self.cfg,
             self.engine_url,
-            actor_name(self.cfg.run_id, "reducer"),  # looked up by name: survives reducer restarts
+            ray_cluster.actor_name(self.cfg.run_id, "reducer"),  # looked up by name: survives reducer restarts
             name,
             secrets=self.secrets,
             parts_factory=self.parts_factory,
@@ -228,7 +165,7 @@ class FarmActors:
     def close(self) -> None:
         """Stop sandbox actors (they close their sandboxes), flush the reducer, stop the engine,
         reap what dead actors left; say what became of the sandboxes of nodes that died."""
-        locations = self._locations()
+        located = locations(self.where)  # where the sandbox actors ran: read before they stop
         shutdowns = [a.shutdown.remote() for a in self.actors.values()]
         _wait_quietly(shutdowns, 60)
         for a in self.actors.values():
@@ -242,87 +179,7 @@ class FarmActors:
             _wait_quietly([self.router.shutdown.remote()], 60)
             ray.kill(self.router, no_restart=True)
             self.router = None
-        reaped = self.reap()
-        self._account_lost_nodes(locations, reaped)
-
-    def _locations(self) -> dict[str, dict[str, str]]:
-        """Actor name -> {node, sandbox_root} of every sandbox actor that got ready (one not
-        ready by now ran nothing: not waited for)."""
-        refs = list(self.where.values())
-        ready = set(ray.wait(refs, num_returns=len(refs), timeout=1.0, fetch_local=False)[0]) if refs else set()
-        out = {}
-        for name, ref in self.where.items():
-            if ref not in ready:
-                continue
-            try:
-                out[name] = ray.get(ref, timeout=5)
-            except Exception:  # noqa: BLE001 - it failed to start: it ran nothing
-                continue
-        return out
-
-    def _account_lost_nodes(self, locations: dict[str, dict[str, str]], reaped: dict[str, list[str]]) -> None:
-        """Nodes that died holding sandbox actors: their sandboxes were reaped if the machine
-        came back (a live node with the same sandbox root reaped them), else they are left."""
-        used = {loc["node"]: loc["sandbox_root"] for loc in locations.values() if loc.get("node")}
-        for node in sorted(placement.dead(set(used))):
-            root = used[node]
-            if self.cfg.sandbox.backend != "local":
-                self.lost_nodes[node] = f"died; its {self.cfg.sandbox.backend} sandboxes were reaped by run id"
-            elif root in self.reaped_on_join:
-                n = len(self.reaped_on_join[root]) + len(reaped.get(root, []))
-                self.lost_nodes[node] = f"died; came back: {n} sandbox(es) reaped under {root} when it rejoined"
-            elif root in reaped:
-                self.lost_nodes[node] = (f"died; came back: {len(reaped[root])} sandbox(es) reaped under {root} "
-                                         f"at the end of the run")
-            else:
-                self.lost_nodes[node] = (f"died and is not back: its sandboxes under {root} are left behind "
-                                         f"(run `farm reap --run-id {self.cfg.run_id}` on it)")
-            log.warning("node %s %s", node, self.lost_nodes[node])
-
-    def reap(self) -> dict[str, list[str]]:
-        """Kill sandboxes of this run that outlived their actor (an actor that died), on
-        every alive node: {sandbox root: sandbox ids reaped there}."""
-        reap_remote = ray.remote(num_cpus=0, max_retries=0)(_reap_sandboxes)
-        if self.cfg.sandbox.backend == "local":
-            refs = [
-                reap_remote.options(**placement.on_node(n["NodeID"])).remote(self.cfg.run_id, self.cfg.sandbox, None)
-                for n in placement.alive_nodes()
-            ]
-        else:
-            refs = [reap_remote.remote(self.cfg.run_id, self.cfg.sandbox, self.secrets.e2b_api_key)]
-        reaped: dict[str, list[str]] = {}
-        deadline = time.monotonic() + 120
-        for ref in refs:  # one by one: a node that fails to reap (or dies now) costs only its own
-            try:
-                root, found = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
-            except (GetTimeoutError, RayError) as exc:
-                log.warning("reaping sandboxes of run %s failed: %s", self.cfg.run_id, exc)
-                continue
-            reaped.setdefault(root, []).extend(found)
-        found = [sid for ids in reaped.values() for sid in ids]
-        if found:
-            log.warning("reaped %d sandbox(es) left by dead actors: %s", len(found), found)
-        return reaped
-
-
-def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,
-                    skip_roots: list[str] | None = None) -> tuple[str, list[str] | None]:
-    """(the sandbox root it looked in, the sandboxes it killed; None: the root is in
-    ``skip_roots``, left alone)."""
-    import asyncio
-
-    if sandbox_cfg.backend == "local":
-        from farm.sandboxes.local import reap, sandbox_root
-
-        root = sandbox_root(sandbox_cfg.local)
-        if root in (skip_roots or ()):
-            return root, None
-        return root, asyncio.run(reap(run_id, cfg=sandbox_cfg.local))
-    if not e2b_api_key:
-        return "", []
-    from farm.sandboxes.e2b import reap as reap_e2b
-
-    return "", asyncio.run(reap_e2b(run_id, api_key=e2b_api_key, cfg=sandbox_cfg.e2b))
+        self.reaper.after_close(located)
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:
@@ -330,3 +187,15 @@ def _wait_quietly(refs: list[Any], timeout: float) -> None:
         ray.get(refs, timeout=timeout)
     except (GetTimeoutError, RayTaskError, *ACTOR_LOST) as exc:
         log.warning("shutdown step failed: %s", exc)
+
+
+# names this module handed out before they moved (issue 29), kept one release
+_MOVED = {"actor_name": "farm.actors.ray_cluster", "init_ray": "farm.actors.ray_cluster",
+          "leave_ray": "farm.actors.ray_cluster"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"farm.actors.assembly.{name} moved to {_MOVED[name]}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -34,9 +34,10 @@ from ray.exceptions import (
 
 from farm.actors.pool import ActorPool, Health
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary, Runner
-from farm.rollout.retry import Ending, RetryBudgets, RetryDecision, RetryKind, Verdict, decide
-from farm.status import Outcome, RolloutStatus
+from farm.output.rows import RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec, Runner
+from farm.rollout.retry import Ending, RetryBudgets, decide
+from farm.status import Outcome, RetryDecision, RetryKind, RolloutStatus, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,7 @@ class Dispatcher:
         try:
             summary: RolloutSummary = ray.get(ref)
         except TaskCancelledError:
-            summary = RolloutSummary.interrupted(spec, item.actor)
+            summary = spec.interrupted(item.actor)
         except ACTOR_LOST as exc:
             self._actor_failed(item.actor)
             self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -314,7 +315,7 @@ class Dispatcher:
         if decision.verdict is Verdict.RUN_AGAIN:
             self._run_again(spec, decision, f"actor {actor} lost it ({why})")
         elif decision.verdict is Verdict.DROP:
-            self._finish(RolloutSummary.interrupted(spec, actor))
+            self._finish(spec.interrupted(actor))
         else:
             self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
 
@@ -384,7 +385,7 @@ class Dispatcher:
         runs it again); wait (bounded) for their cleanup."""
         self.queue.clear()
         for _, spec in self.delayed:
-            self._finish(RolloutSummary.interrupted(spec, ""))
+            self._finish(spec.interrupted(""))
         self.delayed.clear()
         # Actors first learn the run is stopping: a rollout that ends now (its sandbox
         # closed under it, its CLI killed) is interrupted, never a recorded failure.
@@ -401,13 +402,13 @@ class Dispatcher:
                     try:
                         summary = ray.get(ref)
                     except Exception:  # cancelled, or the actor died while cleaning up
-                        summary = RolloutSummary.interrupted(item.spec, item.actor)
+                        summary = item.spec.interrupted(item.actor)
                     self._finish(summary)
         except KeyboardInterrupt:
             pass
         for ref, item in list(self.inflight.items()):
             self._release(ref)
-            self._finish(RolloutSummary.interrupted(item.spec, item.actor))
+            self._finish(item.spec.interrupted(item.actor))
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSummary
+from farm.output.rows import RolloutSummary
+from farm.rollout.model import RolloutResult
 from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of

@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary
+from farm.output.rows import RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.rollout.pipeline import RolloutPipeline
-from farm.rollout.retry import RetryBudgets, Verdict, decide
-from farm.status import RolloutStatus
+from farm.rollout.retry import RetryBudgets, decide
+from farm.status import RolloutStatus, Verdict
 from farm.secrets import RunSecrets
 
 log = logging.getLogger(__name__)

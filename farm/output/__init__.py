@@ -3,8 +3,11 @@ shards with a manifest per table (``shards``, ``manifest``, ``recovery``, ``inte
 their readers (``shard_reader``; ``reader`` opens the Sample table from the run's
 ``OutputConfig``), the offline check (``verify``), token fidelity (``fidelity``) and the
 PyTorch view (``torch_data``); the one writer of a run's tables (``writer``: Samples,
-rollouts, transcripts, committed together), the rollouts row (``rows``), per-rollout
-artifacts (``artifacts``) and trainer-facing groups (``groups``)."""
+rollouts, transcripts, committed together), the rollouts row and the summary read back
+from it (``rows``), the directory's own rules (``outdir``: ``run_config.yaml``, one task
+set per directory), per-rollout artifacts (``artifacts``) and trainer-facing groups
+(``groups``). Nothing here imports ``farm.rollout``: the writer takes a finished rollout
+through a protocol (``writer.FinishedRollout``)."""
 
 from farm.output.config import ArtifactsConfig, OutputConfig
 from farm.output.groups import Group, GroupReader, complete_groups

@@ -1,5 +1,7 @@
 """The rollouts table: one row per rollout (ids, harness, status + reason, reward,
-grading report, diff, agent log tail, counts, timings, sandbox id).
+grading report, diff, agent log tail, counts, timings, sandbox id); the small summary
+of a rollout the driver sees (``RolloutSummary``, read back from that table); and the
+transcripts table's row (a black-box rollout's turns).
 
 Written next to the Sample shards by the reducer with the same atomic shard +
 manifest discipline (``rollouts-*`` shards, ``rollouts.manifest.jsonl``), so runs can
@@ -14,10 +16,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from farm.rollout.model import RolloutCounts, RolloutResult, RolloutSummary
-from farm.status import RolloutStatus
+from farm.status import RetryDecision, RolloutStatus
 
 @dataclass(frozen=True)
 class Arrow:
@@ -44,6 +45,20 @@ def arrow_schema(model: type[BaseModel]) -> pa.Schema:
 
 Int32 = Annotated[int, Arrow(pa.int32())]
 Text = Annotated[str, Arrow(pa.large_string())]
+
+
+class RolloutCounts(BaseModel):
+    """Token and turn counts of a session tree (the row's count columns)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: int = 0
+    trainable_turns: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    engine_errors: int = 0
+    policy_version_min: int | None = None  # weight versions of the trained turns
+    policy_version_max: int | None = None
 
 
 class RolloutRow(BaseModel):
@@ -109,7 +124,7 @@ class RolloutRow(BaseModel):
 
 ROLLOUT_SCHEMA = arrow_schema(RolloutRow)
 # the JSON columns: what a result holds as objects, the row as text
-_JSON_COLUMNS = ("grading", "timings", "sandbox_policy")
+JSON_COLUMNS = ("grading", "timings", "sandbox_policy")
 
 class TranscriptRow(BaseModel):
     """One row of the transcripts table (a black-box rollout's turn, built by
@@ -152,21 +167,34 @@ def transcript_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist([TranscriptRow(**r).model_dump() for r in rows], schema=TRANSCRIPT_SCHEMA)
 
 
+class RolloutSummary(BaseModel):
+    """What travels back to the driver: small, no tokens (``RolloutResult.summary``; read
+    back from a rollouts row by :func:`row_to_summary`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rollout_id: str
+    group_id: str
+    task_id: str
+    attempt: int = 1
+    status: RolloutStatus
+    reason: str = ""
+    reward: float = 0.0
+    turns: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+    sandbox_id: str = ""
+    actor: str = ""
+    node: str = ""
+    durable: bool = Field(default=True, description="the reducer acknowledged it (written, or already there)")
+    retry: RetryDecision | None = Field(
+        default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
+    )
+
+
 # the columns a RolloutSummary (what the driver sees) is read back from
 SUMMARY_COLUMNS = [k for k in RolloutSummary.model_fields if k in RolloutRow.model_fields]
-
-
-def result_to_row(result: RolloutResult, num_samples: int) -> RolloutRow:
-    """A result's row: the fields both declare by the same name, its counts, and the JSON
-    columns and status as text."""
-    same = {k: getattr(result, k) for k in RolloutRow.model_fields.keys() & type(result).model_fields.keys()
-            if k not in (*_JSON_COLUMNS, "status")}  # fmt: skip
-    return RolloutRow(
-        **same, **result.counts.model_dump(), status=result.status.value, num_samples=num_samples,
-        duration_s=result.duration_s, grading=result.grading_json(), timings=json.dumps(result.timings, sort_keys=True),
-        sandbox_policy=json.dumps(result.sandbox_policy, sort_keys=True),
-    )  # fmt: skip
-
 
 def rows_to_table(rows: Sequence[RolloutRow]) -> pa.Table:
     return pa.Table.from_pylist([r.model_dump() for r in rows], schema=ROLLOUT_SCHEMA)

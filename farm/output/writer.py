@@ -23,19 +23,19 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
+from farm.gateway.endpoints import RolloutMode
 from farm.output.artifacts import RolloutArtifacts, clean_partial, write_artifacts
-from farm.rollout.model import RolloutResult, RolloutSummary
 from farm.output.rows import (
     ROLLOUT_SCHEMA,
     SUMMARY_COLUMNS,
     TRANSCRIPT_SCHEMA,
     RolloutRow,
+    RolloutSummary,
     migrate_rollouts,
-    result_to_row,
     row_to_summary,
     rows_to_table,
     transcript_table,
@@ -46,6 +46,22 @@ from farm.trajectory.schema import SAMPLE_SCHEMA, samples_to_table
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
 
+
+class FinishedRollout(Protocol):
+    """What the writer takes of a finished rollout (``farm.rollout.model.RolloutResult``):
+    its ids, its row and summary as it makes them, its session (a black-box one's
+    ``Transcript`` becomes transcript rows) and its artifacts."""
+
+    run_id: str
+    rollout_id: str
+    task_id: str
+    mode: RolloutMode  # black-box: its tree is a Transcript, written as transcript rows
+    tree: Any
+    artifacts: RolloutArtifacts | None
+
+    def row(self, num_samples: int) -> RolloutRow: ...
+
+    def summary(self) -> RolloutSummary: ...
 
 
 @dataclass
@@ -203,14 +219,14 @@ class OutputWriter:
         return lines
 
     # --- buffer + commit ---------------------------------------------------------
-    def add(self, result: RolloutResult, samples: list[Any]) -> None:
+    def add(self, result: FinishedRollout, samples: list[Any]) -> None:
         rid = result.rollout_id
         if rid in self.summaries or rid in self._buffer.rows:
             return
         table = samples_to_table(samples) if samples else SAMPLE_SCHEMA.empty_table()
         self._buffer.rollout_ids.append(rid)
         self._buffer.samples[rid] = table
-        self._buffer.rows[rid] = result_to_row(result, num_samples=len(samples))
+        self._buffer.rows[rid] = result.row(num_samples=len(samples))
         if not result.mode.writes_samples and result.tree is not None and len(result.tree):  # the transcripts table
             rows = result.tree.rows(run_id=result.run_id, rollout_id=rid, task_id=result.task_id)
             self._buffer.transcripts[rid] = transcript_table(rows)

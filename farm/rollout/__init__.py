@@ -4,4 +4,4 @@ summary: farm.run; the output directory it is written to: farm.output.)"""
 
 from farm.moved import install as _install_moved
 
-_install_moved()  # farm.rollout.{store,table,artifacts,group_reader,groups} moved to farm.output; parts to actor_layers
+_install_moved()  # farm.rollout.{store,table,artifacts,group_reader,groups,outdir} moved to farm.output; parts to actor_layers

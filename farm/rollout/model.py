@@ -1,18 +1,22 @@
-"""The records of one rollout: what to run (RolloutSpec), what came out (RolloutResult),
-and the small summary the driver sees (RolloutSummary)."""
+"""The records of one rollout: what to run (RolloutSpec) and what came out
+(RolloutResult), which makes its own row of the rollouts table and the small summary the
+driver sees (both declared with the output directory: ``farm.output.rows``)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.gateway.endpoints import RolloutMode
-from farm.rollout.retry import Reruns, RetryDecision, RetryKind
-from farm.status import Outcome, RolloutStatus
+from farm.output import rows
+from farm.rollout.retry import Reruns
+from farm.status import Outcome, RetryKind, RolloutStatus
 from farm.tasks.model import Task
 
 
@@ -40,19 +44,13 @@ class RolloutSpec(BaseModel):
         """The next attempt of this rollout, run again as ``kind`` (spends that kind's budget only)."""
         return self.model_copy(update={"attempt": self.attempt + 1, "reruns": self.reruns.after(kind)})
 
-
-class RolloutCounts(BaseModel):
-    """Token and turn counts of a session tree."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    turns: int = 0
-    trainable_turns: int = 0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    engine_errors: int = 0
-    policy_version_min: int | None = None  # weight versions of the trained turns
-    policy_version_max: int | None = None
+    def interrupted(self, actor: str = "") -> rows.RolloutSummary:
+        """The summary of this attempt when the run stopped it before it ended: not recorded,
+        the next invocation runs it."""
+        return rows.RolloutSummary(
+            rollout_id=self.rollout_id, group_id=self.group_id, task_id=self.task.id, attempt=self.attempt,
+            status=RolloutStatus.INTERRUPTED, actor=actor, durable=False,
+            reason="the run was stopped while it ran: the next invocation runs it again")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class RolloutResult(BaseModel):
     grading_summary: dict[str, Any] | None = Field(default=None, description="compact report (Sample metadata)")
     diff: str = ""
     agent_log_tail: str = ""
-    counts: RolloutCounts = Field(default_factory=RolloutCounts)
+    counts: rows.RolloutCounts = Field(default_factory=rows.RolloutCounts)
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase + total")
     sandbox_id: str = ""
     sandbox_policy: dict[str, str] = Field(
@@ -154,8 +152,8 @@ class RolloutResult(BaseModel):
     def duration_s(self) -> float:
         return max(0.0, self.finished_at - self.started_at)
 
-    def summary(self) -> "RolloutSummary":
-        return RolloutSummary(
+    def summary(self) -> rows.RolloutSummary:
+        return rows.RolloutSummary(
             rollout_id=self.rollout_id,
             group_id=self.group_id,
             task_id=self.task_id,
@@ -172,37 +170,27 @@ class RolloutResult(BaseModel):
             node=self.node,
         )
 
+    def row(self, num_samples: int) -> rows.RolloutRow:
+        """Its row of the rollouts table: the fields both declare by the same name, its
+        counts, and the JSON columns and status as text."""
+        same = {k: getattr(self, k) for k in rows.RolloutRow.model_fields.keys() & type(self).model_fields.keys()
+                if k not in (*rows.JSON_COLUMNS, "status")}  # fmt: skip
+        return rows.RolloutRow(
+            **same, **self.counts.model_dump(), status=self.status.value, num_samples=num_samples,
+            duration_s=self.duration_s, grading=self.grading_json(), timings=json.dumps(self.timings, sort_keys=True),
+            sandbox_policy=json.dumps(self.sandbox_policy, sort_keys=True),
+        )  # fmt: skip
+
     def grading_json(self) -> str:
         return json.dumps(self.grading, sort_keys=True) if self.grading is not None else ""
 
 
-class RolloutSummary(BaseModel):
-    """What travels back to the driver: small, no tokens."""
+# names this module handed out before they moved beside the rollouts row (issue 29), kept one release
+_MOVED = {"RolloutSummary": "farm.output.rows", "RolloutCounts": "farm.output.rows"}
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rollout_id: str
-    group_id: str
-    task_id: str
-    attempt: int = 1
-    status: RolloutStatus
-    reason: str = ""
-    reward: float = 0.0
-    turns: int = 0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    duration_s: float = 0.0
-    sandbox_id: str = ""
-    actor: str = ""
-    node: str = ""
-    durable: bool = Field(default=True, description="the reducer acknowledged it (written, or already there)")
-    retry: RetryDecision | None = Field(
-        default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
-    )
-
-    @classmethod
-    def interrupted(cls, spec: RolloutSpec, actor: str = "") -> RolloutSummary:
-        """A rollout the run stopped before it ended: not recorded, the next invocation runs it."""
-        return cls(rollout_id=spec.rollout_id, group_id=spec.group_id, task_id=spec.task.id, attempt=spec.attempt,
-                   status=RolloutStatus.INTERRUPTED, actor=actor, durable=False,
-                   reason="the run was stopped while it ran: the next invocation runs it again")
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"farm.rollout.model.{name} moved to {_MOVED[name]}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -21,7 +21,8 @@ of the run runs it again.
 
 Callers decide where the facts are: the sandbox actor when a rollout finished, the
 reducer when it is too stale to keep, the dispatcher when an actor was lost, a
-rollout was aborted as stale or hung. Only the dispatcher carries a ``RUN_AGAIN`` out.
+rollout was aborted as stale or hung. Only the dispatcher carries a ``RUN_AGAIN`` out. (The decision's data, ``RetryDecision``,
+``Verdict`` and ``RetryKind``, is declared in ``farm.status``: a rollout's summary carries it.)
 """
 
 from __future__ import annotations
@@ -32,15 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.status import FailureClass, RolloutStatus
-
-
-class RetryKind(str, Enum):
-    """What made a rollout run again: each kind has its own budget."""
-
-    INFRASTRUCTURE = "infrastructure"
-    ACTOR_LOST = "actor_lost"
-    STALE = "stale"
+from farm.status import FailureClass, RetryDecision, RetryKind, RolloutStatus, Verdict
 
 
 class Ending(str, Enum):
@@ -50,12 +43,6 @@ class Ending(str, Enum):
     ACTOR_LOST = "actor_lost"  # its sandbox actor (or node) died under it
     TOO_STALE = "too_stale"  # finished or aborted beyond stream.max_staleness
     HUNG = "hung"  # the driver's guard gave up waiting for the actor
-
-
-class Verdict(str, Enum):
-    RECORD = "record"  # final: hand it to the reducer (under ``RetryDecision.status`` when set)
-    RUN_AGAIN = "run_again"  # in this run, as a new attempt of ``RetryDecision.kind``
-    DROP = "drop"  # not recorded: a later invocation of the run runs it again
 
 
 class Reruns(BaseModel):
@@ -101,24 +88,6 @@ class RetryBudgets:
             stale=cfg.stream.max_stale_reruns,
             backoff_s=cfg.rollout.retry_backoff_s,
         )
-
-
-@dataclass(frozen=True)
-class RetryDecision:
-    """What to do with an attempt that ended. ``status``/``reason``, on a RECORD, are what
-    it is recorded as when that differs from how it ended (e.g. ``sandbox_error``,
-    "sandbox actor died 3 time(s) under this rollout"); on the other verdicts ``reason``
-    says why, for the progress log."""
-
-    verdict: Verdict
-    kind: RetryKind | None = None
-    delay_s: float = 0.0
-    status: RolloutStatus | None = None
-    reason: str = ""
-
-    @property
-    def runs_again(self) -> bool:
-        return self.verdict is Verdict.RUN_AGAIN
 
 
 RECORD = RetryDecision(Verdict.RECORD)

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 from farm.run.summary import RESOLVED_REWARD
 
 

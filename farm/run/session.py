@@ -37,7 +37,8 @@ from farm.tasks.model import Task
 if TYPE_CHECKING:
     from farm.actors.assembly import FarmActors
     from farm.loggers import RunLoggers
-    from farm.rollout.model import RolloutSpec, RolloutSummary
+    from farm.output.rows import RolloutSummary
+    from farm.rollout.model import RolloutSpec
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class RunSession:
             raise RuntimeError("a closed run session cannot be opened again: make a new one")
         self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
         try:
-            from farm.rollout.outdir import check_tasks_source, write_run_config
+            from farm.output.outdir import check_tasks_source, write_run_config
             from farm.run.tasks import load_run_tasks
 
             check_tasks_source(self.cfg, self.out_dir)
@@ -157,7 +158,7 @@ class RunSession:
     def connect_ray(self) -> None:
         """Join this job's Ray (or start a local one), once; ``close()`` leaves it if this
         session connected. In the main thread: ``ray.init`` installs signal handlers."""
-        from farm.actors.assembly import init_ray
+        from farm.actors.ray_cluster import init_ray
 
         self._connected_ray = init_ray(self.cfg) or self._connected_ray
 
@@ -243,7 +244,7 @@ class RunSession:
         finally:
             try:
                 if self._connected_ray:
-                    from farm.actors.assembly import leave_ray
+                    from farm.actors.ray_cluster import leave_ray
 
                     leave_ray()
                     self._connected_ray = False

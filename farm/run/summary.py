@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.output.groups import group_states
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 from farm.status import RolloutStatus
 
 RESOLVED_REWARD = 1.0

@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.sandboxes.pool import SandboxPoolConfig
-from farm.sandboxes.views import ViewMode
-
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# how a local sandbox gets its copy-on-write view of an environment snapshot (farm.sandboxes.views)
+ViewMode = Literal["auto", "overlay", "fuse-overlayfs", "copy"]
 
 
 class LocalLimits(BaseModel):
@@ -122,6 +122,30 @@ class E2BSandboxConfig(BaseModel):
     backoff_s: float = Field(default=1.0, gt=0, description="first retry delay (doubles each retry)")
     user: str = Field(default="user", description="default user commands run as")
     root: str = Field(default="/home/user", description="writable root path inside the sandbox")
+
+
+class SandboxPoolConfig(BaseModel):
+    """``sandbox.pool``: warm sandboxes per environment (``farm.sandboxes.pool``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(
+        default=0,
+        ge=0,
+        description="ready sandboxes kept per environment, made in the background and handed out once each "
+        "(0: no pool, every sandbox is created when its rollout asks); they are live sandboxes: they count "
+        "against the create limiter's cap and, on E2B, against the plan and its bill",
+    )
+    max_environments: int = Field(
+        default=4, ge=1, description="environments with a pool at once (the least recently used one is drained first)"
+    )
+    max_idle_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="a pooled sandbox idle longer than this is closed, not handed out (its lifetime runs from "
+        "its create; keep this well under the slack rollouts add to their lifetime)",
+    )
+    refill_concurrency: int = Field(default=2, ge=1, description="background creates at once, all environments together")
 
 
 class SandboxConfig(BaseModel):

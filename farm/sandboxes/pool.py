@@ -35,37 +35,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from farm.sandboxes.base import Sandbox, SandboxSpec
+from farm.sandboxes.config import SandboxPoolConfig
 
 log = logging.getLogger(__name__)
 
 POOL_PURPOSE = "pool"  # the ``purpose`` label of a sandbox while it waits in the pool
-
-
-class SandboxPoolConfig(BaseModel):
-    """``sandbox.pool``: warm sandboxes per environment (``farm.sandboxes.pool``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    size: int = Field(
-        default=0,
-        ge=0,
-        description="ready sandboxes kept per environment, made in the background and handed out once each "
-        "(0: no pool, every sandbox is created when its rollout asks); they are live sandboxes: they count "
-        "against the create limiter's cap and, on E2B, against the plan and its bill",
-    )
-    max_environments: int = Field(
-        default=4, ge=1, description="environments with a pool at once (the least recently used one is drained first)"
-    )
-    max_idle_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="a pooled sandbox idle longer than this is closed, not handed out (its lifetime runs from "
-        "its create; keep this well under the slack rollouts add to their lifetime)",
-    )
-    refill_concurrency: int = Field(default=2, ge=1, description="background creates at once, all environments together")
 
 
 def environment_key(spec: SandboxSpec) -> str:

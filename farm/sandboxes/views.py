@@ -46,10 +46,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.errors import SandboxError
+from farm.sandboxes.config import ViewMode
 
 log = logging.getLogger(__name__)
-
-ViewMode = Literal["auto", "overlay", "fuse-overlayfs", "copy"]
 
 
 class ViewLayer(BaseModel):

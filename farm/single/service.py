@@ -36,7 +36,7 @@ from farm.run.session import RunSession, RunTally, resolved
 from farm.secrets import RunSecrets
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
-from farm.single.placement import InProcess, OnRay
+from farm.single.runtime import InProcess, OnRay
 from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from farm.rollout.model import RolloutResult
 from farm.output.writer import OutputWriter
-from farm.output.rows import counts_of, result_to_row
+from farm.output.rows import counts_of
 from farm.status import RolloutStatus
 from farm.output.config import OutputConfig
 from farm.trajectory.linearize import RolloutInfo, linearize
@@ -91,7 +91,7 @@ def write_run(out: Path, fmt: str, batches: Iterable[Iterable[str]] = BATCHES, *
                 mine = samples_of(result)
                 store.add(result, mine)
                 samples += mine
-                rows.append(result_to_row(result, num_samples=len(mine)).model_dump())
+                rows.append(result.row(num_samples=len(mine)).model_dump())
             store.commit(store.take_buffer())
     finally:
         store.close()

@@ -17,7 +17,7 @@ import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.actors.assembly import actor_name
+from farm.actors.ray_cluster import actor_name
 from farm.run.batch import run_batch as run_farm
 from farm.harnesses.config import HarnessConfig
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE

@@ -19,7 +19,7 @@ from rich.console import Console
 import farm_helpers
 from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
-from farm.actors.assembly import actor_name
+from farm.actors.ray_cluster import actor_name
 from farm.run.batch import run_batch as run_farm
 from farm.output.artifacts import read_index, read_text
 from farm.output.groups import complete_groups

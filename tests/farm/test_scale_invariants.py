@@ -14,7 +14,7 @@ import pytest
 from farm.actors import dispatch
 from farm.actors.dispatch import Dispatcher
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 from farm.run.summary import RESOLVED_REWARD, Durations, RunSummary, SummaryTally
 from farm.status import RolloutStatus
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.cli import main as farm_main
-from farm.output.rows import ROLLOUT_SCHEMA, result_to_row
+from farm.output.rows import ROLLOUT_SCHEMA
 from farm.trajectory import table_to_samples
 from farm.output import ShardReader, ShardWriter, open_sample_reader
 from farm.trajectory.schema import SAMPLE_SCHEMA, SCHEMA_VERSION
@@ -30,7 +30,7 @@ def write_v1(out, fmt, rid="old.0", policy_version=7):
     samples = samples_of(result)
     with ShardWriter(out, v1_schema(), format=fmt) as w:
         w.write_rollout(rid, v1_table(samples))
-    row = result_to_row(result, num_samples=len(samples)).model_dump()
+    row = result.row(num_samples=len(samples)).model_dump()
     with ShardWriter(out, ROLLOUTS_V1, name="rollouts", format=fmt) as w:
         w.write_rollout(rid, [{k: row[k] for k in ROLLOUTS_V1.names}])
     return samples

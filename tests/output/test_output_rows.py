@@ -17,7 +17,7 @@ from farm.output.rows import (
     row_to_summary,
     transcript_table,
 )
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 
 # The rollouts schema as written before it was derived (farm/rollout/table.py, issue 29): never edit
 # a line here; a new column is added at the end of both.

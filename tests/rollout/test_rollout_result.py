@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 from farm.config import FarmConfig
-from farm.rollout.model import RolloutResult, RolloutSpec, RolloutSummary, Runner
+from farm.output.rows import RolloutSummary
+from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.retry import Reruns
 from farm.status import Outcome, RolloutStatus
 from farm.tasks.model import Task
@@ -53,6 +54,6 @@ def test_runner_of_a_config():
 
 
 def test_an_interrupted_summary_is_not_durable():
-    s = RolloutSummary.interrupted(_spec(), "sandbox-0")
+    s = _spec().interrupted("sandbox-0")
     assert (s.status, s.durable, s.attempt, s.actor) == (RolloutStatus.INTERRUPTED, False, 3, "sandbox-0")
     assert "runs it again" in s.reason

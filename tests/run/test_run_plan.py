@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 from farm.run.stream import expand_rollouts
 from farm.output.groups import group_states
 from farm.run.summary import cumulative, summarize, summary_table, write_summary

@@ -11,7 +11,7 @@ import yaml
 
 from farm.config import FarmConfig
 from farm.errors import TaskError
-from farm.rollout.model import RolloutSummary
+from farm.output.rows import RolloutSummary
 from farm.run.lock import RunLock, RunLocked
 from farm.run.session import RunSession, RunTally
 from farm.status import RolloutStatus

@@ -13,7 +13,8 @@ from pathlib import Path
 from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
-from farm.sandboxes.pool import POOL_PURPOSE, SandboxPool, SandboxPoolConfig, environment_key
+from farm.sandboxes.config import SandboxPoolConfig
+from farm.sandboxes.pool import POOL_PURPOSE, SandboxPool, environment_key
 from farm.sandboxes.views import SnapshotView, ViewLayer
 
 

@@ -20,9 +20,13 @@ from farm.actors.reducer import ReducerActor
 from farm.status import RolloutStatus
 from farm.trajectory.schema import samples_to_table, table_to_samples
 
+import farm_helpers
 from farm_helpers import make_result, reducer_config
 
-HERE = Path(__file__).parent
+# the writer subprocess imports the shared helpers too: pytest's pythonpath (pyproject) is not
+# a child's, so it gets their directory on PYTHONPATH
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(Path(farm_helpers.__file__).parent), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 def _manifest_ids(path: Path) -> list[str]:
@@ -154,8 +158,7 @@ async def test_crash_between_tables_rebuilds_the_row(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import asyncio, sys
-    sys.path.insert(0, {here!r})
+    import asyncio
     from farm.actors.reducer import ReducerActor
     from farm_helpers import make_result, reducer_config
 
@@ -175,8 +178,8 @@ WRITER = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_rerun_loses_nothing_duplicates_nothing(tmp_path):
-    script = WRITER.format(here=str(HERE), out=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    script = WRITER.format(out=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
     assert proc.stdout.readline().startswith("todo 200")
     deadline = time.monotonic() + 60
     while len(_manifest_ids(tmp_path / "rollouts.manifest.jsonl")) < 20 and time.monotonic() < deadline:
@@ -186,7 +189,7 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_duplicates_nothing(tmp_path):
     partial = _manifest_ids(tmp_path / "rollouts.manifest.jsonl")
     assert 20 <= len(partial) < 200 and len(partial) == len(set(partial))
     durable_before = set(partial) | set(_manifest_ids(tmp_path / "manifest.jsonl"))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=CHILD_ENV)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"todo {200 - len(durable_before)}\n")
     rows_ids = _manifest_ids(tmp_path / "rollouts.manifest.jsonl")

@@ -1,5 +1,5 @@
-"""Where ``farm.Rollouts`` runs its rollouts: the same actor classes, in this process or
-on Ray.
+"""What ``farm.Rollouts`` runs its actors on (its ``placement``): the same actor classes,
+in this process or on Ray. (Which node of a Ray cluster runs what is ``farm.actors.placement``.)
 
 - ``InProcess``: the ``RouterActor``, one ``SandboxActor`` per harness and the
   ``ReducerActor`` as plain objects in the caller's event loop (no Ray needed).
@@ -114,7 +114,7 @@ class OnRay(InProcess):
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
         import ray
 
-        from farm.actors.assembly import actor_name
+        from farm.actors.ray_cluster import actor_name
 
         full = actor_name(self.cfg.run_id, name)
         actor = ray.remote(SandboxActor).options(

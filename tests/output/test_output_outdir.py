@@ -12,7 +12,7 @@ import yaml
 from farm.cli import main
 from farm.config import load_config
 from farm.errors import ConfigError
-from farm.rollout.outdir import check_tasks_source, write_run_config
+from farm.output.outdir import check_tasks_source, write_run_config
 
 from farm_helpers import make_result, reducer_config
 
@@ -42,7 +42,7 @@ async def test_another_task_file_is_refused_or_warned_about(tmp_path, monkeypatc
     assert f"holds rollouts of tasks.path={tmp_path / 'mine.jsonl'}" in msg and "this run's tasks.path is demo" in msg
     assert "--set output.mixed_tasks=allow" in msg
     allowed = load_config(None, ["tasks.path=demo", "output.mixed_tasks=allow"])
-    with caplog.at_level(logging.WARNING, logger="farm.rollout.outdir"):
+    with caplog.at_level(logging.WARNING, logger="farm.output.outdir"):
         assert "holds rollouts of" in check_tasks_source(allowed, out)
     assert "output.mixed_tasks: allow" in caplog.text
 
