@@ -138,19 +138,29 @@ class FarmActors:
         return started
 
     def _start_sandbox_actor(self, slot: placement.Slot) -> tuple[str, Any]:
-        from farm.actors.sandbox import SandboxActor
-
         name = ray_cluster.actor_name(self.cfg.run_id, f"sandbox-{len(self.actors)}")
         ray_cluster.kill_stale(name, self.cfg.ray.namespace)
+        return self.start_sandbox_actor(
+            name, self.cfg,
+            max_restarts=self.cfg.ray.actor_max_restarts,
+            max_concurrency=self.cfg.rollout.concurrency * 2 + 16,
+            **slot.options,
+        )  # fmt: skip
+
+    def start_sandbox_actor(self, name: str, cfg: FarmConfig, **options: Any) -> tuple[str, Any]:
+        """Start the sandbox actor ``name`` running ``cfg`` with Ray ``options`` (a run's pool
+        above; ``farm.Rollouts`` one per harness): stopped by ``close()`` with the others, and
+        its node recorded, so what it left behind is accounted for if that node dies.
+        Returns (name, a ref that resolves to where it runs once it is ready)."""
+        from farm.actors.sandbox import SandboxActor
+
         actor = ray.remote(SandboxActor).options(
             name=name,
             num_cpus=self.cfg.ray.sandbox_actor_cpus,
-            max_restarts=self.cfg.ray.actor_max_restarts,
             max_task_retries=0,  # a rollout is not idempotent: the driver re-dispatches it
-            max_concurrency=self.cfg.rollout.concurrency * 2 + 16,
-            **slot.options,
+            **options,
         ).remote(
-            self.cfg,
+            cfg,
             self.engine_url,
             ray_cluster.actor_name(self.cfg.run_id, "reducer"),  # looked up by name: survives reducer restarts
             name,

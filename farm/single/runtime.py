@@ -112,18 +112,13 @@ class OnRay(InProcess):
             self.engine_url = await asyncio.to_thread(self.farm.start_engine, session.tasks)
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
-        import ray
-
         from farm.actors.ray_cluster import actor_name
 
-        full = actor_name(self.cfg.run_id, name)
-        actor = ray.remote(SandboxActor).options(
-            name=full, num_cpus=self.cfg.ray.sandbox_actor_cpus, max_restarts=0, max_task_retries=0,
+        full, _ = self.farm.start_sandbox_actor(
+            actor_name(self.cfg.run_id, name), cfg, max_restarts=0,
             max_concurrency=self.cfg.rollout.concurrency * 4 + 16, scheduling_strategy="SPREAD",
-        ).remote(cfg, self.engine_url, actor_name(self.cfg.run_id, "reducer"), full,
-                 secrets=self.secrets, parts_factory=self.parts_factory)  # fmt: skip
-        self.farm.actors[full] = actor  # FarmActors.close stops it with the others
-        return actor
+        )  # fmt: skip
+        return self.farm.actors[full]
 
     async def execute(self, actor: Any, spec: RolloutSpec, observer: Any) -> RolloutResult | None:
         """Follow the actor's event stream; the last item is the result (None: cancelled
