@@ -30,6 +30,7 @@ from pathlib import Path
 
 import xxhash
 
+from farm.errors import ShardError
 from farm.output.manifest import fsync_dir, write_durable
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,16 @@ def load_checkpoint(manifest_path: Path, table: str) -> Checkpoint | None:
         log.warning("%s: checkpoint not used (%s): reading the whole manifest", path, why)
         return None
     return cp
+
+
+def checkpoint_ids(manifest_path: Path, table: str) -> tuple[str, ...]:
+    """The ids of the checkpoint its writer trusts (it loaded or wrote it): raises rather
+    than return fewer."""
+    path = checkpoint_path(manifest_path)
+    cp, why = _parse(path.read_bytes(), table)
+    if cp is None:
+        raise ShardError(f"{path}: {why}")
+    return cp.ids
 
 
 def _parse(data: bytes, table: str) -> tuple[Checkpoint | None, str | None]:

@@ -45,7 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
-from farm.output.checkpoint import load_checkpoint, make_checkpoint, write_checkpoint
+from farm.output.checkpoint import checkpoint_ids, load_checkpoint, make_checkpoint, write_checkpoint
+from farm.output.durable import DurableIds
 from farm.output.integrity import checksum, quarantine, read_shard_file
 from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
 from farm.output.recovery import RecoveryReport, append_line, recover_table
@@ -136,8 +137,11 @@ class ShardWriter:
             os.close(self._lock_fd)
             raise
         covered = cp if self.recovery.from_checkpoint else None
-        self._durable: set[str] = set(covered.ids) if covered else set()
-        self._durable.update(rid for e in entries for rid in e.rollout_ids)
+        # membership of the durable ids: digests for those a checkpoint lists (farm.output.durable)
+        self._durable = DurableIds(self.manifest_path, name, lambda: checkpoint_ids(self.manifest_path, name))
+        if covered:
+            self._durable.cover(covered.ids)
+        self._durable.add(rid for e in entries for rid in e.rollout_ids)
         # the lines since the last checkpoint (all of them without one): the earlier ones
         # are not kept in memory (``entries`` reads them back)
         self._entries = entries
@@ -157,7 +161,7 @@ class ShardWriter:
 
     @property
     def durable_ids(self) -> frozenset[str]:
-        return frozenset(self._durable)
+        return frozenset(self._durable.ids())
 
     @property
     def pending_ids(self) -> list[str]:
@@ -204,7 +208,8 @@ class ShardWriter:
         end = os.stat(self.manifest_path).st_size if self.manifest_path.exists() else 0
         write_checkpoint(self.manifest_path, make_checkpoint(
             self.manifest_path, self.name, end=end, shards=self._shards, rows=self._rows, nbytes=self._bytes,
-            next_seq=self._next_seq, ids=tuple(self._durable)))  # fmt: skip
+            next_seq=self._next_seq, ids=tuple(self._durable.ids())))  # fmt: skip
+        self._durable.cover()
         self._entries = []
         self._covered = True
 
@@ -282,7 +287,7 @@ class ShardWriter:
         self._shards += 1
         self._rows += entry.rows
         self._bytes += entry.bytes
-        self._durable.update(ids)
+        self._durable.add(ids)
         self._newly_durable.extend(ids)
         self._buffer.clear()
         self._buffer_rows = self._buffer_bytes = 0
@@ -320,7 +325,7 @@ class ShardWriter:
         next recovery resolves (a new file nobody lists holds committed rollouts:
         quarantined; an old file nobody lists: likewise). Returns the quarantined paths."""
         self._check_open()
-        gone = set(rollout_ids) & self._durable
+        gone = {rid for rid in set(rollout_ids) if rid in self._durable}
         moved: list[str] = []
         if gone and self._covered:  # the whole list from here on (the rewrite below reads it anyway)
             self._entries, self._covered = self.entries, False
@@ -335,7 +340,7 @@ class ShardWriter:
             rewrite_manifest(self.manifest_path, lines + ([replacement] if replacement else []))
             moved.append(str(quarantine(self.directory, self.directory / e.shard, self.name)))
             self._entries = [x for x in self._entries if x.shard != e.shard] + ([replacement] if replacement else [])
-            self._durable.difference_update(set(e.rollout_ids) - set(keep))
+            self._durable.discard(set(e.rollout_ids) - set(keep))
         self._shards = len(self._entries)
         self._rows = sum(e.rows for e in self._entries)
         self._bytes = sum(e.bytes for e in self._entries)

@@ -176,3 +176,34 @@ def test_a_bad_checkpoint_is_ignored_and_the_answer_is_the_same(tmp_path, parsed
         assert n_with == 2 and "checkpoint not used" not in caplog.text
     else:
         assert n_with >= n_without - 2 and "checkpoint not used" in caplog.text
+
+
+def test_covered_ids_are_digests_and_a_digest_match_is_confirmed(tmp_path, monkeypatch):
+    import farm.output.durable as durable
+
+    out = tmp_path / "out"
+    _write(out, ["a0", "a1", "a2"])
+    monkeypatch.setattr(durable, "digest", lambda rid: 7)  # every id collides with every other
+    store = _open(out)
+    ids = store.samples._durable
+    assert len(ids._covered) == 3 and ids._covered.dtype.itemsize == 8 and not ids._recent
+    assert "a1" in ids and "b0" not in ids  # the match is checked against the manifest line
+    _add(store, "b0")  # a new rollout whose digest matches a covered one is written, not refused
+    store.commit(store.take_buffer())
+    _add(store, "a2")  # a covered one is refused
+    assert store.take_buffer().rollout_ids == []
+    assert sorted(store.summaries) == ["a0", "a1", "a2", "b0"]
+    store.close()
+
+
+def test_a_long_run_keeps_only_the_lines_since_its_last_checkpoint(tmp_path, monkeypatch):
+    import farm.output.writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "CHECKPOINT_MIN_LINES", 16)
+    out = tmp_path / "out"
+    store = _write(out, [f"a{i}" for i in range(100)], close=False)  # one line per table per commit
+    for w in (store.samples, store.rollouts):
+        # what the writer holds per rollout: the lines and the ids since its last checkpoint
+        assert len(w.entries_since_checkpoint) < 16 and len(w._durable._recent) < 16
+        assert len(w._durable._covered) > 84 and len(w._durable) == 100
+    assert checkpoint_path(out / "manifest.jsonl").is_file()
