@@ -25,8 +25,9 @@ def digest(rollout_id: str) -> int:
     return xxhash.xxh3_64_intdigest(rollout_id.encode())
 
 
-def digests(ids: Iterable[str]) -> np.ndarray:
-    return np.sort(np.fromiter((digest(r) for r in ids), dtype=np.uint64))
+def digests(ids: Iterable[str], *, sort: bool = True) -> np.ndarray:
+    out = np.fromiter((digest(r) for r in ids), dtype=np.uint64)
+    return np.sort(out) if sort else out
 
 
 class DurableIds:
@@ -38,6 +39,7 @@ class DurableIds:
         self._load_covered = load_covered
         self._covered = np.empty(0, dtype=np.uint64)
         self._recent: set[str] = set()
+        self._discarded = False  # a covered id was taken out since the checkpoint (retracted)
 
     def __len__(self) -> int:
         return len(self._covered) + len(self._recent)
@@ -83,20 +85,26 @@ class DurableIds:
         if drop:
             keep = ~np.isin(self._covered, digests(drop))
             self._covered = self._covered[keep]
+            self._discarded = True
 
     def ids(self) -> set[str]:
         """Every durable id (the covered ones read back from the checkpoint)."""
         out = set(self._recent)
         if len(self._covered):
-            out.update(rid for rid in self._load_covered() if self._covered_has(rid))
+            covered = self._load_covered()
+            if self._discarded:  # leave out the ones retracted since
+                covered = list(covered)
+                keep = np.isin(digests(covered, sort=False), self._covered).tolist()
+                covered = (rid for rid, k in zip(covered, keep) if k)
+            out.update(covered)
         return out
 
     def cover(self, ids: Iterable[str] | None = None) -> None:
         """The ids a checkpoint now lists (all of them: ``ids``, else the recent ones join
         the covered ones) become digests."""
         if ids is not None:
-            self._covered, self._recent = digests(ids), set()
-            return
-        self._covered = np.sort(np.concatenate([self._covered, digests(self._recent)]))
-        self._recent = set()
+            self._covered = digests(ids)
+        else:
+            self._covered = np.sort(np.concatenate([self._covered, digests(self._recent)]))
+        self._recent, self._discarded = set(), False
 

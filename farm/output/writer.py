@@ -49,7 +49,7 @@ from farm.trajectory.transcript import Transcript
 
 
 # when ``OutputWriter`` writes the tables' manifest checkpoints (``_checkpoint_due``)
-CHECKPOINT_MIN_LINES, CHECKPOINT_MAX_LINES = 256, 4096
+CHECKPOINT_MIN_LINES, CHECKPOINT_MAX_LINES = 256, 1024
 
 
 @dataclass
@@ -223,7 +223,7 @@ class OutputWriter:
 
     def _checkpoint_due(self) -> bool:
         """After a number of rollouts-table lines that grows with the table (an eighth of
-        it, from 256 to 4,096): writing one costs O(durable ids), reading the tail after
+        it, from 256 to 1,024): writing one costs O(durable ids), reading the tail after
         it O(lines since)."""
         since = len(self.rollouts.entries_since_checkpoint)
         return since >= min(CHECKPOINT_MAX_LINES, max(CHECKPOINT_MIN_LINES, self.rollouts.totals["shards"] // 8))

@@ -207,3 +207,29 @@ def test_a_long_run_keeps_only_the_lines_since_its_last_checkpoint(tmp_path, mon
         assert len(w.entries_since_checkpoint) < 16 and len(w._durable._recent) < 16
         assert len(w._durable._covered) > 84 and len(w._durable) == 100
     assert checkpoint_path(out / "manifest.jsonl").is_file()
+
+
+@pytest.mark.parametrize("chunk", [3, 64, 1 << 16])
+def test_the_last_covered_line_is_found_reading_backwards(tmp_path, monkeypatch, chunk):
+    import farm.output.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "_CHUNK", chunk)
+    path = tmp_path / "m"
+    lines = [b"first\n", b"x" * 200 + b"\n", b"third line\n"]
+    path.write_bytes(b"".join(lines) + b"torn")
+    ends = [6, 6 + 201, 6 + 201 + 11]
+    assert [checkpoint.last_line(path, e) for e in ends] == [(0, lines[0]), (6, lines[1]), (207, lines[2])]
+    assert checkpoint.last_line(path, 0) == (0, b"")
+
+
+def test_a_rollout_retracted_after_the_checkpoint_is_gone_from_it(tmp_path):
+    out = tmp_path / "out"
+    _write(out, ["a0", "a1", "a2"])
+    store = _open(out)
+    store.rollouts.retract(["a1"])  # its row rewritten out of a shard the checkpoint covers
+    store.samples.retract(["a1"])
+    assert "a1" not in store.summaries and sorted(store.summaries) == ["a0", "a2"]
+    store.close()  # its checkpoint lists a0, a2
+    again = _open(out)
+    assert again.rollouts.from_checkpoint and sorted(again.summaries) == ["a0", "a2"]
+    again.close()
