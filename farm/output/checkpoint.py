@@ -35,7 +35,7 @@ from farm.output.manifest import fsync_dir, write_durable
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: with the digests
 _CHUNK = 1 << 16
 
 
@@ -59,7 +59,8 @@ class Checkpoint:
     rows: int
     bytes: int
     next_seq: int  # the next shard sequence number after them
-    ids: tuple[str, ...]  # this table's durable rollout ids listed in them, in manifest order
+    ids: tuple[str, ...]  # this table's durable rollout ids listed in them
+    digests: str  # their sorted xxh3_64 digests, little-endian uint64, base64 (farm.output.durable)
 
 
 def last_line(path: Path, end: int) -> tuple[int, bytes]:
@@ -87,11 +88,11 @@ def last_line(path: Path, end: int) -> tuple[int, bytes]:
 
 
 def make_checkpoint(manifest_path: Path, table: str, *, end: int, shards: int, rows: int, nbytes: int,
-                    next_seq: int, ids: tuple[str, ...]) -> Checkpoint:  # fmt: skip
+                    next_seq: int, ids: tuple[str, ...], digests: str) -> Checkpoint:  # fmt: skip
     start, line = last_line(manifest_path, end)
     return Checkpoint(table=table, offset=end, last_line_start=start,
                       last_line_hash=_line_hash(line) if line else "", shards=shards, rows=rows, bytes=nbytes,
-                      next_seq=next_seq, ids=ids)  # fmt: skip
+                      next_seq=next_seq, ids=ids, digests=digests)  # fmt: skip
 
 
 def write_checkpoint(manifest_path: Path, cp: Checkpoint) -> None:
@@ -146,6 +147,8 @@ def _parse(data: bytes, table: str) -> tuple[Checkpoint | None, str | None]:
         return None, f"corrupt: {exc}"
     if cp.table != table:
         return None, f"it is table {cp.table!r}'s"
+    if len(cp.digests) != 4 * -(-8 * len(cp.ids) // 3):  # base64 of 8 bytes an id
+        return None, "corrupt: its digests do not match its ids"
     return cp, None
 
 

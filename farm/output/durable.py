@@ -11,6 +11,7 @@ ids themselves (a resume's done ids) are read back from the checkpoint file when
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -99,12 +100,20 @@ class DurableIds:
             out.update(covered)
         return out
 
-    def cover(self, ids: Iterable[str] | None = None) -> None:
-        """The ids a checkpoint now lists (all of them: ``ids``, else the recent ones join
-        the covered ones) become digests."""
-        if ids is not None:
-            self._covered = digests(ids)
-        else:
-            self._covered = np.sort(np.concatenate([self._covered, digests(self._recent)]))
+    def merged(self) -> np.ndarray:
+        """The sorted digests of every durable id (what a new checkpoint stores)."""
+        return np.sort(np.concatenate([self._covered, digests(self._recent, sort=False)]))
+
+    def cover(self, covered: np.ndarray) -> None:
+        """A checkpoint now lists every durable id: ``covered`` is their sorted digests
+        (``merged()`` when this writer wrote it, the checkpoint's when it opened from one)."""
+        self._covered = covered
         self._recent, self._discarded = set(), False
 
+
+def encode_digests(d: np.ndarray) -> str:
+    return base64.b64encode(d.astype("<u8").tobytes()).decode()
+
+
+def decode_digests(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<u8").astype(np.uint64)

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from farm.errors import ShardError
 from farm.output.checkpoint import checkpoint_ids, load_checkpoint, make_checkpoint, write_checkpoint
-from farm.output.durable import DurableIds
+from farm.output.durable import DurableIds, decode_digests, encode_digests
 from farm.output.integrity import checksum, quarantine, read_shard_file
 from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
 from farm.output.recovery import RecoveryReport, append_line, recover_table
@@ -140,7 +140,7 @@ class ShardWriter:
         # membership of the durable ids: digests for those a checkpoint lists (farm.output.durable)
         self._durable = DurableIds(self.manifest_path, name, lambda: checkpoint_ids(self.manifest_path, name))
         if covered:
-            self._durable.cover(covered.ids)
+            self._durable.cover(decode_digests(covered.digests))
         self._durable.add(rid for e in entries for rid in e.rollout_ids)
         # the lines since the last checkpoint (all of them without one): the earlier ones
         # are not kept in memory (``entries`` reads them back)
@@ -206,10 +206,11 @@ class ShardWriter:
         if not self.checkpoints:
             return
         end = os.stat(self.manifest_path).st_size if self.manifest_path.exists() else 0
+        covered = self._durable.merged()
         write_checkpoint(self.manifest_path, make_checkpoint(
             self.manifest_path, self.name, end=end, shards=self._shards, rows=self._rows, nbytes=self._bytes,
-            next_seq=self._next_seq, ids=tuple(self._durable.ids())))  # fmt: skip
-        self._durable.cover()
+            next_seq=self._next_seq, ids=tuple(self._durable.ids()), digests=encode_digests(covered)))  # fmt: skip
+        self._durable.cover(covered)
         self._entries = []
         self._covered = True
 

@@ -181,9 +181,9 @@ def test_a_bad_checkpoint_is_ignored_and_the_answer_is_the_same(tmp_path, parsed
 def test_covered_ids_are_digests_and_a_digest_match_is_confirmed(tmp_path, monkeypatch):
     import farm.output.durable as durable
 
+    monkeypatch.setattr(durable, "digest", lambda rid: 7)  # every id collides with every other
     out = tmp_path / "out"
     _write(out, ["a0", "a1", "a2"])
-    monkeypatch.setattr(durable, "digest", lambda rid: 7)  # every id collides with every other
     store = _open(out)
     ids = store.samples._durable
     assert len(ids._covered) == 3 and ids._covered.dtype.itemsize == 8 and not ids._recent
