@@ -142,10 +142,14 @@ def _recover_tail(directory: Path, name: str, schema: pa.Schema, manifest_path: 
     suffixes = set(fmt_suffix.values())
     shards = [n for n in names if n.startswith(f"{name}-") and os.path.splitext(n)[1] in suffixes]
     on_disk = sum(1 for n in shards if _seq_of(n) < cp.next_seq)
-    why = ("a corrupt line after it" if read is None
-           else f"{on_disk} shard files before it, it lists {cp.shards}" if on_disk != cp.shards
-           else "a line after it to repair"
-           if any(_problem(directory, e, verify) is not None for e in read.entries if e.table == name) else None)  # fmt: skip
+    if read is None:
+        why: str | None = "a corrupt line after it"
+    elif on_disk != cp.shards:
+        why = f"{on_disk} shard files before it, it lists {cp.shards}"
+    elif any(_problem(directory, e, verify) is not None for e in read.entries if e.table == name):
+        why = "a line after it to repair"
+    else:
+        why = None
     if why is not None:
         log.warning("%s: checkpoint not used (%s): recovering from the whole manifest", manifest_path, why)
         rest, full = recover_table(directory, name, schema, manifest_path, fmt_suffix, verify=verify)

@@ -159,10 +159,16 @@ def _covered_shard_lost(out) -> None:
     (out / json.loads(first)["shard"]).unlink()
 
 
+def _tail_shard_lost(out) -> None:
+    m = out / "manifest.jsonl"
+    last = m.read_bytes().rstrip(b"\n").split(b"\n")[-1]  # b0's line, after the checkpoint
+    (out / json.loads(last)["shard"]).unlink()
+
+
 @pytest.mark.parametrize(
     "damage, used",
     [(_damage_checkpoint_tmp, True), (_damage_checkpoint, False), (_checkpoint_past_the_end, False),
-     (_manifest_rewritten, False), (_covered_shard_lost, False)],
+     (_manifest_rewritten, False), (_covered_shard_lost, False), (_tail_shard_lost, False)],
 )  # fmt: skip
 def test_a_bad_checkpoint_is_ignored_and_the_answer_is_the_same(tmp_path, parsed, caplog, damage, used):
     out = tmp_path / "out"
