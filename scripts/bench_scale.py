@@ -14,7 +14,10 @@ Figures:
                           the directory back for summary.json, is printed apart)
   reducer_rss_growth_mb   the same for the reducer actor's process
   resume_open_s           opening the finished output directory the way a resumed run does
-                          (the reducer's store: recover + reconcile + the done ids)
+                          (the reducer's store: recover + reconcile + the done ids), from the
+                          tables' manifest checkpoints (farm.output.checkpoint)
+  resume_open_full_s      the same reading every manifest line and every shard they list
+                          (``checkpoints=False``: how every open went before checkpoints)
   inspect_s               `farm inspect OUT` (the CLI, a subprocess)
   group_handout_ms_p99    the following GroupReader: time from a group's last row being
                           durable (its manifest line) to the reader handing the group out
@@ -187,6 +190,22 @@ def manifest_times(out: Path) -> dict[str, float]:
     return last
 
 
+def resume_open(cfg, out: Path, total: int, *, checkpoints: bool) -> float:
+    """Seconds to open ``out`` as a resumed run's reducer does: the store (each table's
+    recovery), ``recover``, ``reconcile`` and the done ids."""
+    from farm.output.writer import OutputWriter
+
+    t = time.monotonic()
+    store = OutputWriter(out, cfg.output, checkpoints=checkpoints)
+    store.recover()
+    store.reconcile()
+    done_ids = sorted(store.summaries)
+    took = time.monotonic() - t
+    store.close()
+    assert len(done_ids) == total, (len(done_ids), total)
+    return took
+
+
 def reducer_alone(cfg, out: Path, n: int) -> float:
     """Rollouts per second one ReducerActor makes durable (no Ray: its methods awaited in
     this process, ``n`` submits in flight at once): the reducer's fan-in capacity."""
@@ -290,17 +309,12 @@ def main() -> None:
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
           f"{max(s[1] for s in samples):.0f} MB", file=sys.stderr)
 
-    # resume: open the finished directory as a resumed run's reducer does
-    from farm.output.writer import OutputWriter as RolloutStore
-
-    t = time.monotonic()
-    store = RolloutStore(out, cfg.output)
-    store.recover()
-    store.reconcile()
-    done_ids = store.done_ids() if hasattr(store, "done_ids") else sorted(store.summaries)
-    resume_open_s = time.monotonic() - t
-    store.close()
-    assert len(done_ids) == total
+    # resume: open the finished directory as a resumed run's reducer does, reading every
+    # manifest line (checkpoints off: as before them) and from the manifest checkpoints
+    resume_full_s = resume_open(cfg, out, total, checkpoints=False)
+    resume_open_s = resume_open(cfg, out, total, checkpoints=True)
+    print(f"resume open: {resume_full_s:.2f} s reading every manifest line, {resume_open_s:.2f} s from the "
+          f"checkpoints", file=sys.stderr)
 
     farm_cli = [sys.executable, "-m", "farm", "inspect", str(out)]
     t = time.monotonic()
@@ -324,7 +338,7 @@ def main() -> None:
           f"{last[2]:.0f} MB", file=sys.stderr)
     print(f"bench_scale: rollouts={total} rollouts_per_s={total / summary.wall_s:.0f} "
           f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
-          f"resume_open_s={resume_open_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f}")
+          f"resume_open_s={resume_open_s:.2f} resume_open_full_s={resume_full_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ The :class:`RecoveryReport` says what was done; ``line()`` is the one-line form 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -28,9 +29,11 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from farm.errors import ShardError
+from farm.output.checkpoint import Checkpoint
 from farm.output.integrity import inspect_orphan, quarantine, verify_bytes
 from farm.output.manifest import ManifestEntry, encode, fsync_dir, read_manifest, repair_tail, rewrite_manifest
 
+log = logging.getLogger(__name__)
 _SEQ = re.compile(r"-(\d{6,})-[0-9a-f]+\.")
 
 
@@ -45,6 +48,7 @@ class RecoveryReport(BaseModel):
     adopted: list[str] = Field(default_factory=list, description="complete shards given their manifest line back")
     lost_rollouts: list[str] = Field(default_factory=list, description="no longer durable: they run again")
     manifest_rebuilt: bool = False
+    from_checkpoint: bool = Field(default=False, description="only the manifest lines after its checkpoint were read")
 
     @property
     def changed(self) -> bool:
@@ -71,14 +75,24 @@ class RecoveryReport(BaseModel):
 
 
 def recover_table(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
-                  *, verify: bool = True, rebuild: bool = False) -> tuple[list[ManifestEntry], RecoveryReport]:
-    """Bring one table's manifest and shard files back to agreement; see the module doc."""
+                  *, verify: bool = True, rebuild: bool = False,
+                  checkpoint: Checkpoint | None = None) -> tuple[list[ManifestEntry], RecoveryReport]:
+    """Bring one table's manifest and shard files back to agreement; see the module doc.
+
+    With a ``checkpoint`` (one that matched the manifest), only the lines after it are
+    read and checked, and returned: the shards it covers were sealed and fsynced before
+    it was written (``farm verify`` checks them). Should a line after it need dropping
+    (the manifest is then rewritten), the whole manifest is read and checked instead."""
     rep = RecoveryReport()
     table_dir = directory / name
-    for p in table_dir.iterdir():
-        if p.name.startswith(".") and p.name.endswith(".tmp"):
-            p.unlink()
+    names = os.listdir(table_dir)  # one listing (names, not paths: a table may hold 10^5 shards)
+    for n in names:
+        if n.startswith(".") and n.endswith(".tmp"):
+            (table_dir / n).unlink()
             rep.temp_files_removed += 1
+    if checkpoint is not None:
+        names = [n for n in names if not n.startswith(".")]
+        return _recover_tail(directory, name, schema, manifest_path, fmt_suffix, verify, checkpoint, rep, names)
     try:
         read = read_manifest(manifest_path)
     except ShardError as exc:
@@ -115,6 +129,45 @@ def recover_table(directory: Path, name: str, schema: pa.Schema, manifest_path: 
     return mine, rep
 
 
+def _recover_tail(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
+                  verify: bool, cp: Checkpoint, rep: RecoveryReport,
+                  names: list[str]) -> tuple[list[ManifestEntry], RecoveryReport]:  # fmt: skip
+    try:
+        read = read_manifest(manifest_path, cp.offset)
+    except ShardError:
+        read = None
+    # The shards the checkpoint covers are not read (nor checksummed: ``farm verify`` does
+    # that), but they must all be there: as many files numbered below ``next_seq`` as it
+    # lists (a lost one, or one put there from outside, changes the count).
+    suffixes = set(fmt_suffix.values())
+    shards = [n for n in names if n.startswith(f"{name}-") and os.path.splitext(n)[1] in suffixes]
+    on_disk = sum(1 for n in shards if _seq_of(n) < cp.next_seq)
+    if read is None:
+        why: str | None = "a corrupt line after it"
+    elif on_disk != cp.shards:
+        why = f"{on_disk} shard files before it, it lists {cp.shards}"
+    elif any(_problem(directory, e, verify) is not None for e in read.entries if e.table == name):
+        why = "a line after it to repair"
+    else:
+        why = None
+    if why is not None:
+        log.warning("%s: checkpoint not used (%s): recovering from the whole manifest", manifest_path, why)
+        rest, full = recover_table(directory, name, schema, manifest_path, fmt_suffix, verify=verify)
+        full.temp_files_removed += rep.temp_files_removed
+        return rest, full
+    if read.truncated_tail:
+        repair_tail(manifest_path, read.end)
+        rep.truncated_manifest_tail = True
+    rep.from_checkpoint = True
+    tail = list(read.entries)
+    # a shard sealed after the checkpoint whose line a crash lost has a sequence number
+    # from ``next_seq`` on; the ones before are listed by the lines the checkpoint covers
+    late = [n for n in shards if _seq_of(n) >= cp.next_seq]
+    _adopt_orphans(directory, name, schema, manifest_path, fmt_suffix, tail, rep,
+                   committed=set(cp.ids), candidates=late)  # fmt: skip
+    return [e for e in tail if e.table == name], rep
+
+
 def _problem(directory: Path, e: ManifestEntry, verify: bool) -> str | None:
     path = directory / e.shard
     if not path.is_file():
@@ -130,14 +183,21 @@ def _problem(directory: Path, e: ManifestEntry, verify: bool) -> str | None:
     return None
 
 
+def _seq_of(name: str) -> int:
+    m = _SEQ.search(name)
+    return int(m.group(1)) if m else 0
+
+
 def _adopt_orphans(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
-                   good: list[ManifestEntry], rep: RecoveryReport) -> None:
+                   good: list[ManifestEntry], rep: RecoveryReport, *, committed: set[str] | None = None,
+                   candidates: list[str] | None = None) -> None:  # fmt: skip
+    """``candidates``: the file names that may be unlisted (default: every file of the table)."""
     table_dir = directory / name
     known = {directory / e.shard for e in good}
-    committed = {rid for e in good if e.table == name for rid in e.rollout_ids}
+    committed = (committed or set()) | {rid for e in good if e.table == name for rid in e.rollout_ids}
     formats = {suffix: fmt for fmt, suffix in fmt_suffix.items()}
-    orphans = sorted(p for p in table_dir.iterdir()
-                     if p.name.startswith(f"{name}-") and p.suffix in formats and p not in known)  # fmt: skip
+    files = table_dir.iterdir() if candidates is None else (table_dir / n for n in candidates)
+    orphans = sorted(p for p in files if p.name.startswith(f"{name}-") and p.suffix in formats and p not in known)
     for p in orphans:
         fmt = formats[p.suffix]
         try:
@@ -147,10 +207,9 @@ def _adopt_orphans(directory: Path, name: str, schema: pa.Schema, manifest_path:
         except ShardError:
             rep.quarantined.append(str(quarantine(directory, p, name).relative_to(directory)))
             continue
-        m = _SEQ.search(p.name)
         entry = ManifestEntry(
             shard=f"{name}/{p.name}", table=name, format=fmt, rows=found.rows, bytes=found.bytes,  # type: ignore[arg-type]
-            checksum=found.checksum, rollout_ids=found.rollout_ids, seq=int(m.group(1)) if m else 0,
+            checksum=found.checksum, rollout_ids=found.rollout_ids, seq=_seq_of(p.name),
             created_at=p.stat().st_mtime, adopted=True,
         )  # fmt: skip
         append_line(manifest_path, entry)

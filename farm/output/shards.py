@@ -45,6 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
+from farm.output.checkpoint import checkpoint_ids, load_checkpoint, make_checkpoint, write_checkpoint
+from farm.output.durable import DurableIds, decode_digests, encode_digests
 from farm.output.integrity import checksum, quarantine, read_shard_file
 from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
 from farm.output.recovery import RecoveryReport, append_line, recover_table
@@ -102,6 +104,7 @@ class ShardWriter:
         manifest_name: str | None = None,
         verify_on_open: bool = True,
         rebuild_manifest: bool = False,
+        checkpoints: bool = True,
     ) -> None:
         if format not in SUFFIX:
             raise ShardError(f"unknown shard format {format!r}")
@@ -122,15 +125,31 @@ class ShardWriter:
         self._buffer_rows = self._buffer_bytes = 0
         self._newly_durable: list[str] = []
         self._closed = False
+        # ``checkpoints``: open from the manifest's checkpoint (read only the lines after
+        # it) and keep one (``checkpoint()``); never when rebuilding a damaged manifest
+        self.checkpoints = checkpoints and not rebuild_manifest
+        cp = load_checkpoint(self.manifest_path, name) if self.checkpoints else None
         try:
             entries, self.recovery = recover_table(self.directory, name, schema, self.manifest_path, SUFFIX,
-                                                   verify=verify_on_open, rebuild=rebuild_manifest)  # fmt: skip
+                                                   verify=verify_on_open, rebuild=rebuild_manifest,
+                                                   checkpoint=cp)  # fmt: skip
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._durable: set[str] = {rid for e in entries for rid in e.rollout_ids}
+        covered = cp if self.recovery.from_checkpoint else None
+        # membership of the durable ids: digests for those a checkpoint lists (farm.output.durable)
+        self._durable = DurableIds(self.manifest_path, name, lambda: checkpoint_ids(self.manifest_path, name))
+        if covered:
+            self._durable.cover(decode_digests(covered.digests))
+        self._durable.add(rid for e in entries for rid in e.rollout_ids)
+        # the lines since the last checkpoint (all of them without one): the earlier ones
+        # are not kept in memory (``entries`` reads them back)
         self._entries = entries
-        self._next_seq = max((e.seq for e in entries), default=-1) + 1
+        self._covered = covered is not None  # a checkpoint covers the lines before ``_entries``
+        self._shards = len(entries) + (covered.shards if covered else 0)
+        self._rows = sum(e.rows for e in entries) + (covered.rows if covered else 0)
+        self._bytes = sum(e.bytes for e in entries) + (covered.bytes if covered else 0)
+        self._next_seq = max([e.seq + 1 for e in entries] + [covered.next_seq if covered else 0])
 
     # ---- writing -------------------------------------------------------------
     def is_durable(self, rollout_id: str) -> bool:
@@ -142,7 +161,7 @@ class ShardWriter:
 
     @property
     def durable_ids(self) -> frozenset[str]:
-        return frozenset(self._durable)
+        return frozenset(self._durable.ids())
 
     @property
     def pending_ids(self) -> list[str]:
@@ -150,7 +169,50 @@ class ShardWriter:
 
     @property
     def entries(self) -> list[ManifestEntry]:
+        """Every sealed shard of this table, in manifest order (read back from the
+        manifest when a checkpoint covers the earlier ones)."""
+        if not self._covered:
+            return list(self._entries)
+        return [e for e in read_manifest(self.manifest_path).entries if e.table == self.name]
+
+    @property
+    def entries_since_checkpoint(self) -> list[ManifestEntry]:
+        """The shards sealed after the checkpoint (all of them without one)."""
         return list(self._entries)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def checkpointed(self) -> bool:
+        """A checkpoint covers every shard before ``entries_since_checkpoint``."""
+        return self._covered
+
+    @property
+    def from_checkpoint(self) -> bool:
+        """Opened from a checkpoint that matched the manifest, with nothing after it to repair."""
+        return self.recovery.from_checkpoint
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {"shards": self._shards, "rows": self._rows, "bytes": self._bytes}
+
+    def checkpoint(self) -> None:
+        """Write the table's checkpoint (:mod:`farm.output.checkpoint`) covering every sealed
+        shard: the next open reads only the lines after it, and the entries it covers
+        are no longer kept in memory."""
+        self._check_open()
+        if not self.checkpoints:
+            return
+        end = os.stat(self.manifest_path).st_size if self.manifest_path.exists() else 0
+        covered = self._durable.merged()
+        write_checkpoint(self.manifest_path, make_checkpoint(
+            self.manifest_path, self.name, end=end, shards=self._shards, rows=self._rows, nbytes=self._bytes,
+            next_seq=self._next_seq, ids=tuple(self._durable.ids()), digests=encode_digests(covered)))  # fmt: skip
+        self._durable.cover(covered)
+        self._entries = []
+        self._covered = True
 
     def write_rollout(self, rollout_id: str, rows: Rows) -> bool:
         """Buffer one rollout's rows (possibly none). False if durable or pending already.
@@ -223,7 +285,10 @@ class ShardWriter:
         entry = self._write_shard(table, ids)
         append_line(self.manifest_path, entry)
         self._entries.append(entry)
-        self._durable.update(ids)
+        self._shards += 1
+        self._rows += entry.rows
+        self._bytes += entry.bytes
+        self._durable.add(ids)
         self._newly_durable.extend(ids)
         self._buffer.clear()
         self._buffer_rows = self._buffer_bytes = 0
@@ -261,8 +326,10 @@ class ShardWriter:
         next recovery resolves (a new file nobody lists holds committed rollouts:
         quarantined; an old file nobody lists: likewise). Returns the quarantined paths."""
         self._check_open()
-        gone = set(rollout_ids) & self._durable
+        gone = {rid for rid in set(rollout_ids) if rid in self._durable}
         moved: list[str] = []
+        if gone and self._covered:  # the whole list from here on (the rewrite below reads it anyway)
+            self._entries, self._covered = self.entries, False
         for e in [e for e in self._entries if gone.intersection(e.rollout_ids)]:
             keep = [rid for rid in e.rollout_ids if rid not in gone]
             replacement = None
@@ -274,5 +341,8 @@ class ShardWriter:
             rewrite_manifest(self.manifest_path, lines + ([replacement] if replacement else []))
             moved.append(str(quarantine(self.directory, self.directory / e.shard, self.name)))
             self._entries = [x for x in self._entries if x.shard != e.shard] + ([replacement] if replacement else [])
-            self._durable.difference_update(set(e.rollout_ids) - set(keep))
+            self._durable.discard(set(e.rollout_ids) - set(keep))
+        self._shards = len(self._entries)
+        self._rows = sum(e.rows for e in self._entries)
+        self._bytes = sum(e.bytes for e in self._entries)
         return moved

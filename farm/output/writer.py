@@ -64,6 +64,10 @@ class FinishedRollout(Protocol):
     def summary(self) -> RolloutSummary: ...
 
 
+# when ``OutputWriter`` writes the tables' manifest checkpoints (``_checkpoint_due``)
+CHECKPOINT_MIN_LINES, CHECKPOINT_MAX_LINES = 256, 1024
+
+
 @dataclass
 class Batch:
     rollout_ids: list[str] = field(default_factory=list)
@@ -123,12 +127,15 @@ class StoredSummaries(Mapping[str, RolloutSummary]):
 
 
 class OutputWriter:
-    def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False) -> None:
-        """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``)."""
+    def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False,
+                 checkpoints: bool = True) -> None:  # fmt: skip
+        """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``).
+        ``checkpoints``: open each table from its manifest checkpoint and keep them
+        (:mod:`farm.output.checkpoint`); off, every manifest line is read (as before them)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression,
-                      rebuild_manifest=rebuild)  # fmt: skip
+                      rebuild_manifest=rebuild, checkpoints=checkpoints)  # fmt: skip
         # This writer decides when to seal (commit), so the writers never seal on their own.
         self.samples = ShardWriter(self.out_dir, SAMPLE_SCHEMA, name=SAMPLES_TABLE, max_rows=1 << 62, **common)
         self.rollouts = ShardWriter(self.out_dir, ROLLOUT_SCHEMA, name=ROLLOUTS_TABLE, max_rows=1 << 62, **common)
@@ -144,6 +151,12 @@ class OutputWriter:
         self.partial_artifacts = clean_partial(self.out_dir)  # a crash mid-write: never a half copy
         self.rebuilt_rows = 0
         self.retracted: list[str] = []
+        # Both tables opened from checkpoints with nothing after them to repair: a row the
+        # rollouts checkpoint covers had its Samples committed before it was written, and
+        # none was lost since (a lost one rewrites the manifest: no checkpoint then), so
+        # ``reconcile`` checks only the rows after it. The checkpoints are written rollouts
+        # first, so the Samples of a row after it are after the samples checkpoint.
+        self._tail_only = self.samples.from_checkpoint and self.rollouts.from_checkpoint
         self._promised: dict[str, int] = self._load_promised()  # rollout id -> Samples its row promises (at open)
         self.summaries = StoredSummaries(self.rollouts, self.rollouts_reader)
         self._buffer = Batch()
@@ -161,7 +174,8 @@ class OutputWriter:
 
     def _load_promised(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for entry in self.rollouts.entries:
+        entries = self.rollouts.entries_since_checkpoint if self._tail_only else self.rollouts.entries
+        for entry in entries:
             table = self.rollouts_reader.read_shard(entry).select(["rollout_id", "num_samples"])
             for rid, n in zip(table.column("rollout_id").to_pylist(), table.column("num_samples").to_pylist()):
                 out.setdefault(rid, n)
@@ -194,10 +208,12 @@ class OutputWriter:
     def reconcile(self) -> list[str]:
         """Retract rollouts whose row promises Samples that are not all committed (their
         samples shard was lost or damaged): both tables drop them, so they run again."""
-        have: Counter[str] = Counter()
-        for entry in self.samples.entries:
-            have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
+        samples = self.samples.entries_since_checkpoint if self._tail_only else self.samples.entries
+        have = self._sample_counts(samples)
         bad = sorted(rid for rid, n in self._promised.items() if have[rid] != n)
+        if bad and self._tail_only:  # Samples may sit before the checkpoint (a row rebuilt by ``recover``)
+            have = self._sample_counts([e for e in self.samples.entries if not set(bad).isdisjoint(e.rollout_ids)])
+            bad = [rid for rid in bad if have[rid] != self._promised[rid]]
         self._promised = {}  # needed only here, once: not kept per rollout for the whole run
         if bad:
             self.samples.retract([rid for rid in bad if have[rid]])
@@ -205,7 +221,28 @@ class OutputWriter:
             for rid in bad:
                 self.summaries.forget(rid)
             self.retracted.extend(bad)
+        self.checkpoint()  # the next open reads only what is written from here on
         return bad
+
+    def _sample_counts(self, entries: list[Any]) -> Counter[str]:
+        have: Counter[str] = Counter()
+        for entry in entries:
+            have.update(self.samples_reader.read_shard(entry).column("rollout_id").to_pylist())
+        return have
+
+    def checkpoint(self) -> None:
+        """Write every table's manifest checkpoint: rollouts first, Samples last (see
+        ``_tail_only``). Called between commits only."""
+        for w in (self.rollouts, self.transcripts, self.samples):
+            if w is not None and (w.entries_since_checkpoint or not w.checkpointed):
+                w.checkpoint()
+
+    def _checkpoint_due(self) -> bool:
+        """After a number of rollouts-table lines that grows with the table (an eighth of
+        it, from 256 to 1,024): writing one costs O(durable ids), reading the tail after
+        it O(lines since)."""
+        since = len(self.rollouts.entries_since_checkpoint)
+        return since >= min(CHECKPOINT_MAX_LINES, max(CHECKPOINT_MIN_LINES, self.rollouts.totals["shards"] // 8))
 
     def recovery_lines(self) -> list[str]:
         """What opening this writer changed (empty: nothing)."""
@@ -274,12 +311,16 @@ class OutputWriter:
             self.summaries.remember(batch.summaries[row.rollout_id])
         for k, v in written.items():
             self.shards_written[k] += v
+        if self._checkpoint_due():
+            self.checkpoint()
         return written
 
     def stats(self) -> dict[str, Any]:
         return {"shards_written": dict(self.shards_written), "buffered_rows": self.buffered_rows}
 
     def close(self) -> None:
+        if not self.samples.closed and not self.rollouts.closed:
+            self.checkpoint()
         self.samples.close()
         if self.transcripts is not None:
             self.transcripts.close()
