@@ -262,10 +262,10 @@ class RunSession:
 
 def _fidelity(out_dir: Path) -> dict[str, Any] | None:
     """The output's token-fidelity totals (never fails the run's end)."""
-    from farm.output.fidelity import fidelity_report
+    from farm.output.fidelity import fidelity_totals, measured_samples
 
     try:
-        return fidelity_report(out_dir)[0]
+        return fidelity_totals(measured_samples(out_dir))
     except Exception as exc:  # noqa: BLE001 - a summary field, not worth a failed run
         log.warning("token fidelity totals not computed: %s", exc)
         return None
