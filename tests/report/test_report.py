@@ -8,7 +8,7 @@ import re
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
-from conftest import DIFF, INSTRUCTION, TASK, write_rollouts
+from report_helpers import DIFF, INSTRUCTION, TASK, write_rollouts
 from farm.cli import main
 from farm.report.html import render_report
 from farm.report.server import PAGE, make_app

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import INSTRUCTION, TASK
+from report_helpers import INSTRUCTION, TASK
 from farm.report.html import write_report
 
 CHROMIUM = "/usr/bin/chromium"
