@@ -198,10 +198,20 @@ class GatewayApp:
         out = await self._result(task, self.config.first_byte_deadline_s)  # errors here keep their status
         resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
         await resp.prepare(request)
+        try:
+            await self._stream_body(resp, proto, req, ctx, task, out)
+        except ConnectionResetError:
+            # the client left mid-reply (a CLI killed as its rollout ended) before aiohttp saw the
+            # connection lost and cancelled this handler: nobody to answer, not the gateway's error
+            log.info("gateway: the client closed the connection during the reply")
+        return resp
+
+    async def _stream_body(self, resp: web.StreamResponse, proto: WireProtocol, req: Any, ctx: ReplyContext,
+                           task: asyncio.Task[TurnOutput], out: TurnOutput | None) -> None:
         if out is not None:
             await resp.write(proto.stream_head(req, ctx) + proto.stream_rest(req, ctx, out))
             await resp.write_eof()
-            return resp
+            return
         await resp.write(proto.stream_head(req, ctx))
         tail: bytes
         try:
@@ -214,7 +224,6 @@ class GatewayApp:
             tail = proto.stream_error(ctx, err)
         await resp.write(tail)
         await resp.write_eof()
-        return resp
 
     # ---- other routes ----------------------------------------------------------------
     async def _count_tokens(self, request: web.Request) -> web.Response:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
+from aiohttp.client_exceptions import ClientConnectionResetError
 import pytest
 from gateway_helpers import Conversation, check_stream, gateway_env, parse_sse, reply_text
 
@@ -216,3 +218,28 @@ async def test_malformed_tool_call_is_text_and_flagged(hf_tokenizer):
         turn = env.gw.tree("s").turns[0]
         assert TurnFlag.TOOL_PARSE_ERROR in turn.flags and turn.meta["parse_errors"]
         env.script("s", reply_text("", [("Bash", {"command": "ls"})]))
+
+
+async def test_a_client_leaving_mid_stream_is_not_a_gateway_error(hf_tokenizer, caplog, monkeypatch):
+    """A CLI killed as its reply is written: the write raises what aiohttp raises on a closing
+    transport (before it sees the connection lost and cancels the handler); logged as the client's
+    leaving, not as an error with a traceback, and the gateway goes on serving."""
+    caplog.set_level(logging.INFO, logger="farm.gateway")
+    real_write = aiohttp.web.StreamResponse.write
+    gone = {"n": 1}
+
+    async def closing_write(self, data):
+        if gone["n"]:
+            gone["n"] -= 1
+            raise ClientConnectionResetError("Cannot write to closing transport")
+        return await real_write(self, data)
+
+    monkeypatch.setattr(aiohttp.web.StreamResponse, "write", closing_write)
+    async with gateway_env(hf_tokenizer) as env:
+        h = env.gw.open_session("s")
+        env.script("s", "nobody will read this")
+        await env.post("chat", Conversation("chat").request(), h.secret)
+        await asyncio.sleep(0.1)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+        assert any("closed the connection during the reply" in r.getMessage() for r in caplog.records)
+        await _ok_turn(env, "chat", h.secret, "s")
