@@ -3,7 +3,10 @@
 ``grade(task, patch, runtime=..., new_sandbox=...)`` creates a sandbox, prepares the
 task's workspace there exactly as for the agent (repo at base commit, setup), applies
 the diff (``git apply`` -> ``--3way`` -> ``patch --fuzz``; none works: ``patch_failed``)
-and then:
+and then does what follows. Everything between the workspace and the test command (the
+reset to the baseline, the diff, the restores, the test patch, the removals, the probe's
+permissions) is ONE jailed command (``farm.grading.steps``), each step still reported
+on its own: a jailed start costs ~0.05 s, seconds on a CPU-starved node.
 
 - **SWE tasks**: resets every file the test patch touches to its baseline state (so the
   model's own edits to those tests are discarded), applies the test patch, deletes any

@@ -65,8 +65,7 @@ class StepResults:
         return found
 
 
-_PRELUDE = r"""set -u
-__D=$(mktemp -d) || exit 97
+_PRELUDE = r"""__D=$(mktemp -d) || exit 97
 trap 'rm -rf -- "$__D"' EXIT
 step() {
   local __t0=${EPOCHREALTIME:-0} __rc
