@@ -2,8 +2,12 @@
 ``patch --fuzz``; and putting paths back to their baseline state (before the test patch,
 so the model's edits to test files never survive).
 
-Both functions expect the grading layout that ``grader`` sets up: HEAD, index and work
-tree all at the workspace baseline (post-setup snapshot).
+Both are steps of the grader's one jailed script (``farm.grading.steps``): the files
+(the diff, the list of paths) are written first, then ``add_apply`` / ``add_restore``
+append the steps and ``patch_report`` / ``check_restores`` read their results.
+
+Both expect the grading layout that ``grader`` sets up: HEAD, index and work tree all at
+the workspace baseline (post-setup snapshot).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from collections.abc import Sequence
 
 from farm.errors import GradingError
 from farm.grading.report import PatchReport, PatchStrategy
+from farm.grading.steps import StepResults, StepScript
 from farm.sandboxes.base import Sandbox
 from farm.tasks.patches import is_empty, touched_paths
-from farm.workspace.shell import CommandReport, git_script, tail
+from farm.workspace.shell import CommandReport, tail
 
 _STRATEGIES: tuple[tuple[PatchStrategy, str], ...] = (
     ("git_apply", "git apply --whitespace=nowarn {p}"),
@@ -27,58 +32,74 @@ _STRATEGIES: tuple[tuple[PatchStrategy, str], ...] = (
         "patch --batch --forward -p1 --fuzz=3 --no-backup-if-mismatch --reject-file=- -i {p}",
     ),
 )
+STEP_BUDGET_S = 300.0  # each git step's own limit (the script's is their sum)
+RESTORE = "restore"  # the name of a restore step under its prefix: ``<prefix>.restore``
 
 
-async def restore_paths(sandbox: Sandbox, workdir: str, paths: Sequence[str], *, scratch: str) -> None:
-    """Put ``paths`` back to HEAD: tracked ones checked out, the rest deleted; unstaged."""
-    if not paths:
-        return
-    listing = posixpath.join(scratch, "restore.paths")
-    await sandbox.write_file(listing, "\0".join(paths) + "\0")
-    script = (
-        f"while IFS= read -r -d '' p; do\n"
+def restore_script(listing: str) -> str:
+    """Bash: put the paths in ``listing`` (NUL-separated) back to HEAD: tracked ones checked
+    out, the rest deleted; unstaged."""
+    return (
+        "while IFS= read -r -d '' p; do\n"
         '  if git cat-file -e "HEAD:$p" 2>/dev/null; then git checkout -q HEAD -- "$p";\n'
         '  else rm -rf -- "$p"; git rm -q --cached --ignore-unmatch -- "$p" >/dev/null 2>&1 || true; fi\n'
         f"done < {shlex.quote(listing)}\n"
         "git reset -q >/dev/null 2>&1 || true\n"
     )
-    res = await git_script(sandbox, script, cwd=workdir, timeout=300)
-    if res.exit_code != 0:
-        raise GradingError(f"cannot restore paths in the grading sandbox: {res.stderr.strip()[-500:]}")
 
 
-async def apply_patch(
-    sandbox: Sandbox,
-    workdir: str,
-    patch: str,
-    *,
-    scratch: str,
-    name: str = "model.diff",
-    timeout: float = 300.0,
-    tail_chars: int = 2000,
-) -> PatchReport:
-    """Apply ``patch`` with the first strategy that works; the tree is restored between
-    attempts. ``strategy`` is None in the result when none worked."""
+async def add_restore(script: StepScript, sandbox: Sandbox, prefix: str, paths: Sequence[str], *, scratch: str) -> None:
+    """Write the listing of ``paths`` and append the step ``<prefix>.restore`` (stops the
+    script when it fails: ``check_restores`` says why). Nothing when ``paths`` is empty."""
+    if not paths:
+        return
+    listing = posixpath.join(scratch, f"{prefix}.paths")
+    await sandbox.write_file(listing, "\0".join(paths) + "\0")
+    script.add(f"{prefix}.{RESTORE}", restore_script(listing), budget_s=STEP_BUDGET_S, then="|| exit 0")
+
+
+async def add_apply(script: StepScript, sandbox: Sandbox, prefix: str, patch: str, *, scratch: str) -> None:
+    """Write ``patch`` and append its strategies as steps ``<prefix>.<strategy>``, each
+    after a failed one preceded by a restore of the patch's files (a failed restore stops
+    the script); the script stops after the last strategy fails. Nothing for an empty patch."""
+    if is_empty(patch):
+        return
+    path = posixpath.join(scratch, f"{prefix}.diff")
+    await sandbox.write_file(path, _text(patch))
+    listing = posixpath.join(scratch, f"{prefix}.paths")
+    await sandbox.write_file(listing, "\0".join(touched_paths(patch)) + "\0")
+    restore = script.step(f"{prefix}.{RESTORE}", restore_script(listing), budget_s=STEP_BUDGET_S, then="|| exit 0")
+    script.raw("__ok=0")
+    for strategy, template in _STRATEGIES:
+        attempt = script.step(f"{prefix}.{strategy}", template.format(p=shlex.quote(path)), budget_s=STEP_BUDGET_S)
+        script.raw(f'if [ "$__ok" = 0 ]; then {attempt} && __ok=1 || {{ {restore}; }}; fi')
+    script.raw('[ "$__ok" = 1 ] || exit 0')
+
+
+def patch_report(results: StepResults, prefix: str, patch: str, *, tail_chars: int = 2000) -> PatchReport:
+    """What ``add_apply``'s steps did: the strategy that worked (None: none did), every attempt.
+    A restore between attempts that failed is a ``GradingError`` (``check_restores``)."""
     if is_empty(patch):
         return PatchReport(strategy="empty")
-    files = touched_paths(patch)
-    path = posixpath.join(scratch, name)
-    data = patch if patch.endswith("\n") else patch + "\n"
-    await sandbox.write_file(path, data)
-    attempts: list[CommandReport] = []
-    for strategy, template in _STRATEGIES:
-        cmd = template.format(p=shlex.quote(path))
-        res = await git_script(sandbox, cmd, cwd=workdir, timeout=timeout)
-        attempts.append(
-            CommandReport(
-                command=strategy,
-                exit_code=res.exit_code,
-                duration_s=res.duration_s,
-                stdout_tail=tail(res.stdout, tail_chars),
-                stderr_tail=tail(res.stderr, tail_chars),
-            )
-        )
-        if res.exit_code == 0:
-            return PatchReport(strategy=strategy, bytes=len(data.encode()), files=files, attempts=attempts)
-        await restore_paths(sandbox, workdir, files, scratch=scratch)
-    return PatchReport(strategy=None, bytes=len(data.encode()), files=files, attempts=attempts)
+    check_restores(results, prefix)
+    data = _text(patch)
+    attempts = [
+        CommandReport(command=s.name.removeprefix(prefix + "."), exit_code=s.exit_code, duration_s=s.duration_s,
+                      stdout_tail=tail(s.stdout, tail_chars), stderr_tail=tail(s.stderr, tail_chars))
+        for s in results.named(prefix) if s.name != f"{prefix}.{RESTORE}"
+    ]  # fmt: skip
+    if not attempts:
+        raise GradingError(f"the grading steps' script never tried to apply {prefix}")
+    won = attempts[-1].command if attempts[-1].exit_code == 0 else None
+    return PatchReport(strategy=won, bytes=len(data.encode()), files=touched_paths(patch), attempts=attempts)  # type: ignore[arg-type]
+
+
+def check_restores(results: StepResults, prefix: str) -> None:
+    """A failed ``<prefix>.restore`` step is the grader's failure, never the model's."""
+    for s in results.named(f"{prefix}.{RESTORE}"):
+        if not s.ok:
+            raise GradingError(f"cannot restore paths in the grading sandbox: {s.stderr.strip()[-500:]}")
+
+
+def _text(patch: str) -> str:
+    return patch if patch.endswith("\n") else patch + "\n"

@@ -3,7 +3,10 @@
 ``grade(task, patch, runtime=..., new_sandbox=...)`` creates a sandbox, prepares the
 task's workspace there exactly as for the agent (repo at base commit, setup), applies
 the diff (``git apply`` -> ``--3way`` -> ``patch --fuzz``; none works: ``patch_failed``)
-and then:
+and then does what follows. Everything between the workspace and the test command (the
+reset to the baseline, the diff, the restores, the test patch, the removals, the probe's
+permissions) is ONE jailed command (``farm.grading.steps``), each step still reported
+on its own: a jailed start costs ~0.05 s, seconds on a CPU-starved node.
 
 - **SWE tasks**: resets every file the test patch touches to its baseline state (so the
   model's own edits to those tests are discarded), applies the test patch, deletes any
@@ -29,11 +32,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
-from farm.grading.apply import apply_patch, restore_paths
+from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flags
 from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
-from farm.grading.probe import ProbeReport, install_probe, read_probe
+from farm.grading.probe import Probe, ProbeReport, add_probe_steps, read_probe, write_probe
+from farm.grading.steps import StepResults, StepScript
 from farm.grading.rigged import static_comparison_flags
 from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
 from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
@@ -43,7 +47,7 @@ from farm.workspace.capture import CapturedDiff
 from farm.tasks.model import Task
 from farm.tasks.patches import is_empty, touched_paths
 from farm.tasks.runtime import TaskRuntime
-from farm.workspace.shell import CommandReport, git_script, run_command, run_step
+from farm.workspace.shell import CommandReport, git_env, run_command, run_step
 from farm.workspace.prepare import Workspace, prepare_workspace
 
 SandboxMaker = Callable[[], Awaitable[Sandbox]]
@@ -100,45 +104,82 @@ async def grade_in_sandbox(
         return apply_hack_policy(GradingReport(**base, **fields, timings=timings), policy, task, text)
 
     try:
-        ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False)
+        ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False, make_scratch=False)
     except TaskError as exc:
         return done(status=GradeStatus.SETUP_FAILED, reason=str(exc))
     timings = {"prepare_s": time.monotonic() - t0}
     if not ws.setup.ok:
         return done(status=GradeStatus.SETUP_FAILED, reason=ws.setup.reason, setup=ws.setup, timings=timings)
-    if ws.baseline_commit != ws.base_commit:
-        # Grading layout: HEAD = index = work tree = the post-setup snapshot.
-        res = await git_script(sandbox, f"git reset -q {shlex.quote(ws.baseline_commit)}", cwd=ws.workdir)
-        if res.exit_code != 0:
-            return done(status=GradeStatus.ERROR, reason=f"cannot reset to the baseline: {res.stderr.strip()}", setup=ws.setup)
     # From here on the policy's code runs: no network for it (local sandboxes; E2B: no-op).
     await sandbox.isolate_network()
+    # Everything up to the test command is one jailed script (farm.grading.steps): the
+    # files go in from outside, the steps run in order and stop where a step fails.
+    script = StepScript(keep_bytes=4 * max(runtime.config.output_tail_chars, 2000) + 4)
+    script.add("scratch", f"mkdir -p -- {shlex.quote(ws.scratch)}", then="|| exit 0")
+    if ws.baseline_commit != ws.base_commit:
+        # Grading layout: HEAD = index = work tree = the post-setup snapshot.
+        script.add("reset", f"git reset -q {shlex.quote(ws.baseline_commit)}", budget_s=STEP_BUDGET_S, then="|| exit 0")
+    touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
+    probe = None
+    if not too_large:
+        await add_apply(script, sandbox, "model", text, scratch=ws.scratch)
+        # The test surface is the task's: put back what the diff changed there (added files go).
+        await add_restore(script, sandbox, "surface", [t.path for t in touches], scratch=ws.scratch)
+        probe = await _add_task_steps(script, sandbox, task, ws, policy)
+    t1 = time.monotonic()
+    steps = await script.run(sandbox, cwd=ws.workdir, env=git_env())
+    timings["steps_s"] = time.monotonic() - t1
+    made = steps.require("scratch")
+    if not made.ok:
+        return done(status=GradeStatus.SETUP_FAILED, reason=f"cannot create {ws.scratch}: {made.stderr.strip()}",
+                    setup=ws.setup, timings=timings)  # fmt: skip
+    reset = steps.get("reset")
+    if reset is not None and not reset.ok:
+        return done(status=GradeStatus.ERROR, reason=f"cannot reset to the baseline: {reset.stderr.strip()}", setup=ws.setup)
     if too_large:
         reason = f"the diff is {size} bytes, over tasks.max_diff_bytes"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, setup=ws.setup, timings=timings)
-    t1 = time.monotonic()
-    applied = await apply_patch(
-        sandbox, ws.workdir, text, scratch=ws.scratch, tail_chars=runtime.config.output_tail_chars
-    )
-    timings["apply_s"] = time.monotonic() - t1
+    applied = patch_report(steps, "model", text, tail_chars=runtime.config.output_tail_chars)
+    timings["apply_s"] = sum(a.duration_s for a in applied.attempts)
     if applied.strategy is None:
         last = applied.attempts[-1] if applied.attempts else None
         why = (last.stderr_tail or last.stdout_tail).strip()[-300:] if last else ""
         reason = f"the diff does not apply (git apply, --3way, patch --fuzz): {why}"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, patch=applied, setup=ws.setup, timings=timings)
-    touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
     surface = {t.path for t in touches}
     flags = surface_flags(touches) + static_flags(text, surface)
+    # Read after the whole script: the later steps touch only the test surface, which this skips.
     flags += await static_comparison_flags(sandbox, ws.workdir, text, surface)
     common = {
         "patch": applied, "setup": ws.setup, "timings": timings,
         "test_surface": {t.path: f"{t.action}: {t.why}" for t in touches}, "flags": flags,
     }  # fmt: skip
-    # The test surface is the task's: put back what the diff changed there (added files go).
-    await restore_paths(sandbox, ws.workdir, [t.path for t in touches], scratch=ws.scratch)
+    check_restores(steps, "surface")
     if task.kind == "swe":
-        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, Attempt(text, surface, baseline)))
+        attempt = Attempt(text, surface, baseline)
+        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps, probe))
     return done(**await _grade_generic(sandbox, task, ws, runtime, common))
+
+
+async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: Workspace,
+                          policy: GradingConfig) -> Probe | None:  # fmt: skip
+    """The steps after the diff and the surface restore, before the task's own commands:
+    SWE: the test patch's files reset, the test patch, a stale report removed, the probe;
+    generic: the reward file removed (the model's diff may have brought one)."""
+    if task.kind != "swe":
+        if (path := reward_path(task, ws.workdir)) is not None:
+            script.add("reward.remove", f"rm -f -- {shlex.quote(path)}")
+        return None
+    if task.test_patch:
+        await add_restore(script, sandbox, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
+        await add_apply(script, sandbox, "test", task.test_patch, scratch=ws.scratch)
+    if task.test_report_file:
+        script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")
+    if not policy.probe:
+        return None
+    probe = await write_probe(sandbox)
+    add_probe_steps(script, probe, ws.workdir)
+    return probe
 
 
 @dataclass(frozen=True)
@@ -152,11 +193,11 @@ class Attempt:
 
 
 async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict,
-                     policy: GradingConfig, attempt: Attempt) -> dict:
+                     policy: GradingConfig, attempt: Attempt, steps: StepResults, probe: Probe | None) -> dict:
     cfg = runtime.config
     if task.test_patch:
-        await restore_paths(sandbox, ws.workdir, touched_paths(task.test_patch), scratch=ws.scratch)
-        tp: PatchReport = await apply_patch(sandbox, ws.workdir, task.test_patch, scratch=ws.scratch, name="test.patch")
+        check_restores(steps, "test_files")
+        tp: PatchReport = patch_report(steps, "test", task.test_patch)
         if tp.strategy is None:
             why = tp.attempts[-1].stderr_tail.strip()[-300:] if tp.attempts else ""
             return {**common, "status": GradeStatus.ERROR, "reason": f"the task's test patch does not apply: {why}"}
@@ -164,12 +205,8 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         fmt = log_format(task.log_parser)
     except KeyError as exc:
         return {**common, "status": GradeStatus.ERROR, "reason": str(exc.args[0])}
-    report_path = None
-    if task.test_report_file:
-        report_path = posixpath.join(ws.workdir, task.test_report_file)
-        await sandbox.exec(["rm", "-f", report_path], timeout=60)
+    report_path = posixpath.join(ws.workdir, task.test_report_file) if task.test_report_file else None
     assert task.test_command is not None  # Task validation guarantees it for SWE tasks
-    probe = await install_probe(sandbox, ws.workdir) if policy.probe else None
     t0 = time.monotonic()
     test, res = await run_command(
         sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
@@ -303,8 +340,7 @@ async def _grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: T
     path = reward_path(task, ws.workdir)
     env = dict(task.env)
     if path:
-        env["FARM_REWARD_FILE"] = path
-        await sandbox.exec(["rm", "-f", path], timeout=60)  # the model's diff may have brought one
+        env["FARM_REWARD_FILE"] = path  # removed by the grader's script (the model's diff may have brought one)
     t0 = time.monotonic()
     verify: list[CommandReport] = []
     for command in task.verify_commands:

@@ -33,14 +33,17 @@ assertion on an object rigged to compare equal, a run that never finished
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import secrets
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.grading.parsers import TestStatus
+from farm.grading.steps import StepScript
 from farm.sandboxes.base import Sandbox
 
 PLUGIN = "farm_probe"
@@ -50,6 +53,7 @@ REPORT = "report.jsonl"
 ASSERT_PASS_OPTION = "-o enable_assertion_pass_hook=true"
 
 
+@functools.cache
 def plugin_source() -> str:
     """The plugin's text (``probe_plugin.py``: runs in the task's environment, never in farm's)."""
     return (Path(__file__).parent / "probe_plugin.py").read_text(encoding="utf-8")
@@ -73,18 +77,22 @@ class Probe:
         return {**base, "PYTEST_ADDOPTS": addopts, "PYTHONPATH": path}
 
 
-async def install_probe(sandbox: Sandbox, workdir: str | None = None) -> Probe:
-    """A fresh, randomly named directory outside the workspace with the plugin and a key.
-    With ``workdir``, pytest's cached rewritten test modules there are removed: a module
-    rewritten before (without the assertion-pass hook) would hide its assertions."""
+async def write_probe(sandbox: Sandbox) -> Probe:
+    """A fresh, randomly named directory outside the workspace with the plugin and a key
+    (written from outside: no command runs; ``add_probe_steps`` finishes the install)."""
     probe = Probe(directory=f"/tmp/.farm-probe-{secrets.token_hex(12)}", key=secrets.token_bytes(32))
-    await sandbox.exec(["mkdir", "-p", probe.directory], timeout=60)
-    if workdir:
-        await sandbox.exec(["find", workdir, "-name", "*-pytest-*.pyc", "-delete"], timeout=120)
     await sandbox.write_file(f"{probe.directory}/{PLUGIN}.py", plugin_source().encode())
     await sandbox.write_file(f"{probe.directory}/key", probe.key)
-    await sandbox.exec(["chmod", "-R", "a+rwX", probe.directory], timeout=60)
     return probe
+
+
+def add_probe_steps(script: StepScript, probe: Probe, workdir: str) -> None:
+    """The probe's steps in the grader's script, after the test patch: pytest's cached
+    rewritten test modules in ``workdir`` removed (a module rewritten before, without the
+    assertion-pass hook, would hide its assertions), and the directory opened to the
+    test's user. Their exit codes are not the grade's (as a lone command's were not)."""
+    script.add("probe.stale_pyc", f"find {shlex.quote(workdir)} -name '*-pytest-*.pyc' -delete", budget_s=120)
+    script.add("probe.chmod", f"chmod -R a+rwX {shlex.quote(probe.directory)}")
 
 
 @dataclass

@@ -98,7 +98,8 @@ class Sandbox(Protocol):
     ) -> BackgroundProcess:
         """Start in the background (no timeout: the caller waits with one)."""
 
-    async def write_file(self, path: str, data: str | bytes) -> None: ...
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        """Write ``path``, creating missing parent directories (the grader relies on it)."""
 
     async def read_file(self, path: str) -> bytes: ...
 

@@ -224,7 +224,7 @@ async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = B
 
 async def prepare_workspace(
     sandbox: Sandbox, task: Task, runtime: TaskRuntime, *, raise_on_setup_failure: bool = True,
-    commands: Sequence[str] | None = None, excludes: Sequence[str] = (),
+    commands: Sequence[str] | None = None, excludes: Sequence[str] = (), make_scratch: bool = True,
 ) -> Workspace:
     """Materialize the task's workspace in ``sandbox`` and run its setup (see module doc):
     ``commands`` (default: base setup, then setup), after ``excludes`` (workdir paths a
@@ -234,15 +234,21 @@ async def prepare_workspace(
     setup command failed or timed out; ``.report`` is the SetupReport) unless
     ``raise_on_setup_failure`` is False (then ``workspace.setup.ok`` is False), and
     ``SandboxError`` from the backend.
+
+    ``make_scratch`` False: on a snapshot view (where nothing here runs a command) the
+    scratch directory is left to the caller's first command (the grader's one script: a
+    jailed start fewer); elsewhere it is made as always.
     """
     t0 = time.monotonic()
     workdir = workdir_of(sandbox, task)
     scratch = posixpath.join(sandbox.root, SCRATCH)
-    res = await sandbox.exec(["mkdir", "-p", scratch], timeout=60)
-    if res.exit_code != 0:
-        raise TaskError(f"cannot create {scratch}: {res.stderr.strip()}")
     view = getattr(sandbox, "view", None)
-    if view is not None and not view.building and runtime.envs is not None:
+    from_snapshot = view is not None and not view.building and runtime.envs is not None
+    if make_scratch or not from_snapshot:
+        res = await sandbox.exec(["mkdir", "-p", scratch], timeout=60)
+        if res.exit_code != 0:
+            raise TaskError(f"cannot create {scratch}: {res.stderr.strip()}")
+    if from_snapshot:
         # Started from the environment's snapshot: materialized, set up and snapshotted once, at build.
         record = runtime.envs.record(view.key)
         base, baseline = record.base_commit, record.baseline_commit
