@@ -122,6 +122,7 @@ class ShardWriter:
             os.close(self._lock_fd)
             raise ShardError(f"another writer holds table {name!r} in {self.directory}") from None
         self._buffer: list[tuple[str, pa.Table]] = []
+        self._buffered_ids: set[str] = set()  # the ids in ``_buffer`` (a write asks per rollout)
         self._buffer_rows = self._buffer_bytes = 0
         self._newly_durable: list[str] = []
         self._closed = False
@@ -220,7 +221,7 @@ class ShardWriter:
         Durable only once sealed: see ``take_durable()`` / ``flush()``.
         """
         self._check_open()
-        if rollout_id in self._durable or any(rid == rollout_id for rid, _ in self._buffer):
+        if rollout_id in self._buffered_ids or rollout_id in self._durable:
             return False
         table = self._as_table(rows)
         nbytes = table.nbytes
@@ -229,6 +230,7 @@ class ShardWriter:
         ):
             self._seal()
         self._buffer.append((rollout_id, table))
+        self._buffered_ids.add(rollout_id)
         self._buffer_rows += table.num_rows
         self._buffer_bytes += nbytes
         if self.flush_every_rollout or self._buffer_rows >= self.max_rows or self._buffer_bytes >= self.max_bytes:
@@ -281,7 +283,9 @@ class ShardWriter:
 
     def _seal(self) -> None:
         ids = [rid for rid, _ in self._buffer]
-        table = pa.concat_tables([t for _, t in self._buffer])
+        # one record batch a shard: the same bytes whether a rollout's rows came as a table
+        # of their own or as a slice of one built for many (``OutputWriter.commit``)
+        table = pa.concat_tables([t for _, t in self._buffer]).combine_chunks()
         entry = self._write_shard(table, ids)
         append_line(self.manifest_path, entry)
         self._entries.append(entry)
@@ -291,6 +295,7 @@ class ShardWriter:
         self._durable.add(ids)
         self._newly_durable.extend(ids)
         self._buffer.clear()
+        self._buffered_ids.clear()
         self._buffer_rows = self._buffer_bytes = 0
 
     def _write_shard(self, table: pa.Table, ids: list[str]) -> ManifestEntry:
