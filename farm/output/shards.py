@@ -87,6 +87,15 @@ def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.
     return sink.getvalue()
 
 
+def slices(table: pa.Table, counts: Sequence[int]) -> list[pa.Table]:
+    """``table`` cut into consecutive slices of ``counts`` rows (zero-copy)."""
+    out, at = [], 0
+    for n in counts:
+        out.append(table.slice(at, n))
+        at += n
+    return out
+
+
 class ShardWriter:
     """Writes one table's rows as sealed shards + manifest lines. Not thread-safe."""
 
@@ -236,6 +245,30 @@ class ShardWriter:
         if self.flush_every_rollout or self._buffer_rows >= self.max_rows or self._buffer_bytes >= self.max_bytes:
             self._seal()
         return True
+
+    def write_rollouts(self, rollouts: Sequence[tuple[str, int]], rows: pa.Table) -> bool:
+        """Buffer several rollouts' rows at once: ``rows`` holds them in order, ``rollouts``
+        gives each one's id and row count. The same as ``write_rollout`` for each of them
+        (True if any was new), with one size check for all when they fit in the current
+        shard: sizing each slice of a table is what a reducer's commit spent most of its
+        time on."""
+        self._check_open()
+        table = self._as_table(rows)
+        ids = [rid for rid, _ in rollouts]
+        fits = (len(set(ids)) == len(ids) and not self._buffered_ids.intersection(ids)
+                and not any(rid in self._durable for rid in ids) and not self.flush_every_rollout
+                and self._buffer_rows + table.num_rows < self.max_rows
+                and self._buffer_bytes + table.nbytes < self.max_bytes)  # fmt: skip
+        if not fits:  # one by one: duplicates left out, shards sealed where the limits fall
+            fresh = False
+            for (rid, _), part in zip(rollouts, slices(table, [n for _, n in rollouts])):
+                fresh |= self.write_rollout(rid, part)
+            return fresh
+        self._buffer.extend(zip(ids, slices(table, [n for _, n in rollouts])))
+        self._buffered_ids.update(ids)
+        self._buffer_rows += table.num_rows
+        self._buffer_bytes += table.nbytes
+        return bool(ids)
 
     def take_durable(self) -> list[str]:
         """Rollout ids that became durable since the last call (in write order)."""

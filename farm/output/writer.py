@@ -292,10 +292,7 @@ class OutputWriter:
             # has its artifacts; one whose row a crash lost runs again, and the attempt
             # recorded then replaces these
             write_artifacts(self.out_dir, arts)
-        fresh = False
-        tables = sample_tables(batch)
-        for rid in batch.rollout_ids:
-            fresh |= self.samples.write_rollout(rid, tables[rid])
+        fresh = self.samples.write_rollouts(*sample_table(batch))
         if fresh:
             self.samples.flush()
             written[SAMPLES_TABLE] = 1
@@ -308,8 +305,8 @@ class OutputWriter:
                 transcripts.flush()
                 written[TRANSCRIPTS_TABLE] = 1
         rows = [batch.rows[rid] for rid in batch.rollout_ids if not self.rollouts.is_durable(rid)]
-        for row, table in zip(rows, slices(rows_to_table(rows), [1] * len(rows))):
-            self.rollouts.write_rollout(row.rollout_id, table)
+        if rows:
+            self.rollouts.write_rollouts([(row.rollout_id, 1) for row in rows], rows_to_table(rows))
         if rows:
             self.rollouts.flush()
             written[ROLLOUTS_TABLE] = 1
@@ -333,27 +330,16 @@ class OutputWriter:
         self.rollouts.close()
 
 
-def slices(table: pa.Table, counts: list[int]) -> list[pa.Table]:
-    """``table`` cut into consecutive slices of ``counts`` rows (zero-copy)."""
-    out, at = [], 0
-    for n in counts:
-        out.append(table.slice(at, n))
-        at += n
-    return out
-
-
-def sample_tables(batch: Batch) -> dict[str, pa.Table]:
-    """Each rollout's Samples as its slice of one table built for the whole batch: one
-    Arrow build a commit instead of one a rollout (~1 ms each, most of a reducer's time
-    per rollout). A shard holds the same rows, and the same bytes (Arrow IPC writes a
-    slice as it writes a table of its own), as with a table built per rollout; a rollout
-    without Samples keeps the empty table it had."""
-    ids = [rid for rid in batch.rollout_ids if batch.samples[rid]]
+def sample_table(batch: Batch) -> tuple[list[tuple[str, int]], pa.Table]:
+    """The batch's Samples as one table, with each rollout's id and Sample count (its
+    rows, in order): one Arrow build a commit instead of one a rollout (~1 ms each, most
+    of a reducer's time per rollout). A shard is one record batch, so its bytes are the
+    same as from tables built per rollout (``ShardWriter._seal``)."""
+    ids = batch.rollout_ids
     samples = [s for rid in ids for s in batch.samples[rid]]
     metadata = [m for rid in ids for m in batch.metadata[rid]]
-    built = slices(samples_to_table(samples, metadata), [len(batch.samples[rid]) for rid in ids]) if ids else []
-    tables = dict(zip(ids, built))
-    return {rid: tables[rid] if rid in tables else SAMPLE_SCHEMA.empty_table() for rid in batch.rollout_ids}
+    table = samples_to_table(samples, metadata) if samples else SAMPLE_SCHEMA.empty_table()
+    return [(rid, len(batch.samples[rid])) for rid in ids], table
 
 
 RolloutStore = OutputWriter  # its name before issue 29

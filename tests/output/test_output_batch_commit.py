@@ -42,3 +42,30 @@ def test_a_batch_commit_writes_the_shard_a_per_rollout_build_writes(tmp_path, fm
     assert got.rows == want.rows == sum(len(s) for _, s in results) > len(results) // 2
     assert (tmp_path / "out" / got.shard).read_bytes() == (tmp_path / "per-rollout" / want.shard).read_bytes()
     assert got.checksum == want.checksum
+
+
+@pytest.mark.parametrize(("max_rows", "want"), [
+    (5, [(["r1", "r0"], 4), (["r2", "r3"], 4), (["r4", "r5"], 4)]),  # past the limits
+    (100, [(["r1", "r0", "r2", "r3", "r4", "r5"], 12)]),  # within them
+])  # fmt: skip
+def test_writing_rollouts_at_once_seals_and_skips_as_one_by_one(tmp_path, max_rows, want):
+    """Past a shard's limits, or with a rollout already written, ``write_rollouts`` does
+    what ``write_rollout`` per rollout does: the same shards, the same ids in each."""
+    rows = [{"rollout_id": f"r{i // 2}", "x": i} for i in range(12)]  # 6 rollouts of 2 rows
+    counts = [(f"r{k}", 2) for k in range(6)]
+    import pyarrow as pa
+
+    schema = pa.schema([("rollout_id", pa.string()), ("x", pa.int64())])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    shards = {}
+    for how in ("at-once", "one-by-one"):
+        w = ShardWriter(tmp_path / how, schema, name="t", max_rows=max_rows)
+        w.write_rollout("r1", table.slice(2, 2))  # already pending: left out
+        if how == "at-once":
+            assert w.write_rollouts(counts, table)
+        else:
+            for k, (rid, n) in enumerate(counts):
+                w.write_rollout(rid, table.slice(2 * k, n))
+        w.close()
+        shards[how] = [(e.rollout_ids, e.rows) for e in read_manifest(tmp_path / how / "t.manifest.jsonl").entries]
+    assert shards["at-once"] == shards["one-by-one"] == want
