@@ -25,6 +25,11 @@ class ShardError(FarmError):
     """A shard or manifest is unreadable or inconsistent."""
 
 
+class CursorError(FarmError):
+    """A saved reader position (``GroupCursor``) is unreadable or no longer matches the
+    output directory (its manifest was rewritten since)."""
+
+
 # --- gateway / engine -------------------------------------------------------
 class GatewayError(FarmError):
     """The model gateway could not serve a request."""

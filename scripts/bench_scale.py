@@ -21,6 +21,11 @@ Figures:
   inspect_s               `farm inspect OUT` (the CLI, a subprocess)
   group_handout_ms_p99    the following GroupReader: time from a group's last row being
                           durable (its manifest line) to the reader handing the group out
+  reader_resume_s         a trainer's GroupReader reopened at the end from the following
+                          reader's position (``GroupReader(cursor=...)``, farm.output.cursor)
+                          and polled: what finding its place costs (no line before it read)
+  reducer_alone_per_s     rollouts per second one ReducerActor makes durable without Ray
+                          (its methods awaited in this process): the reducer's own ceiling
 
 Run: ``nice -n 10 .venv/bin/python scripts/bench_scale.py --rollouts 10000``.
 """
@@ -155,6 +160,7 @@ class Follower(threading.Thread):
         self.handed: dict[str, float] = {}
         self.groups = 0
         self.error: BaseException | None = None
+        self.reader = None
 
     def run(self) -> None:
         from farm.output.groups import GroupReader
@@ -162,7 +168,7 @@ class Follower(threading.Thread):
         try:
             while not (self.out / "rollouts.manifest.jsonl").exists() and not self.stop.is_set():
                 time.sleep(0.05)
-            reader = GroupReader(self.out, size=GROUP, include_incomplete=True, verify=False)
+            self.reader = reader = GroupReader(self.out, size=GROUP, include_incomplete=True, verify=False)
             for g in reader.follow(poll_interval=0.05, stop=self.stop):
                 self.handed[g.group_id] = time.time()
                 self.groups += 1
@@ -316,6 +322,17 @@ def main() -> None:
     print(f"resume open: {resume_full_s:.2f} s reading every manifest line, {resume_open_s:.2f} s from the "
           f"checkpoints", file=sys.stderr)
 
+    reader_resume_s = float("nan")
+    if follower.reader is not None:  # a trainer restarting where the follower stopped
+        from farm.output.groups import GroupReader
+
+        cursor = follower.reader.position()
+        t = time.monotonic()
+        late = GroupReader(out, size=GROUP, include_incomplete=True, verify=False, cursor=cursor).poll()
+        reader_resume_s = time.monotonic() - t
+        print(f"reader resumed from the follower's position: {len(late)} group(s) left, "
+              f"{len(cursor.to_json())} bytes of cursor", file=sys.stderr)
+
     farm_cli = [sys.executable, "-m", "farm", "inspect", str(out)]
     t = time.monotonic()
     subprocess.run(farm_cli, check=True, stdout=subprocess.DEVNULL)
@@ -338,7 +355,8 @@ def main() -> None:
           f"{last[2]:.0f} MB", file=sys.stderr)
     print(f"bench_scale: rollouts={total} rollouts_per_s={total / summary.wall_s:.0f} "
           f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
-          f"resume_open_s={resume_open_s:.2f} resume_open_full_s={resume_full_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f}")
+          f"resume_open_s={resume_open_s:.2f} resume_open_full_s={resume_full_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f} "
+          f"reader_resume_s={reader_resume_s:.3f} reducer_alone_per_s={alone:.0f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,12 @@ become attributes of ``args``; this module is the entry point that reads them):
 - or ``farm_source_fn``: ``"package.module:function"``, called once with ``args`` in
   the RolloutManager's process, returning any group source (e.g. a ``farm.Farm``);
 - ``farm_timeout_s``: how long one step waits for its groups (default: no limit); when
-  it passes, the step trains on the groups it has, or fails if it has none.
+  it passes, the step trains on the groups it has, or fails if it has none;
+- ``farm_cursor_dir``: with ``farm_output_dir``, a directory where each step saves the
+  reader's position after it (``step-00000012.json``, a ``farm.output.cursor.GroupCursor``):
+  a slime restarted at step r reopens the stream from step r - 1's position instead of
+  reading every group from the start and dropping r * batch of them; without a usable
+  one (none saved, or the output directory's manifest rewritten since) it does that.
 
 Evaluation (``evaluation=True``: slime's ``--eval-function-path`` defaults to this
 function) is slime's own: delegated to ``slime.rollout.sglang_rollout.generate_rollout``.
@@ -43,13 +48,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 import numpy as np
 
-from farm.errors import IntegrationError
+from farm.errors import CursorError, IntegrationError
 from farm.integrations.rows import rollout_key, rollouts_of
 from farm.integrations.source import GroupSource, ReaderSource, as_group_source
+from farm.output.cursor import GroupCursor
 from farm.output.groups import Group
 from farm.trajectory.schema import to_slime_dict
 
@@ -111,17 +119,21 @@ class SlimeRollout:
         tokenizer: Any = None,
         timeout: float | None = None,
         skip_on_resume: bool | None = None,
+        cursor_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """``sample_cls``: the class to build ("auto": slime's, or dicts without slime).
         ``skip_on_resume``: a first call with ``rollout_id`` r > 0 (slime restarted from a
         checkpoint) first takes and drops the r * batch groups the earlier steps used:
         right for a reader that reads the directory again from its start, exact in a
         fixed order (``order="task"``); default: only for a ``GroupReader`` (a live
-        ``farm.Farm`` hands out new groups only)."""
+        ``farm.Farm`` hands out new groups only). ``cursor_dir`` (a ``GroupReader``
+        source only): each step saves the reader's position there, and a resume at step
+        r starts from step r - 1's position instead of skipping."""
         self.source: GroupSource = as_group_source(source)
         self.sample_cls = slime_sample_cls() if sample_cls == "auto" else sample_cls
         self.tokenizer, self.timeout = tokenizer, timeout
         self.skip_on_resume = isinstance(self.source, ReaderSource) if skip_on_resume is None else skip_on_resume
+        self.cursor_dir = Path(cursor_dir) if cursor_dir is not None and isinstance(self.source, ReaderSource) else None
         self.calls = 0
         self.groups_taken = 0
 
@@ -141,11 +153,14 @@ class SlimeRollout:
 
             return slime_generate(args, rollout_id, data_source, evaluation=True)
         k = int(args.rollout_batch_size)
-        if self.calls == 0 and rollout_id > 0 and self.skip_on_resume:
+        if self.calls == 0 and rollout_id > 0 and self.skip_on_resume and not self._seek(rollout_id - 1):
             skipped = self._take(rollout_id * k)
             log.info("farm slime rollout: resumed at step %d, skipped %d groups", rollout_id, len(skipped))
         self.calls += 1
         groups = self._take(k)
+        if self.cursor_dir is not None and groups:
+            self.cursor_dir.mkdir(parents=True, exist_ok=True)
+            self.source.position().save(self._cursor_path(rollout_id))  # type: ignore[attr-defined]
         if not groups:
             raise IntegrationError(f"slime rollout {rollout_id}: the farm source gave no group "
                                    f"(exhausted, or none done within farm_timeout_s={self.timeout})")
@@ -153,6 +168,22 @@ class SlimeRollout:
             log.warning("farm slime rollout %d: %d of %d groups before the timeout", rollout_id, len(groups), k)
         samples = [group_to_slime(g, sample_cls=self.sample_cls, tokenizer=self.tokenizer) for g in groups]
         return train_output(samples, group_metrics(groups))
+
+
+    def _cursor_path(self, step: int) -> Path:
+        return self.cursor_dir / f"step-{step:08d}.json"  # type: ignore[operator]
+
+    def _seek(self, step: int) -> bool:
+        """Continue from the position saved after ``step``; False: none usable (skip instead)."""
+        if self.cursor_dir is None or not self._cursor_path(step).is_file():
+            return False
+        try:
+            self.source.seek(GroupCursor.load(self._cursor_path(step)))  # type: ignore[attr-defined]
+        except CursorError as exc:
+            log.warning("farm slime rollout: %s; reading the groups from the start", exc)
+            return False
+        log.info("farm slime rollout: resumed after step %d from %s", step, self._cursor_path(step))
+        return True
 
 
 def train_output(samples: list, metrics: dict[str, float]) -> Any:
@@ -185,7 +216,8 @@ def rollout_from_args(args: Any) -> SlimeRollout:
     else:
         raise IntegrationError("farm's slime rollout needs farm_output_dir or farm_source_fn in args "
                                "(slime's --custom-config-path YAML)")
-    built = SlimeRollout(source, timeout=float(timeout) if timeout is not None else None)
+    built = SlimeRollout(source, timeout=float(timeout) if timeout is not None else None,
+                         cursor_dir=getattr(args, "farm_cursor_dir", None))  # fmt: skip
     setattr(args, _FEED_ATTR, built)
     return built
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from farm.output.cursor import GroupCursor
 from farm.output.groups import Group, GroupReader
 from farm.output.torch_data import shard_of
 
@@ -56,6 +57,16 @@ class ReaderSource:
             time.sleep(max(0.0, wait))
         out, self._ready = self._ready[:k], self._ready[k:]
         return out
+
+    def position(self) -> GroupCursor:
+        """The reader's position with the groups polled but not taken yet handed out
+        first on resume (``seek``)."""
+        return self.reader.position(unconsumed=self._ready)
+
+    def seek(self, cursor: GroupCursor) -> None:
+        """Continue from ``cursor`` (before the first ``next_groups``): raises
+        ``CursorError`` when it no longer fits the directory."""
+        self.reader.seek(cursor)
 
 
 class IterableSource:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,9 @@ from typing import Any, Callable, Literal
 import numpy as np
 import yaml
 
+from farm.errors import CursorError
+from farm.output.cursor import GroupCursor, HeldGroup, TablePosition
+from farm.output.manifest import ManifestEntry
 from farm.output.rows import migrate_rollouts
 from farm.status import RolloutStatus
 from farm.output.shard_reader import ManifestTail, ShardReader, Stop, polling
@@ -91,6 +94,7 @@ def complete_groups(out_dir: str | os.PathLike[str], size: int | None = None) ->
 
 GroupOrder = Literal["completion", "task"]
 CLOSED_GROUPS = 65_536  # group ids a reader remembers having handed out (see GroupReader._closed)
+BUILT_GROUPS = 4_096  # handed-out groups whose Sample shards a reader remembers (``position(unconsumed=...)``)
 # rollouts-table columns a group carries (the diff and the log tail stay in the table)
 ROW_COLUMNS = [
     "rollout_id", "group_id", "task_id", "sample_index", "group_index", "attempt", "status", "reason", "reward",
@@ -183,7 +187,9 @@ class GroupReader:
         verify: bool = True,
         first_index: int = 0,
         accept: Callable[[Group], bool] | None = None,
+        cursor: GroupCursor | None = None,
     ) -> None:
+        """``cursor``: start where a reader's ``position()`` was taken (see :meth:`seek`)."""
         if order not in ("completion", "task"):
             raise ValueError(f"order must be 'completion' or 'task', not {order!r}")
         self.directory = Path(directory)
@@ -197,6 +203,11 @@ class GroupReader:
         self._rollout_tail = ManifestTail(self._rollouts.manifest_path, ROLLOUTS_TABLE)
         self._sample_tail = ManifestTail(self._samples.manifest_path, SAMPLES_TABLE)
         self._samples_by_rollout: dict[str, list[Sample]] = {}
+        # the Sample shard each rollout's Samples came from (a cursor names it, not the Samples)
+        self._sample_entry: dict[str, ManifestEntry] = {}
+        # the same for the last groups built: a caller may hand them back unconsumed (``position``)
+        self._built: OrderedDict[str, dict[str, ManifestEntry]] = OrderedDict()
+        self._replay: list[Group] = []  # unconsumed groups of a cursor: handed out first
         # Groups handed out (or left out) last: a row of one of them that shows up again (its
         # rollout retracted and rewritten) does not start the group over. A window, so a
         # reader following a run of a million rollouts keeps no id per rollout.
@@ -209,14 +220,17 @@ class GroupReader:
         self.yielded = 0
         self.incomplete: list[str] = []  # group ids that ended incomplete (left out unless include_incomplete)
         self.rejected: list[str] = []  # group ids ``accept`` turned down
+        self._polled = False
+        if cursor is not None:
+            self.seek(cursor)
 
     # --- one look at the manifests -------------------------------------------------
     def poll(self) -> list[Group]:
         """Groups that became done since the last call (in this reader's order)."""
+        self._polled = True
         # Samples first: the reducer commits a rollout's Samples before its row.
         for entry in self._sample_tail.new_entries():
-            for s in table_to_samples(self._samples.read_shard(entry)):
-                self._samples_by_rollout.setdefault(s.rollout_id, []).append(s)
+            self._take_samples(entry)
         for entry in self._rollout_tail.new_entries():
             table = self._rollouts.read_shard(entry).select(ROW_COLUMNS)
             for row in table.to_pylist():
@@ -225,7 +239,15 @@ class GroupReader:
                 pending = self._pending.setdefault(row["group_id"], _Pending(seen_at=self._arrivals))
                 self._arrivals += 1
                 pending.rows.setdefault(int(row["sample_index"]), row)  # the first row of a sample index
-        return self._emit(self._finished())
+        replay, self._replay = self._replay, []
+        self.yielded += len(replay)
+        return replay + self._emit(self._finished())
+
+    def _take_samples(self, entry: ManifestEntry, only: set[str] | None = None) -> None:
+        for s in table_to_samples(self._samples.read_shard(entry)):
+            if only is None or s.rollout_id in only:
+                self._samples_by_rollout.setdefault(s.rollout_id, []).append(s)
+                self._sample_entry[s.rollout_id] = entry
 
     def _finished(self) -> list[Group]:
         out = []
@@ -235,18 +257,26 @@ class GroupReader:
             rows = [pending.rows[i] for i in sorted(pending.rows)]
             if any(len(self._samples_by_rollout.get(r["rollout_id"], [])) < int(r["num_samples"] or 0) for r in rows):
                 continue  # a Sample shard not visible yet
-            samples = [s for r in rows for s in sorted(self._samples_by_rollout.pop(r["rollout_id"], []),
-                                                        key=lambda s: s.chain_index)]
             del self._pending[gid]
             self._closed.append(gid)
             self._closed_ids.add(gid)
             while len(self._closed) > CLOSED_GROUPS:
                 self._closed_ids.discard(self._closed.popleft())
-            out.append(Group(
-                group_id=gid, task_id=rows[0]["task_id"], group_index=rows[0]["group_index"], size=self.size,
-                rollouts=rows, samples=samples, complete=all(RolloutStatus(r["status"]).trainable for r in rows),
-            ))  # fmt: skip
+            out.append(self._build(gid, rows))
         return out
+
+    def _build(self, gid: str, rows: list[dict[str, Any]]) -> Group:
+        """The group of ``rows`` (by sample index), its Samples taken out of the buffer."""
+        samples = [s for r in rows for s in sorted(self._samples_by_rollout.pop(r["rollout_id"], []),
+                                                    key=lambda s: s.chain_index)]  # fmt: skip
+        self._built[gid] = {r["rollout_id"]: e for r in rows
+                            if (e := self._sample_entry.pop(r["rollout_id"], None)) is not None}  # fmt: skip
+        while len(self._built) > BUILT_GROUPS:
+            self._built.popitem(last=False)
+        return Group(
+            group_id=gid, task_id=rows[0]["task_id"], group_index=rows[0]["group_index"], size=self.size,
+            rollouts=rows, samples=samples, complete=all(RolloutStatus(r["status"]).trainable for r in rows),
+        )  # fmt: skip
 
     def _emit(self, finished: list[Group]) -> list[Group]:
         if self.order == "task":
@@ -271,6 +301,86 @@ class GroupReader:
             out.append(g)
         self.yielded += len(out)
         return out
+
+    # --- resuming ---------------------------------------------------------------------
+    def position(self, unconsumed: Iterable[Group] = ()) -> GroupCursor:
+        """Where this reader is: a :class:`~farm.output.cursor.GroupCursor` a new reader
+        resumes from (``GroupReader(dir, cursor=...)``) without reading the manifest lines
+        before it. ``unconsumed``: groups this reader handed out that the caller did not
+        consume (a source's buffer): the resumed reader hands them out first. Groups ``poll``
+        left out (incomplete, rejected) are not handed out again."""
+        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+
+        back = list(unconsumed)
+        entries: dict[str, tuple[ManifestEntry, list[str]]] = {}  # shard -> (its line, rollout ids needed)
+
+        def need(rid: str, entry: ManifestEntry | None) -> None:
+            if entry is not None:
+                entries.setdefault(entry.shard, (entry, []))[1].append(rid)
+
+        def built(g: Group) -> HeldGroup:
+            sources = self._built.get(g.group_id)
+            if sources is None and any(int(r["num_samples"] or 0) for r in g.rollouts):
+                raise CursorError(f"group {g.group_id} was not handed out by this reader in its last "
+                                  f"{BUILT_GROUPS} groups: cannot say where its Samples are")  # fmt: skip
+            for r in g.rollouts:
+                need(r["rollout_id"], (sources or {}).get(r["rollout_id"]))
+            return HeldGroup(group_id=g.group_id, rows=list(g.rollouts))
+
+        held = [built(g) for g in self._done.values()]
+        replay = [built(g) for g in [*self._replay, *back]]
+        for rid, entry in self._sample_entry.items():  # pending groups' Samples, and rows not read yet
+            need(rid, entry)
+        pending = [HeldGroup(group_id=gid, rows=[p.rows[i] for i in sorted(p.rows)], seen_at=p.seen_at)
+                   for gid, p in self._pending.items()]  # fmt: skip
+        return GroupCursor(
+            size=self.size, order=self.order, next_index=self._next_index, yielded=self.yielded - len(back),
+            tables={SAMPLES_TABLE: TablePosition.at(self._samples.manifest_path, self._sample_tail.offset),
+                    ROLLOUTS_TABLE: TablePosition.at(self._rollouts.manifest_path, self._rollout_tail.offset)},
+            pending=pending, held=held, unconsumed=replay,
+            sample_shards=[{"entry": e.model_dump(), "rollout_ids": ids} for e, ids in entries.values()],
+        )  # fmt: skip
+
+    def seek(self, cursor: GroupCursor) -> None:
+        """Continue from ``cursor`` (a fresh reader only): the manifests are read from its
+        offsets on, never before; its groups' Sample shards are read again. Raises
+        ``CursorError`` when it does not fit this directory or reader (a manifest rewritten
+        since it was taken, another group size or order)."""
+        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+
+        if self._polled:
+            raise CursorError("seek() needs a reader that has not read yet")
+        if (cursor.size, cursor.order) != (self.size, self.order):
+            raise CursorError(f"the cursor is of a reader with size={cursor.size}, order={cursor.order!r}; "
+                              f"this one has size={self.size}, order={self.order!r}")  # fmt: skip
+        tails = {SAMPLES_TABLE: self._sample_tail, ROLLOUTS_TABLE: self._rollout_tail}
+        for table, tail in tails.items():
+            pos = cursor.tables.get(table)
+            if pos is None:
+                raise CursorError(f"the cursor has no position for the {table!r} table")
+            why = pos.mismatch(tail.path)
+            if why is not None:
+                raise CursorError(f"stale group cursor for {self.directory}: {why}; "
+                                  f"read from the start (a reader without a cursor) instead")  # fmt: skip
+        for item in cursor.sample_shards:
+            try:
+                entry = ManifestEntry.model_validate(item["entry"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CursorError(f"not a group cursor: a sample shard entry is invalid: {exc}") from None
+            self._take_samples(entry, only=set(item["rollout_ids"]))
+        for table, tail in tails.items():
+            tail.seek(cursor.tables[table].offset)
+        self._next_index, self.yielded = cursor.next_index, cursor.yielded
+        for g in cursor.pending:
+            self._pending[g.group_id] = _Pending(rows={int(r["sample_index"]): r for r in g.rows}, seen_at=g.seen_at)
+            self._arrivals = max(self._arrivals, g.seen_at + 1)
+        for g in cursor.held:
+            built = self._build(g.group_id, g.rows)
+            self._done[built.group_index] = built  # type: ignore[index]
+        self._replay = [self._build(g.group_id, g.rows) for g in cursor.unconsumed]
+        for gid in [*(g.group_id for g in cursor.held), *(g.group_id for g in cursor.unconsumed)]:
+            self._closed.append(gid)
+            self._closed_ids.add(gid)
 
     # --- whole directory / following ---------------------------------------------
     def read(self) -> list[Group]:

@@ -63,6 +63,21 @@ class ManifestTail:
         self._seen: set[str] = set()
         self._offset, self._inode = 0, None
 
+    @property
+    def offset(self) -> int:
+        """Bytes of the manifest read so far (the end of the last complete line)."""
+        return self._offset
+
+    def seek(self, offset: int) -> None:
+        """Read from byte ``offset`` on (the end of a line a reader already read up to):
+        the lines before it are not read. A manifest rewritten since (another inode, or
+        shorter) is read again from the start, as always."""
+        self._offset = offset
+        try:
+            self._inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            self._inode = None
+
     def new_entries(self) -> list[ManifestEntry]:
         try:
             st = os.stat(self.path)

@@ -87,6 +87,15 @@ def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.
     return sink.getvalue()
 
 
+def slices(table: pa.Table, counts: Sequence[int]) -> list[pa.Table]:
+    """``table`` cut into consecutive slices of ``counts`` rows (zero-copy)."""
+    out, at = [], 0
+    for n in counts:
+        out.append(table.slice(at, n))
+        at += n
+    return out
+
+
 class ShardWriter:
     """Writes one table's rows as sealed shards + manifest lines. Not thread-safe."""
 
@@ -122,6 +131,7 @@ class ShardWriter:
             os.close(self._lock_fd)
             raise ShardError(f"another writer holds table {name!r} in {self.directory}") from None
         self._buffer: list[tuple[str, pa.Table]] = []
+        self._buffered_ids: set[str] = set()  # the ids in ``_buffer`` (a write asks per rollout)
         self._buffer_rows = self._buffer_bytes = 0
         self._newly_durable: list[str] = []
         self._closed = False
@@ -220,7 +230,7 @@ class ShardWriter:
         Durable only once sealed: see ``take_durable()`` / ``flush()``.
         """
         self._check_open()
-        if rollout_id in self._durable or any(rid == rollout_id for rid, _ in self._buffer):
+        if rollout_id in self._buffered_ids or rollout_id in self._durable:
             return False
         table = self._as_table(rows)
         nbytes = table.nbytes
@@ -229,11 +239,36 @@ class ShardWriter:
         ):
             self._seal()
         self._buffer.append((rollout_id, table))
+        self._buffered_ids.add(rollout_id)
         self._buffer_rows += table.num_rows
         self._buffer_bytes += nbytes
         if self.flush_every_rollout or self._buffer_rows >= self.max_rows or self._buffer_bytes >= self.max_bytes:
             self._seal()
         return True
+
+    def write_rollouts(self, rollouts: Sequence[tuple[str, int]], rows: pa.Table) -> bool:
+        """Buffer several rollouts' rows at once: ``rows`` holds them in order, ``rollouts``
+        gives each one's id and row count. The same as ``write_rollout`` for each of them
+        (True if any was new), with one size check for all when they fit in the current
+        shard: sizing each slice of a table is what a reducer's commit spent most of its
+        time on."""
+        self._check_open()
+        table = self._as_table(rows)
+        ids = [rid for rid, _ in rollouts]
+        fits = (len(set(ids)) == len(ids) and not self._buffered_ids.intersection(ids)
+                and not any(rid in self._durable for rid in ids) and not self.flush_every_rollout
+                and self._buffer_rows + table.num_rows < self.max_rows
+                and self._buffer_bytes + table.nbytes < self.max_bytes)  # fmt: skip
+        if not fits:  # one by one: duplicates left out, shards sealed where the limits fall
+            fresh = False
+            for (rid, _), part in zip(rollouts, slices(table, [n for _, n in rollouts])):
+                fresh |= self.write_rollout(rid, part)
+            return fresh
+        self._buffer.extend(zip(ids, slices(table, [n for _, n in rollouts])))
+        self._buffered_ids.update(ids)
+        self._buffer_rows += table.num_rows
+        self._buffer_bytes += table.nbytes
+        return bool(ids)
 
     def take_durable(self) -> list[str]:
         """Rollout ids that became durable since the last call (in write order)."""
@@ -281,7 +316,9 @@ class ShardWriter:
 
     def _seal(self) -> None:
         ids = [rid for rid, _ in self._buffer]
-        table = pa.concat_tables([t for _, t in self._buffer])
+        # one record batch a shard: the same bytes whether a rollout's rows came as a table
+        # of their own or as a slice of one built for many (``OutputWriter.commit``)
+        table = pa.concat_tables([t for _, t in self._buffer]).combine_chunks()
         entry = self._write_shard(table, ids)
         append_line(self.manifest_path, entry)
         self._entries.append(entry)
@@ -291,6 +328,7 @@ class ShardWriter:
         self._durable.add(ids)
         self._newly_durable.extend(ids)
         self._buffer.clear()
+        self._buffered_ids.clear()
         self._buffer_rows = self._buffer_bytes = 0
 
     def _write_shard(self, table: pa.Table, ids: list[str]) -> ManifestEntry:

@@ -167,14 +167,22 @@ def _list_array(arrays: Sequence[np.ndarray], dtype: type, pa_type: pa.DataType)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa_type))
 
 
-def samples_to_table(samples: Sequence[Sample]) -> pa.Table:
-    """Samples -> one Arrow table with ``SAMPLE_SCHEMA``."""
+def sample_metadata_json(sample: Sample) -> str:
+    """The ``metadata`` column's value of ``sample`` (JSON; raises if it is not encodable)."""
+    return json.dumps(_with_routing_meta(sample))
+
+
+def samples_to_table(samples: Sequence[Sample], metadata: Sequence[str] | None = None) -> pa.Table:
+    """Samples -> one Arrow table with ``SAMPLE_SCHEMA``. ``metadata``: each Sample's
+    ``sample_metadata_json``, when the caller encoded it already."""
     cols: dict[str, pa.Array] = {}
     for name in _SCALAR_COLS:
         cols[name] = pa.array([getattr(s, name) for s in samples], type=SAMPLE_SCHEMA.field(name).type)
     for name, dtype in _LIST_COLS.items():
         cols[name] = _list_array([getattr(s, name) for s in samples], dtype, SAMPLE_SCHEMA.field(name).type.value_type)
-    cols["metadata"] = pa.array([json.dumps(_with_routing_meta(s)) for s in samples], type=pa.string())
+    if metadata is None:
+        metadata = [sample_metadata_json(s) for s in samples]
+    cols["metadata"] = pa.array(metadata, type=pa.string())
     cols["routed_experts"] = pa.array(
         [None if s.routed_experts is None else np.ascontiguousarray(s.routed_experts).tobytes() for s in samples],
         type=pa.large_binary())

@@ -143,6 +143,32 @@ def test_generate_rollout_from_args_and_resume(run_dir):
         generate_rollout(Namespace(rollout_batch_size=2), 0, None)
 
 
+def test_a_restarted_slime_continues_from_the_saved_cursor(run_dir, tmp_path, monkeypatch):
+    from farm.output import groups as group_reader
+
+    def args():
+        return Namespace(rollout_batch_size=2, farm_output_dir=str(run_dir), farm_timeout_s=0,
+                         farm_cursor_dir=str(tmp_path / "cursors"))  # fmt: skip
+
+    first = args()
+    generate_rollout(first, 0, None)
+    assert (tmp_path / "cursors" / "step-00000000.json").is_file()
+    polled: list[int] = []  # groups the restarted reader builds
+    real = group_reader.GroupReader._build
+    monkeypatch.setattr(group_reader.GroupReader, "_build",
+                        lambda self, gid, rows: polled.append(1) or real(self, gid, rows))  # fmt: skip
+    resumed = args()
+    assert [g[0][0]["metadata"]["farm"]["task_id"] for g in generate_rollout(resumed, 1, None)] == ["t3", "t4"]
+    # step 0's groups (t0, t1) and the incomplete t2 are not read again: only t3, t4, which
+    # step 0's reader had polled and not handed out, are rebuilt from the cursor
+    assert resumed._farm_slime_rollout.groups_taken == 2 and len(polled) == 2
+    # a cursor that no longer fits the directory: read from the start, skipping step 0's groups
+    (tmp_path / "cursors" / "step-00000000.json").write_text("{}")
+    again = args()
+    assert [g[0][0]["metadata"]["farm"]["task_id"] for g in generate_rollout(again, 1, None)] == ["t3", "t4"]
+    assert again._farm_slime_rollout.groups_taken == 4
+
+
 def test_source_fn_and_evaluation_delegates_to_slime(groups, monkeypatch):
     built = []
     mod = types.ModuleType("farm_test_source")
