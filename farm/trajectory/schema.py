@@ -80,6 +80,10 @@ SAMPLE_SCHEMA = pa.schema(
 _LIST_COLS = {"tokens": np.int32, "loss_mask": np.uint8, "rollout_logprobs": np.float32}
 _SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name not in ("metadata", "routed_experts")]
 
+# the integer columns' ranges, declared on the model: a Sample that constructs converts to
+# its Arrow row, so a commit's one table for many rollouts cannot fail on one rollout's value
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
 
 class Sample(BaseModel):
     """One training row. Construction validates every length/value invariant."""
@@ -90,24 +94,24 @@ class Sample(BaseModel):
     task_id: str = ""
     rollout_id: str
     group_id: str = ""
-    sample_index: int = Field(default=0, ge=0, description="index of the rollout in its group")
-    chain_index: int = Field(default=0, ge=0, description="index of the chain in its rollout (DFS order)")
+    sample_index: int = Field(default=0, ge=0, le=INT32_MAX, description="index of the rollout in its group")
+    chain_index: int = Field(default=0, ge=0, le=INT32_MAX, description="index of the chain in its rollout (DFS order)")
     chain_kind: str = Field(default="main", description="main | retry | branch | fork | side")
     session_id: str = ""
     harness: str = ""
     model: str = ""
-    group_index: int | None = Field(default=None, description="the group's position in the run's task stream")
-    policy_version_min: int | None = Field(default=None, description="oldest weight version of a trained turn")
-    policy_version_max: int | None = Field(default=None, description="newest weight version of a trained turn")
+    group_index: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX, description="the group's position in the run's task stream")
+    policy_version_min: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX, description="oldest weight version of a trained turn")
+    policy_version_max: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX, description="newest weight version of a trained turn")
     tokens: Int32Array
-    prompt_length: int = Field(ge=0)
-    response_length: int = Field(ge=0)
+    prompt_length: int = Field(ge=0, le=INT32_MAX)
+    response_length: int = Field(ge=0, le=INT32_MAX)
     loss_mask: UInt8Array
     rollout_logprobs: Float32Array
     reward: float | None = None
     status: str = "completed"
     finish_reason: str = "stop"
-    num_turns: int = Field(default=1, ge=0)
+    num_turns: int = Field(default=1, ge=0, le=INT32_MAX)
     metadata: dict[str, Any] = Field(default_factory=dict)
     routed_experts: Annotated[Any, PlainSerializer(lambda a: None if a is None else a.tolist())] = Field(
         default=None, description="[len(tokens) - 1, layers, top_k] expert ids (uint8 / uint16), or None"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 from trj_helpers import add, lin
@@ -44,6 +45,23 @@ def test_valid_sample_is_numpy_backed():
 def test_invariants_are_enforced(change, match):
     with pytest.raises(ValidationError, match=match):
         Sample(**{**GOOD, **change})
+
+
+def test_every_sample_that_constructs_converts_to_its_arrow_row():
+    """The reducer builds one table for a commit's many rollouts: a value its column cannot
+    hold must fail the Sample's construction (that rollout alone), never the batch's table."""
+    ints = {f.name: f.type for f in SAMPLE_SCHEMA if pa.types.is_integer(f.type)}
+    assert set(ints) >= {"sample_index", "chain_index", "num_turns", "group_index", "prompt_length"}
+    for name, dtype in ints.items():
+        top = 2 ** (dtype.bit_width - 1) - 1
+        if name in ("prompt_length", "response_length"):  # their sum is the token count
+            continue
+        assert samples_to_table([Sample(**{**GOOD, name: top})]).column(name)[0].as_py() == top
+        with pytest.raises(ValidationError, match=name):
+            Sample(**{**GOOD, name: top + 1})
+    for name in ("prompt_length", "response_length"):
+        with pytest.raises(ValidationError, match=name):
+            Sample(**{**GOOD, name: 2**31})
 
 
 def _samples():
