@@ -109,6 +109,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             interval_s=cfg.limits.disk_check_s,
             lifetime_s=spec.timeout_s,
             kill=self._kill_processes,
+            busy=lambda: bool(self._procs),  # only a running command (or farm: wrote()) changes the use
         )
 
     @classmethod
@@ -316,6 +317,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         else:
             self._uid(user)
             full, host_env, host_cwd = limited, inner_env, workdir
+        self._watchdog.wrote()
         proc = await HostProcess.spawn(
             full,
             env=host_env,
