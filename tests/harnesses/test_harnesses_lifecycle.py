@@ -231,3 +231,23 @@ async def test_upload_when_the_sandbox_cannot_see_the_cache(sandbox, gateway, tm
     assert res.final_message == f"ran from {remote}"
     assert list((tmp_path / "npm-cache").glob("*.tar.gz"))  # built once, reused next time
 
+
+
+async def test_a_late_answer_within_the_probe_timeout_counts(sandbox) -> None:
+    """A gateway slow to answer (a CPU-starved node) is reachable: the probe's attempt waits
+    for the answer until its timeout, not 3 s and a new jail."""
+    from farm.harnesses.probe import probe_gateway
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(3.5)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await probe_gateway(sandbox, f"http://127.0.0.1:{port}", timeout_s=8) is None
+    finally:
+        server.close()
