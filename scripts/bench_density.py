@@ -23,7 +23,7 @@ Figures (per mode; the last line is the pool's):
 - ``overhead_p50_s`` / ``overhead_p95_s``: per rollout, total minus the agent phase minus
   the grader's test command (create, prepare, session, capture, grading's own work);
 - ``farm_cpu_ms_per_turn``: this process's CPU (gateway, pipeline, sandbox management;
-  not the engine, not the CLIs) per model turn;
+  not the engine, not the CLIs, not the bench's own memory sampling) per model turn;
 - ``rss_mb_per_rollout``: ``cli_mb`` (PSS of every process in the sandboxes: the CLIs,
   their jails and tools) + ``farm_mb`` (this process's RSS growth), per rollout in flight,
   median over the samples taken every 3 s;
@@ -91,8 +91,16 @@ class Sampler:
         self.engine_pid = engine_pid
         self.period = period
         self.samples: list[tuple[float, float, float]] = []  # (t, farm rss, sandbox pss)
+        self.cpu_s = 0.0  # the sampler's own CPU (reading smaps is kernel work): not farm's
 
     def sandbox_pss(self) -> float:
+        t0 = time.thread_time()
+        try:
+            return self._sandbox_pss()
+        finally:
+            self.cpu_s += time.thread_time() - t0
+
+    def _sandbox_pss(self) -> float:
         total = 0.0
         for child in self.me.children(recursive=True):
             try:
@@ -176,7 +184,7 @@ async def run_mode(args: argparse.Namespace, work: Path, engine_url: str, engine
     pool_stats = vars(parts.pool.stats).copy()
     await parts.stop()
     return summarize(args, records, sampler, base_rss, t0, deadline,
-                     farm_cpu=(cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+                     farm_cpu=(cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime) - sampler.cpu_s,
                      child_cpu=(ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime), pool_stats=pool_stats)
 
 
@@ -228,6 +236,7 @@ def summarize(args, records, sampler, base_rss, t0, t1, *, farm_cpu, child_cpu, 
         "rollouts": len(records),
         "turns": turns,
         "children_cpu_s_per_rollout": round(child_cpu / max(1, len(records)), 2),
+        "sampler_cpu_s": round(sampler.cpu_s, 2),  # the bench's own PSS sampling, left out of farm's
         "statuses": statuses,
         "reasons": reasons,
         "pool": pool_stats,

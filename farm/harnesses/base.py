@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -185,16 +186,19 @@ class Harness(ABC):
         )
 
     # --- launch --------------------------------------------------------------------
-    async def launch(self, sandbox: Sandbox, plan: LaunchPlan) -> HarnessResult:
-        """Probe the gateway, run the CLI within its budget, collect and classify."""
+    async def launch(self, sandbox: Sandbox, plan: LaunchPlan, *,
+                     session_idle_s: Callable[[], float] | None = None) -> HarnessResult:
+        """Probe the gateway, run the CLI within its budget, collect and classify.
+        ``session_idle_s``: seconds since the gateway last served this rollout's session (0
+        while a request is in flight); the watch skips its probe while that is recent."""
+        return await run_plan(self, sandbox, plan, session_idle_s=session_idle_s)
 
-        return await run_plan(self, sandbox, plan)
-
-    async def run(self, sandbox: Sandbox, run: HarnessRun) -> HarnessResult:
+    async def run(self, sandbox: Sandbox, run: HarnessRun, *,
+                  session_idle_s: Callable[[], float] | None = None) -> HarnessResult:
         """install + configure + launch."""
         await self.install()
         plan = await self.configure(sandbox, run)
-        return await self.launch(sandbox, plan)
+        return await self.launch(sandbox, plan, session_idle_s=session_idle_s)
 
 
 async def _is_executable(sandbox: Sandbox, path: str) -> bool:

@@ -58,8 +58,9 @@ class HarnessConfig(BaseModel):
     watch_interval_s: float = Field(
         default=10.0,
         ge=0,
-        description="while the CLI runs, every this many seconds: probe the gateway and look for a CLI stuck "
-        "retrying model requests (0 disables; the time budget still applies)",
+        description="while the CLI runs, every this many seconds: look for a CLI stuck retrying model requests "
+        "and probe the gateway unless it served the session within the interval (0 disables; the time budget "
+        "still applies)",
     )
     max_failed_probes: int = Field(
         default=3, ge=1, description="consecutive failed gateway probes during a run before the CLI is killed"

@@ -37,16 +37,19 @@ def probe_script(url: str, timeout_s: float) -> str:
     )
 
 
-async def probe_gateway(sandbox: Sandbox, url: str, *, timeout_s: float, attempt_s: float = 3.0) -> str | None:
+async def probe_gateway(sandbox: Sandbox, url: str, *, timeout_s: float) -> str | None:
     """None when the gateway answers from inside ``sandbox``; else why not.
 
-    Retries until ``timeout_s`` (a gateway that is still starting gets a moment).
+    Retries a refused connection until ``timeout_s`` (a gateway that is still starting gets
+    a moment); an attempt that connected waits for the answer until ``timeout_s`` too: on a
+    CPU-starved node a late answer is still an answer, and cutting the attempt short (3 s
+    each, before) only started another jail.
     """
     deadline = time.monotonic() + timeout_s
     reason = "no attempt"
     while True:
         left = deadline - time.monotonic()
-        per_try = max(1.0, min(attempt_s, left))
+        per_try = max(1.0, left)
         try:
             res = await sandbox.exec(["bash", "-c", probe_script(url, per_try)], timeout=per_try + 10)
         except SandboxError as exc:

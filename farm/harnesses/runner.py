@@ -1,8 +1,12 @@
 """Run a configured CLI: probe, start, supervise within the budget, kill, collect, classify.
 
 Supervision races three things: the CLI's exit, its budget (the sandbox kills the
-whole process tree), and a watchdog that every ``watch_interval_s`` probes the gateway
-from inside the sandbox and reads the tail of the CLI's JSON stream for a retry loop.
+whole process tree), and a watchdog that every ``watch_interval_s`` reads the tail of
+the CLI's JSON stream for a retry loop and probes the gateway from inside the sandbox.
+The probe (a jailed ``curl``: a bubblewrap start, its port relay, curl) is skipped while
+the gateway has served the session within the interval (``session_idle_s``): a request
+that got through proves the path, and a path that dies leaves the session quiet, so the
+probes resume. A local sandbox's stream is read on the host (no jailed ``tail``).
 Whatever happens (also cancellation), the process tree is killed before we return.
 """
 
@@ -10,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from collections.abc import Callable
 
 from farm.errors import SandboxError, SandboxTimeout
 from farm.harnesses.plan import HarnessHooks, HarnessResult, LaunchPlan, diff_excludes
@@ -35,7 +41,8 @@ class _Ended:
         self.exit_code, self.timed_out, self.stuck = exit_code, timed_out, stuck
 
 
-async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> HarnessResult:
+async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, *,
+                   session_idle_s: Callable[[], float] | None = None) -> HarnessResult:
     cfg = harness.config
     t0 = time.monotonic()
     unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
@@ -47,7 +54,7 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) ->
     wrapped = ["bash", "-c", _WRAPPER, "farm-harness", plan.stdin_path, plan.stdout_path, plan.stderr_path, *plan.argv]
     proc = await sandbox.start(wrapped, cwd=plan.cwd, env=plan.env)
     try:
-        ended = await _supervise(harness, sandbox, plan, proc)
+        ended = await _supervise(harness, sandbox, plan, proc, session_idle_s)
     finally:
         await proc.kill()  # idempotent; also on cancellation
     stdout = await _read_text(sandbox, plan.stdout_path)
@@ -70,12 +77,13 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) ->
     )
 
 
-async def _supervise(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, proc: BackgroundProcess) -> _Ended:
+async def _supervise(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, proc: BackgroundProcess,
+                     session_idle_s: Callable[[], float] | None) -> _Ended:
     waiter = asyncio.ensure_future(proc.wait(timeout=plan.budget_s))
     tasks: set[asyncio.Future] = {waiter}
     watcher = None
     if harness.config.watch_interval_s > 0:
-        watcher = asyncio.ensure_future(_watch(harness, sandbox, plan))
+        watcher = asyncio.ensure_future(_watch(harness, sandbox, plan, session_idle_s))
         tasks.add(watcher)
     try:
         done, _ = await asyncio.wait(tasks, timeout=plan.budget_s + _KILL_GRACE_S, return_when=asyncio.FIRST_COMPLETED)
@@ -93,7 +101,8 @@ async def _supervise(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, 
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> str:
+async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan,
+                 session_idle_s: Callable[[], float] | None) -> str:
     """Returns (only) when the run should be stopped: why."""
     cfg = harness.config
     failed = 0
@@ -104,6 +113,9 @@ async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> s
         stuck = harness.retry_loop(events)
         if stuck is not None:
             return f"{harness.name} is stuck retrying model requests: {stuck}"
+        if session_idle_s is not None and session_idle_s() < cfg.watch_interval_s:
+            failed = 0  # the gateway served the session since the last look: the path works
+            continue
         why = await probe_gateway(sandbox, plan.gateway_url, timeout_s=min(cfg.probe_timeout_s, 5.0))
         failed = failed + 1 if why is not None else 0
         if failed >= cfg.max_failed_probes:
@@ -111,12 +123,27 @@ async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan) -> s
 
 
 async def _tail_of(sandbox: Sandbox, path: str) -> str:
+    host_path = getattr(sandbox, "host_path", None)  # a local sandbox's files are host files
+    if host_path is not None:
+        try:
+            return await asyncio.to_thread(_host_tail, host_path(path), _STREAM_TAIL_BYTES)
+        except (OSError, SandboxError) as exc:
+            log.debug("reading %s failed: %s", path, exc)
+            return ""
     try:
         res = await sandbox.exec(["tail", "-c", str(_STREAM_TAIL_BYTES), path], timeout=30)
     except SandboxError as exc:
         log.debug("reading %s failed: %s", path, exc)
         return ""
     return res.stdout if res.exit_code == 0 else ""
+
+
+def _host_tail(path: os.PathLike[str] | str, n: int) -> str:
+    """The last ``n`` bytes of a file (not through a symlink), as text."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(max(0, os.fstat(fd).st_size - n))
+        return fh.read(n).decode("utf-8", errors="replace")
 
 
 async def _read_text(sandbox: Sandbox, path: str) -> str:

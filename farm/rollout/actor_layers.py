@@ -170,7 +170,9 @@ class ActorLayers:
             budget_s=budget_s,
             env=self._agent_env(spec.task),
         )
-        end = await self._until_stuck(self._followed(self.harness.run(sandbox, run), sandbox, spec), sandbox, secret)
+        session = self._secrets[secret]
+        running = self.harness.run(sandbox, run, session_idle_s=lambda: self.gateway.session_idle_s(session))
+        end = await self._until_stuck(self._followed(running, sandbox, spec), sandbox, secret)
         self._excludes[spec.rollout_id] = list(end.diff_excludes)
         return end
 

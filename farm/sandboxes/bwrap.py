@@ -13,11 +13,26 @@ Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs ro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from farm.sandboxes.config import LocalLimits
 from farm.sandboxes.hostview import ro_bind_mounts, system_mounts
 
 FORWARD_DIR = "/run/farm"  # where forwarded ports' unix sockets appear inside the jail
+
+
+@dataclass(frozen=True)
+class HostMounts:
+    """What of the host a sandbox's jails see: the system runtime and /etc
+    (``hostview.system_mounts``) and the read-only binds. Worked out once per sandbox, at
+    its first command: it stats and resolves ~40 host paths (~0.6 ms, per command before)."""
+
+    system: tuple[str, ...]
+    ro: tuple[str, ...]
+
+    @classmethod
+    def of(cls, etc_dir: str, ro_binds: Sequence[str]) -> HostMounts:
+        return cls(tuple(system_mounts(etc_dir)), tuple(ro_bind_mounts(ro_binds)))
 
 
 def prlimit_prefix(prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
@@ -45,9 +60,8 @@ def bwrap_argv(
     bwrap: str,
     root: str,
     tmp_dir: str,
-    etc_dir: str,
+    host: HostMounts,
     sock_dir: str | None,
-    ro_binds: Sequence[str],
     cwd: str,
     view: tuple[str, str] | None = None,
     env: Mapping[str, str],
@@ -75,9 +89,9 @@ def bwrap_argv(
         args += ["--unshare-net"]
     # When farm runs as root, bwrap would keep every capability in the sandbox.
     args += ["--cap-drop", "ALL"]
-    args += system_mounts(etc_dir)
+    args += host.system
     args += ["--bind", tmp_dir, "/tmp"]
-    args += ro_bind_mounts(ro_binds)
+    args += host.ro
     if sock_dir is not None:
         args += ["--ro-bind", sock_dir, FORWARD_DIR]
     args += ["--bind", root, root]

@@ -25,7 +25,8 @@ class LocalLimits(BaseModel):
     v1; where neither is writable, ``memory_bytes`` falls back to a per-process
     RLIMIT_DATA and ``pids`` is not enforced: logged, and shown in ``limits_policy``),
     ``disk_bytes`` through a watchdog that sums the sandbox directory's allocated blocks
-    every ``disk_check_s`` (overshoot bound: write speed x interval; RLIMIT_FSIZE still
+    every ``disk_check_s`` while a command runs, once after the last one ends and after
+    farm writes into it (overshoot bound: write speed x interval; RLIMIT_FSIZE still
     caps each file). The sandbox's lifetime is ``SandboxSpec.timeout_s``. A breach kills
     the processes concerned and is recorded as the rollout's ``limit_exceeded`` reason.
     Per-process rlimits (``prlimit``): ``nofile``, ``nproc``, ``file_size_bytes``,
@@ -41,7 +42,7 @@ class LocalLimits(BaseModel):
     disk_bytes: int | None = Field(
         default=10 * 1024**3, ge=1 << 20, description="disk used by the sandbox's directories (watchdog)"
     )
-    disk_check_s: float = Field(default=2.0, gt=0, description="how often the disk watchdog sums usage")
+    disk_check_s: float = Field(default=2.0, gt=0, description="how often the disk watchdog sums usage (while a command runs)")
     nofile: int | None = Field(default=4096, ge=16, description="RLIMIT_NOFILE: open files per process")
     nproc: int | None = Field(
         default=1024,

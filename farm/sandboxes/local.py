@@ -33,7 +33,7 @@ from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError
 from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
-from farm.sandboxes.bwrap import bwrap_argv, forwarder_prefix, prlimit_prefix
+from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
 from farm.sandboxes.hostview import user_files
@@ -100,6 +100,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._forwards: list[int] = []
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
+        self._host: HostMounts | None = None  # at the first command (the dirs exist then)
         self._watchdog = Watchdog(
             path=str(self.dir),
             extra_paths=[self.view.lower if self.view.writable else self.view.upper]
@@ -108,6 +109,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             interval_s=cfg.limits.disk_check_s,
             lifetime_s=spec.timeout_s,
             kill=self._kill_processes,
+            busy=lambda: bool(self._procs),  # only a running command (or farm: wrote()) changes the use
         )
 
     @classmethod
@@ -292,13 +294,14 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             if isolated and self._forwards:
                 assert self._socat is not None
                 limited = [*forwarder_prefix(self._socat, self._forwards), *limited]
+            if self._host is None:
+                self._host = HostMounts.of(self._etc_dir, self._ro_binds())
             full = bwrap_argv(
                 bwrap=self._bwrap,
                 root=self.root,
                 tmp_dir=self._tmp_dir,
-                etc_dir=self._etc_dir,
+                host=self._host,
                 sock_dir=self._sock_dir if isolated and self._forwards else None,
-                ro_binds=self._ro_binds(),
                 cwd=workdir,
                 view=self._view_map,
                 env=inner_env,
@@ -314,6 +317,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         else:
             self._uid(user)
             full, host_env, host_cwd = limited, inner_env, workdir
+        self._watchdog.wrote()
         proc = await HostProcess.spawn(
             full,
             env=host_env,

@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError, SandboxFileNotFound
+from farm.sandboxes.watchdog import Watchdog
 
 
 def _within(path: str, area: str) -> bool:
@@ -20,7 +21,8 @@ def _within(path: str, area: str) -> bool:
 
 
 class LocalFiles:
-    """Mixin for LocalSandbox: needs ``id``, ``root``, ``_tmp_dir``, ``_view_map``, ``_isolated``, ``_closed``."""
+    """Mixin for LocalSandbox: needs ``id``, ``root``, ``_tmp_dir``, ``_view_map``, ``_isolated``, ``_closed``,
+    ``_watchdog`` (told of every write: its next round sums the disk use)."""
 
     id: str
     root: str
@@ -28,6 +30,7 @@ class LocalFiles:
     _view_map: tuple[str, str] | None  # (host dir, path inside the sandbox) of its environment view
     _isolated: bool
     _closed: bool
+    _watchdog: Watchdog
 
     def _check_open(self) -> None:
         if self._closed:
@@ -62,7 +65,10 @@ class LocalFiles:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(payload)
 
-        await asyncio.to_thread(write)
+        try:
+            await asyncio.to_thread(write)
+        finally:
+            self._watchdog.wrote()
 
     async def read_file(self, path: str) -> bytes:
         target = self.host_path(path)
@@ -81,7 +87,10 @@ class LocalFiles:
         target = self.host_path(remote_dir)
         if not os.path.isdir(local_dir):
             raise SandboxError(f"upload_dir: {local_dir} is not a directory")
-        await asyncio.to_thread(shutil.copytree, local_dir, target, symlinks=True, dirs_exist_ok=True)
+        try:
+            await asyncio.to_thread(shutil.copytree, local_dir, target, symlinks=True, dirs_exist_ok=True)
+        finally:
+            self._watchdog.wrote()
 
     async def upload_tarball(self, local_tar: str, remote_dir: str) -> None:
         target = self.host_path(remote_dir)
@@ -94,4 +103,7 @@ class LocalFiles:
             except (OSError, tarfile.TarError) as exc:
                 raise SandboxError(f"upload_tarball {local_tar}: {exc}") from exc
 
-        await asyncio.to_thread(extract)
+        try:
+            await asyncio.to_thread(extract)
+        finally:
+            self._watchdog.wrote()

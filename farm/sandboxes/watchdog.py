@@ -7,6 +7,12 @@ by what they really allocate) and, when the sum is over the limit, kills the san
 processes and records the breach. The overshoot is bounded by write speed x interval
 (RLIMIT_FSIZE still caps any single file). The sandbox's lifetime (``SandboxSpec.timeout_s``)
 is checked in the same loop.
+
+Only what writes can change the sum: the sandbox's processes and farm's own file writes
+into it. So a round sums only while a process runs (``busy``), once more after the last
+one ends, and after farm wrote (``wrote``); an idle sandbox (a warm one in the pool, a
+grading sandbox between commands, an agent's after its CLI ended) costs no walk. The
+bound is unchanged: nothing unseen can have written since the last sum.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class Watchdog:
         interval_s: float,
         lifetime_s: float | None,
         kill: Callable[[], Awaitable[None]],
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self._path = path
         self._paths = [path, *(extra_paths or [])]
@@ -76,6 +83,9 @@ class Watchdog:
         self._deadline = time.monotonic() + lifetime_s if lifetime_s else None
         self._lifetime_s = lifetime_s
         self._kill = kill
+        self._busy = busy  # None: always sum
+        self._written = True  # the first round sums (the directories as made)
+        self.walks = 0  # disk sums done (the cost this module keeps low)
         self.breaches: dict[str, str] = {}  # kind -> reason (the latest)
         self._task: asyncio.Task[None] | None = None
 
@@ -92,12 +102,23 @@ class Watchdog:
                 pass
             self._task = None
 
+    def wrote(self) -> None:
+        """Something may have changed the disk use (a command started, farm wrote a file):
+        the next round sums."""
+        self._written = True
+
     async def check(self) -> None:
         """One round: lifetime, then disk."""
         if self._deadline is not None and time.monotonic() > self._deadline and "lifetime" not in self.breaches:
             self.breaches["lifetime"] = f"lifetime: {self._lifetime_s:g} s exceeded: processes killed"
             await self._kill()
-        if self._disk_bytes is not None:
+        if self._disk_bytes is None:
+            return
+        busy = self._busy() if self._busy is not None else True
+        if busy or self._written:
+            # a writer still running keeps the flag: the round after it ends sums what it left
+            self._written = busy
+            self.walks += 1
             used = sum([await asyncio.to_thread(disk_usage, p) for p in self._paths])
             if used > self._disk_bytes:
                 self.breaches["disk"] = (

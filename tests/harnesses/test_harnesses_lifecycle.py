@@ -161,6 +161,23 @@ async def test_gateway_lost_during_run_stops_the_cli(sandbox, gateway) -> None:
     assert not host_pids_with(f"sleep {marker}")
 
 
+@pytest.mark.parametrize("idle_s", [0.0, 100.0], ids=["served", "quiet"])
+async def test_the_watch_probes_only_a_session_the_gateway_has_not_served(sandbox, gateway, idle_s) -> None:
+    """A session the gateway served within the watch interval is not probed (the request
+    proved the path); a quiet one is, and a dead path then stops the CLI as before."""
+    h = await prepared(sandbox, "sleep 3\n", watch_interval_s=0.3, max_failed_probes=2, probe_timeout_s=1)
+    task = asyncio.ensure_future(h.run(sandbox, make_run(sandbox, gateway.base_url, budget=120),
+                                       session_idle_s=lambda: idle_s))
+    await asyncio.sleep(1.0)
+    await gateway.stop()
+    res = await asyncio.wait_for(task, 60)
+    if idle_s == 0.0:
+        assert res.status is RolloutStatus.COMPLETED, res.reason
+    else:
+        assert res.status is RolloutStatus.ENGINE_ERROR
+        assert "unreachable from the sandbox during the run" in res.reason
+
+
 async def test_cli_stuck_retrying_is_stopped(sandbox, gateway) -> None:
     retry = {"type": "system", "subtype": "api_retry", "max_retries": 10, "error_status": 401, "error": "authentication_failed"}
     lines = "\n".join(f"echo '{json.dumps({**retry, 'attempt': i})}'; sleep 0.1" for i in range(1, 4))
@@ -214,3 +231,23 @@ async def test_upload_when_the_sandbox_cannot_see_the_cache(sandbox, gateway, tm
     assert res.final_message == f"ran from {remote}"
     assert list((tmp_path / "npm-cache").glob("*.tar.gz"))  # built once, reused next time
 
+
+
+async def test_a_late_answer_within_the_probe_timeout_counts(sandbox) -> None:
+    """A gateway slow to answer (a CPU-starved node) is reachable: the probe's attempt waits
+    for the answer until its timeout, not 3 s and a new jail."""
+    from farm.harnesses.probe import probe_gateway
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(3.5)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await probe_gateway(sandbox, f"http://127.0.0.1:{port}", timeout_s=8) is None
+    finally:
+        server.close()

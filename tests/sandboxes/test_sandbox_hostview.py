@@ -120,6 +120,30 @@ async def test_limits_hold_per_sandbox_and_are_recorded(local_cfg: SandboxConfig
         assert result.stdout == "25\n" and good.breaches == []
 
 
+async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxConfig) -> None:
+    """An idle sandbox costs no walk; what a command wrote is summed after it ends, also
+    when a round ran while it was still running; farm's own writes are summed too. (The
+    rounds are driven by hand: the watchdog's own loop waits an hour here.)"""
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600))
+    async with await create_sandbox(cfg, SandboxSpec()) as sb:
+        dog = sb._watchdog
+        await dog.check()
+        walks = dog.walks
+        await dog.check()
+        assert dog.walks == walks, "an idle sandbox was walked"
+        proc = await sb.start("sleep 0.5; fallocate -l 60M big")
+        await dog.check()  # while it runs: nothing written yet
+        assert dog.walks == walks + 1 and sb.breaches == []
+        assert (await proc.wait(60)).exit_code == 0
+        await dog.check()
+        assert [b for b in sb.breaches if b.startswith("disk:")], "what the command wrote was not summed"
+    async with await create_sandbox(cfg, SandboxSpec()) as sb:
+        await sb._watchdog.check()
+        await sb.write_file(f"{sb.root}/upload.bin", b"x" * (60 << 20))
+        await sb._watchdog.check()
+        assert [b for b in sb.breaches if b.startswith("disk:")], "farm's own write was not summed"
+
+
 async def test_lifetime_is_enforced(local_cfg: SandboxConfig) -> None:
     cfg = _cfg(local_cfg, limits=LocalLimits(disk_check_s=0.2))
     async with await create_sandbox(cfg, SandboxSpec(timeout_s=1.0)) as sb:

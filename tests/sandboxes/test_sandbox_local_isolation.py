@@ -175,7 +175,7 @@ print(n)
 
 
 async def _fork_bomb_in_jail(tmp_path: Path) -> None:
-    from farm.sandboxes.bwrap import bwrap_argv, prlimit_prefix
+    from farm.sandboxes.bwrap import HostMounts, bwrap_argv, prlimit_prefix
     from farm.sandboxes.hostview import user_files
 
     root = tmp_path / "root"
@@ -190,9 +190,8 @@ async def _fork_bomb_in_jail(tmp_path: Path) -> None:
         bwrap=shutil.which("bwrap") or "bwrap",
         root=str(root),
         tmp_dir=str(tmp),
-        etc_dir=str(etc),
+        host=HostMounts.of(str(etc), []),
         sock_dir=None,
-        ro_binds=[],
         cwd=str(root),
         env={"PATH": "/usr/bin:/bin"},
         argv=[*prlimit_prefix(shutil.which("prlimit") or "prlimit", LocalLimits(nproc=20), memory_per_process=True),
@@ -328,3 +327,19 @@ async def test_kill_reaps_the_jail_without_orphaning_zombies(local_cfg: SandboxC
         await proc.kill()
         # reaped by the outer bwrap, not left as a zombie for PID 1
         assert [p for p in inner if os.path.exists(f"/proc/{p}")] == []
+
+
+async def test_the_host_view_is_worked_out_once_per_sandbox(local_cfg: SandboxConfig,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's jail shows the same host; resolving it (~40 stats and realpaths) is
+    done at the sandbox's first command, not at each."""
+    from farm.sandboxes import bwrap
+
+    calls = []
+    real = bwrap.HostMounts.of.__func__
+    monkeypatch.setattr(bwrap.HostMounts, "of", classmethod(lambda cls, *a: calls.append(a) or real(cls, *a)))
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        for _ in range(3):
+            res = await sb.exec(["cat", "/etc/hosts"], timeout=60)
+            assert res.exit_code == 0, res.stderr
+    assert len(calls) == 1

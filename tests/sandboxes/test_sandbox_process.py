@@ -21,6 +21,31 @@ async def test_exit_is_seen_while_a_leftover_holds_the_pipes():
     assert time.monotonic() - t0 < 15, "waited for the leftover's pipes"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_a_leftover_in_the_commands_group_is_killed_when_its_result_is_collected():
+    """The command's own group outlives its leader: what is left in it is killed (found by
+    signal 0 to the group, not a scan of /proc); an emptied group is no error."""
+    proc = await HostProcess.spawn(
+        ["bash", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], env={"PATH": "/usr/bin:/bin"}, cwd=None,
+        describe="leftover", max_output_bytes=1 << 16, kill_grace_s=5.0,
+    )  # fmt: skip
+    result = await asyncio.wait_for(proc.wait(timeout=60), 30)
+    leftover = int(result.stdout.split()[0])
+    for _ in range(100):
+        if not _alive(leftover):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(leftover), "the leftover of the command's group survived"
+    await proc.kill()  # idempotent on an emptied group
+
+
 async def test_busy_processes_count_the_agents_tools_not_farms_own(local_cfg):
     """What ``rollout.agent_idle_timeout_s`` reads: a started command alone (the CLI) and
     farm's jail and port relay are not work; a process it starts (a tool) is."""
