@@ -55,11 +55,16 @@ class DurableIds:
     def _in_segments(self, rollout_id: str) -> bool:
         d = np.uint64(digest(rollout_id))
         offsets: list[int] = []
+        matched = False
         for s in self._segments:
             lo, hi = np.searchsorted(s.digests, d, side="left"), np.searchsorted(s.digests, d, side="right")
             if hi > lo:
-                offsets += s.offsets(int(lo), int(hi)).tolist()
-        if not offsets:
+                matched = True
+                try:
+                    offsets += s.offsets(int(lo), int(hi)).tolist()
+                except OSError:  # merged away by a checkpoint in the commit thread just now
+                    pass
+        if not matched:
             return False
         return any(self._line_lists(at, rollout_id) for at in offsets) or self._listed(rollout_id)
 
@@ -118,11 +123,17 @@ class DurableIds:
 
     def ids(self) -> set[str]:
         """Every durable id (the covered ones read back from the segment files)."""
-        out: set[str] = set()
-        for s in self._segments:
-            out.update(s.ids())
-        out.difference_update(self._gone)
-        out.update(self._recent)
+        while True:
+            # recent before segments: a checkpoint in the commit thread sets its segments
+            # before it clears the recent ids, so this sees each id in one or the other
+            recent, gone, segments = set(self._recent), set(self._gone), self._segments
+            try:
+                out = {rid for s in segments for rid in s.ids()}
+                break
+            except FileNotFoundError:  # a segment merged away meanwhile: again, with the new ones
+                continue
+        out.difference_update(gone)
+        out.update(recent)
         return out
 
     def cover(self, segments: list[Segment], covered: int) -> None:
