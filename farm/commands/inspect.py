@@ -60,18 +60,19 @@ def render_sample(sample: Any, decode: Any) -> tuple[str, list[tuple[str, bool]]
 
 def _overview(out: Path, console: Any) -> None:
     """What the directory holds, from its rollouts table (whichever command added the
-    rows), then the last invocation's summary.json, and a note when that one is stale."""
+    rows: its checkpoint's counts and the rows after it, farm.output.tally), then the last
+    invocation's summary.json, and a note when that one is stale."""
     import os
 
     from farm.output.groups import group_size_of
-    from farm.output.reader import OutputReader
-    from farm.run.summary import directory_summary
+    from farm.output.tally import directory_rollouts
+    from farm.run.summary import CumulativeTally, count_invocations
 
-    cols = OutputReader(out).rollout_rows(["turns", "output_tokens"])
-    if cols:
-        size = group_size_of(out) if (out / "run_config.yaml").is_file() else 1
-        now = directory_summary(out, size).model_dump()
-        now.update(turns=sum(r["turns"] for r in cols), output_tokens=sum(r["output_tokens"] for r in cols))
+    size = group_size_of(out) if (out / "run_config.yaml").is_file() else 1
+    tally = directory_rollouts(out, size, CumulativeTally)
+    if tally.rollouts:
+        now = tally.summary(count_invocations(out)).model_dump()
+        now.update(turns=tally.turns, output_tokens=tally.output_tokens)
     else:
         now = {"rollouts": 0}
     console.print(f"[bold]output directory[/bold] {out} (read from its rollouts table)")

@@ -1,23 +1,28 @@
 """A table's manifest checkpoint: what the first ``offset`` bytes of its manifest hold,
 so that opening the table (a resume, ``farm verify --repair`` aside) reads only the
-manifest lines written after it instead of every line of a run of a million rollouts.
+manifest lines written after it instead of every line of a run of a million rollouts,
+and the run's end and ``farm inspect`` count the rows it covers without reading them.
 
 ``.<manifest name>.checkpoint`` beside the manifest (e.g. ``.rollouts.manifest.jsonl.checkpoint``)
 is one JSON document and a last line with its own checksum. It holds the byte offset of
-the manifest it covers (the end of a complete line), the hash of
-the last covered line and where it starts, the table's facts up to there (shards, rows,
-bytes, the next shard sequence number) and the durable rollout ids of the covered lines.
+the manifest it covers (the end of a complete line), the hash of the last covered line
+and where it starts, the table's facts up to there (shards, rows, bytes, the next shard
+sequence number), the segments holding the durable rollout ids of the covered lines
+(:mod:`farm.output.segments`: names, sizes, checksums) and what the covered rows add up
+to (``counts``, :mod:`farm.output.tally`).
 
 The manifest stays the source of truth; its format is unchanged (a directory without
 checkpoints opens the way it always did). A checkpoint is written only by the table's
-writer (holding its lock), after the lines it covers are durable, atomically: a
-temporary file, fsync, rename, fsync of the directory. It is used only when it matches
-the manifest: the file is at least ``offset`` bytes long and the bytes just before
-``offset`` are the covered last line (its hash, preceded by a newline or the start of
-the file). A recovery that rewrites the manifest (a line dropped, a rollout retracted)
-moves or changes that line, so the checkpoint no longer matches; a manifest cut short
-ends before ``offset``. A missing, stale, corrupt or mismatching checkpoint is ignored
-(a log line says why) and the whole manifest is read: never trusted over the manifest.
+writer (holding its lock), after the lines it covers are durable and its segments are
+written, atomically: a temporary file, fsync, rename, fsync of the directory. It is used
+only when it matches the manifest: the file is at least ``offset`` bytes long and the
+bytes just before ``offset`` are the covered last line (its hash, preceded by a newline
+or the start of the file), and, to open a writer, when every segment it lists is there
+with its checksum. A recovery that rewrites the manifest (a line dropped, a rollout
+retracted) moves or changes that line, so the checkpoint no longer matches; a manifest
+cut short ends before ``offset``. A missing, stale, corrupt or mismatching checkpoint is
+ignored (a log line says why) and the whole manifest is read: never trusted over the
+manifest.
 """
 
 from __future__ import annotations
@@ -27,15 +32,16 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
-from farm.errors import ShardError
 from farm.output.manifest import fsync_dir, write_durable
+from farm.output.segments import Segment, SegmentRef, load_segment, prune
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 2  # 2: with the digests
+CHECKPOINT_VERSION = 3  # 2: with the digests; 3: the ids in segment files, the counts
 _CHUNK = 1 << 16
 
 
@@ -59,8 +65,9 @@ class Checkpoint:
     rows: int
     bytes: int
     next_seq: int  # the next shard sequence number after them
-    ids: tuple[str, ...]  # this table's durable rollout ids listed in them
-    digests: str  # their sorted xxh3_64 digests, little-endian uint64, base64 (farm.output.durable)
+    segments: tuple[SegmentRef, ...]  # the durable rollout ids listed in them (farm.output.segments)
+    next_segment: int  # the next segment file number
+    counts: dict[str, Any] | None = None  # what their rows add up to (farm.output.tally), None: not kept
 
 
 def last_line(path: Path, end: int) -> tuple[int, bytes]:
@@ -88,15 +95,20 @@ def last_line(path: Path, end: int) -> tuple[int, bytes]:
 
 
 def make_checkpoint(manifest_path: Path, table: str, *, end: int, shards: int, rows: int, nbytes: int,
-                    next_seq: int, ids: tuple[str, ...], digests: str) -> Checkpoint:  # fmt: skip
+                    next_seq: int, segments: list[SegmentRef], next_segment: int,
+                    counts: dict[str, Any] | None) -> Checkpoint:  # fmt: skip
     start, line = last_line(manifest_path, end)
     return Checkpoint(table=table, offset=end, last_line_start=start,
                       last_line_hash=_line_hash(line) if line else "", shards=shards, rows=rows, bytes=nbytes,
-                      next_seq=next_seq, ids=ids, digests=digests)  # fmt: skip
+                      next_seq=next_seq, segments=tuple(segments), next_segment=next_segment,
+                      counts=counts)  # fmt: skip
 
 
 def write_checkpoint(manifest_path: Path, cp: Checkpoint) -> None:
-    """Atomically replace the table's checkpoint (temp file, fsync, rename, fsync dir)."""
+    """Atomically replace the table's checkpoint (its segment files made durable first: the
+    directory fsynced; then temp file, fsync, rename, fsync dir), then remove the segment
+    files it no longer lists."""
+    fsync_dir(manifest_path.parent)
     body = json.dumps({"version": CHECKPOINT_VERSION, **asdict(cp)}, separators=(",", ":")).encode()
     path = checkpoint_path(manifest_path)
     tmp = path.with_name(path.name + ".tmp")
@@ -104,11 +116,12 @@ def write_checkpoint(manifest_path: Path, cp: Checkpoint) -> None:
     write_durable(tmp, body + b"\n" + _line_hash(body).encode() + b"\n")
     os.replace(tmp, path)
     fsync_dir(path.parent)
+    prune(manifest_path, cp.segments)
 
 
-def load_checkpoint(manifest_path: Path, table: str) -> Checkpoint | None:
+def read_checkpoint(manifest_path: Path, table: str) -> Checkpoint | None:
     """The table's checkpoint if there is one and it matches the manifest, else None (a
-    log line says why one that exists is not used)."""
+    log line says why one that exists is not used). Its segments are not read."""
     path = checkpoint_path(manifest_path)
     try:
         data = path.read_bytes()
@@ -123,14 +136,20 @@ def load_checkpoint(manifest_path: Path, table: str) -> Checkpoint | None:
     return cp
 
 
-def checkpoint_ids(manifest_path: Path, table: str) -> tuple[str, ...]:
-    """The ids of the checkpoint its writer trusts (it loaded or wrote it): raises rather
-    than return fewer."""
-    path = checkpoint_path(manifest_path)
-    cp, why = _parse(path.read_bytes(), table)
+def load_checkpoint(manifest_path: Path, table: str) -> tuple[Checkpoint, list[Segment]] | None:
+    """The table's checkpoint and its segments, each checked (``read_checkpoint``, then every
+    segment there with its checksum), else None with a log line saying why."""
+    cp = read_checkpoint(manifest_path, table)
     if cp is None:
-        raise ShardError(f"{path}: {why}")
-    return cp.ids
+        return None
+    segments = []
+    for ref in cp.segments:
+        seg, why = load_segment(manifest_path, ref)
+        if seg is None:
+            log.warning("%s: checkpoint not used (%s): reading the whole manifest", checkpoint_path(manifest_path), why)
+            return None
+        segments.append(seg)
+    return cp, segments
 
 
 def _parse(data: bytes, table: str) -> tuple[Checkpoint | None, str | None]:
@@ -141,14 +160,12 @@ def _parse(data: bytes, table: str) -> tuple[Checkpoint | None, str | None]:
         raw = json.loads(body)
         if raw.pop("version", None) != CHECKPOINT_VERSION:
             return None, "written by another version"
-        raw["ids"] = tuple(raw["ids"])
+        raw["segments"] = tuple(SegmentRef(**r) for r in raw["segments"])
         cp = Checkpoint(**raw)
     except (ValueError, TypeError, KeyError) as exc:
         return None, f"corrupt: {exc}"
     if cp.table != table:
         return None, f"it is table {cp.table!r}'s"
-    if len(cp.digests) != 4 * -(-8 * len(cp.ids) // 3):  # base64 of 8 bytes an id
-        return None, "corrupt: its digests do not match its ids"
     return cp, None
 
 
@@ -175,3 +192,4 @@ def _mismatch(manifest_path: Path, cp: Checkpoint) -> str | None:
 
 def remove_checkpoint(manifest_path: Path) -> None:
     checkpoint_path(manifest_path).unlink(missing_ok=True)
+    prune(manifest_path, ())

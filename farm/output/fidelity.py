@@ -1,16 +1,17 @@
 """Token fidelity of an output directory, from its Samples' metadata (``fidelity``,
 measured by ``farm.gateway.fidelity``): run totals and the Samples worst first. Used by
-``farm inspect --fidelity`` and the run summary."""
+``farm inspect --fidelity``, the report and the run summary (whose totals come from the
+Samples checkpoint's counts and the Samples after it: :func:`directory_fidelity`)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
+from farm.output.tally import KINDS, FidelityTally, directory_fidelity, fidelity_of
 
-KINDS = ("model_output", "tool_result", "template")
+__all__ = ["KINDS", "directory_fidelity", "fidelity_report", "fidelity_totals", "measured_samples"]
 
 
 def measured_samples(out: Path) -> Iterator[dict[str, Any]]:
@@ -21,27 +22,16 @@ def measured_samples(out: Path) -> Iterator[dict[str, Any]]:
     for entry in reader.entries():
         table = reader.read_shard(entry).select(["rollout_id", "chain_index", "chain_kind", "metadata"])
         for rid, chain, kind, meta in zip(*(table[c].to_pylist() for c in table.column_names)):
-            fid = json.loads(meta).get("fidelity") if meta else None
-            if fid and "error" not in fid:
+            fid = fidelity_of(meta)
+            if fid is not None:
                 yield {"rollout_id": rid, "chain_index": chain, "chain_kind": kind, **fid}
 
 
 def fidelity_totals(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The run totals of measured Samples, folded as they come (the run summary keeps no
-    row per Sample)."""
-    n = seen = differing = with_differences = specials = 0
-    kinds = dict.fromkeys(KINDS, 0)
-    for r in rows:
-        n += 1
-        seen += r["seen_tokens"]
-        differing += r["differing_tokens"]
-        with_differences += bool(r["differing_tokens"])
-        specials += r.get("special_tokens_in_content", 0)  # special-token text inside content; older records lack it
-        for k in KINDS:
-            kinds[k] += r[k]
-    return {"samples_measured": n, "context_tokens": seen, "differing_tokens": differing,
-            "differing_pct": round(100 * differing / seen, 3) if seen else 0.0,
-            "samples_with_differences": with_differences, **kinds, "special_tokens_in_content": specials}  # fmt: skip
+    """The run totals of measured Samples, folded as they come (no row per Sample kept)."""
+    tally = FidelityTally()
+    tally.add(rows)
+    return tally.totals()
 
 
 def fidelity_report(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

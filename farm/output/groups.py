@@ -62,14 +62,17 @@ class GroupState:
         """Rollouts without a trainable outcome (failed or not run yet)."""
         return max(0, self.size - len(self.trainable))
 
+    def add(self, index: int, status: RolloutStatus) -> None:
+        """A recorded rollout of the group: its sample index and status."""
+        (self.trainable if status.trainable else self.infrastructure).add(int(index))
+
 
 def group_states(rows: Iterable[dict], size: int) -> dict[str, GroupState]:
     """Per group, from rows of the rollouts table (``group_id``, ``sample_index``, ``status``)."""
     groups: dict[str, GroupState] = {}
     for r in rows:
         g = groups.setdefault(r["group_id"], GroupState(r["group_id"], size))
-        status = RolloutStatus(r["status"])
-        (g.trainable if status.trainable else g.infrastructure).add(int(r["sample_index"]))
+        g.add(r["sample_index"], RolloutStatus(r["status"]))
     return groups
 
 
@@ -80,7 +83,7 @@ def group_size_of(out_dir: str | os.PathLike[str]) -> int:
 
 
 def read_group_states(out_dir: str | os.PathLike[str], size: int | None = None) -> dict[str, GroupState]:
-    from farm.output.writer import ROLLOUTS_TABLE
+    from farm.output.reader import ROLLOUTS_TABLE
 
     reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
     rows = reader.read_table().select(["group_id", "sample_index", "status"]).to_pylist() if reader.entries() else []
@@ -195,7 +198,7 @@ class GroupReader:
         self.directory = Path(directory)
         self.size = size if size is not None else group_size_of(self.directory)
         self.order, self.include_incomplete, self.accept = order, include_incomplete, accept
-        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
 
         self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
         self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Container
 from pathlib import Path
 
 import pyarrow as pa
@@ -76,13 +77,15 @@ class RecoveryReport(BaseModel):
 
 def recover_table(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
                   *, verify: bool = True, rebuild: bool = False,
-                  checkpoint: Checkpoint | None = None) -> tuple[list[ManifestEntry], RecoveryReport]:
+                  checkpoint: Checkpoint | None = None,
+                  covered: Container[str] = ()) -> tuple[list[ManifestEntry], RecoveryReport]:
     """Bring one table's manifest and shard files back to agreement; see the module doc.
 
-    With a ``checkpoint`` (one that matched the manifest), only the lines after it are
-    read and checked, and returned: the shards it covers were sealed and fsynced before
-    it was written (``farm verify`` checks them). Should a line after it need dropping
-    (the manifest is then rewritten), the whole manifest is read and checked instead."""
+    With a ``checkpoint`` (one that matched the manifest; ``covered``: the ids its lines
+    list), only the lines after it are read and checked, and returned: the shards it
+    covers were sealed and fsynced before it was written (``farm verify`` checks them).
+    Should a line after it need dropping (the manifest is then rewritten), the whole
+    manifest is read and checked instead."""
     rep = RecoveryReport()
     table_dir = directory / name
     names = os.listdir(table_dir)  # one listing (names, not paths: a table may hold 10^5 shards)
@@ -92,7 +95,8 @@ def recover_table(directory: Path, name: str, schema: pa.Schema, manifest_path: 
             rep.temp_files_removed += 1
     if checkpoint is not None:
         names = [n for n in names if not n.startswith(".")]
-        return _recover_tail(directory, name, schema, manifest_path, fmt_suffix, verify, checkpoint, rep, names)
+        return _recover_tail(directory, name, schema, manifest_path, fmt_suffix, verify, checkpoint, rep, names,
+                             covered)  # fmt: skip
     try:
         read = read_manifest(manifest_path)
     except ShardError as exc:
@@ -130,8 +134,8 @@ def recover_table(directory: Path, name: str, schema: pa.Schema, manifest_path: 
 
 
 def _recover_tail(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
-                  verify: bool, cp: Checkpoint, rep: RecoveryReport,
-                  names: list[str]) -> tuple[list[ManifestEntry], RecoveryReport]:  # fmt: skip
+                  verify: bool, cp: Checkpoint, rep: RecoveryReport, names: list[str],
+                  covered: Container[str]) -> tuple[list[ManifestEntry], RecoveryReport]:  # fmt: skip
     try:
         read = read_manifest(manifest_path, cp.offset)
     except ShardError:
@@ -164,7 +168,7 @@ def _recover_tail(directory: Path, name: str, schema: pa.Schema, manifest_path: 
     # from ``next_seq`` on; the ones before are listed by the lines the checkpoint covers
     late = [n for n in shards if _seq_of(n) >= cp.next_seq]
     _adopt_orphans(directory, name, schema, manifest_path, fmt_suffix, tail, rep,
-                   committed=set(cp.ids), candidates=late)  # fmt: skip
+                   covered=covered, candidates=late)  # fmt: skip
     return [e for e in tail if e.table == name], rep
 
 
@@ -189,12 +193,13 @@ def _seq_of(name: str) -> int:
 
 
 def _adopt_orphans(directory: Path, name: str, schema: pa.Schema, manifest_path: Path, fmt_suffix: dict[str, str],
-                   good: list[ManifestEntry], rep: RecoveryReport, *, committed: set[str] | None = None,
+                   good: list[ManifestEntry], rep: RecoveryReport, *, covered: Container[str] = (),
                    candidates: list[str] | None = None) -> None:  # fmt: skip
-    """``candidates``: the file names that may be unlisted (default: every file of the table)."""
+    """``candidates``: the file names that may be unlisted (default: every file of the table);
+    ``covered``: ids committed by lines a checkpoint covers (not in ``good``)."""
     table_dir = directory / name
     known = {directory / e.shard for e in good}
-    committed = (committed or set()) | {rid for e in good if e.table == name for rid in e.rollout_ids}
+    committed = {rid for e in good if e.table == name for rid in e.rollout_ids}
     formats = {suffix: fmt for fmt, suffix in fmt_suffix.items()}
     files = table_dir.iterdir() if candidates is None else (table_dir / n for n in candidates)
     orphans = sorted(p for p in files if p.name.startswith(f"{name}-") and p.suffix in formats and p not in known)
@@ -202,7 +207,7 @@ def _adopt_orphans(directory: Path, name: str, schema: pa.Schema, manifest_path:
         fmt = formats[p.suffix]
         try:
             found = inspect_orphan(p, fmt, schema)
-            if committed.intersection(found.rollout_ids):
+            if committed.intersection(found.rollout_ids) or any(rid in covered for rid in found.rollout_ids):
                 raise ShardError(f"{p}: holds rollouts another shard already commits")
         except ShardError:
             rep.quarantined.append(str(quarantine(directory, p, name).relative_to(directory)))

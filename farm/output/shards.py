@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from farm.errors import ShardError
-from farm.output.checkpoint import checkpoint_ids, load_checkpoint, make_checkpoint, write_checkpoint
-from farm.output.durable import DurableIds, decode_digests, encode_digests
+from farm.output.checkpoint import load_checkpoint, make_checkpoint, write_checkpoint
+from farm.output.durable import DurableIds
 from farm.output.integrity import checksum, quarantine, read_shard_file
 from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
 from farm.output.recovery import RecoveryReport, append_line, recover_table
@@ -138,20 +138,25 @@ class ShardWriter:
         # ``checkpoints``: open from the manifest's checkpoint (read only the lines after
         # it) and keep one (``checkpoint()``); never when rebuilding a damaged manifest
         self.checkpoints = checkpoints and not rebuild_manifest
-        cp = load_checkpoint(self.manifest_path, name) if self.checkpoints else None
+        loaded = load_checkpoint(self.manifest_path, name) if self.checkpoints else None
+        cp = loaded[0] if loaded else None
+        # membership of the durable ids: digests for those a checkpoint lists (farm.output.durable)
+        self._durable = DurableIds(self.manifest_path, name)
+        if loaded:
+            self._durable.cover(loaded[1], cp.offset)
         try:
             entries, self.recovery = recover_table(self.directory, name, schema, self.manifest_path, SUFFIX,
                                                    verify=verify_on_open, rebuild=rebuild_manifest,
-                                                   checkpoint=cp)  # fmt: skip
+                                                   checkpoint=cp, covered=self._durable)  # fmt: skip
         except BaseException:
             os.close(self._lock_fd)
             raise
         covered = cp if self.recovery.from_checkpoint else None
-        # membership of the durable ids: digests for those a checkpoint lists (farm.output.durable)
-        self._durable = DurableIds(self.manifest_path, name, lambda: checkpoint_ids(self.manifest_path, name))
-        if covered:
-            self._durable.cover(decode_digests(covered.digests))
+        if covered is None:
+            self._durable.cover([], 0)
         self._durable.add(rid for e in entries for rid in e.rollout_ids)
+        self.checkpoint_counts = covered.counts if covered else None  # what the rows it covers add up to
+        self._next_segment = covered.next_segment if covered else 0
         # the lines since the last checkpoint (all of them without one): the earlier ones
         # are not kept in memory (``entries`` reads them back)
         self._entries = entries
@@ -208,19 +213,22 @@ class ShardWriter:
     def totals(self) -> dict[str, int]:
         return {"shards": self._shards, "rows": self._rows, "bytes": self._bytes}
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, counts: dict[str, Any] | None = None) -> None:
         """Write the table's checkpoint (:mod:`farm.output.checkpoint`) covering every sealed
-        shard: the next open reads only the lines after it, and the entries it covers
-        are no longer kept in memory."""
+        shard, with what their rows add up to (``counts``, :mod:`farm.output.tally`): the
+        next open reads only the lines after it, and the entries it covers are no longer
+        kept in memory."""
         self._check_open()
         if not self.checkpoints:
             return
         end = os.stat(self.manifest_path).st_size if self.manifest_path.exists() else 0
-        covered = self._durable.merged()
+        self._next_segment, segments = self._durable.seal(end, self._next_segment)
         write_checkpoint(self.manifest_path, make_checkpoint(
             self.manifest_path, self.name, end=end, shards=self._shards, rows=self._rows, nbytes=self._bytes,
-            next_seq=self._next_seq, ids=tuple(self._durable.ids()), digests=encode_digests(covered)))  # fmt: skip
-        self._durable.cover(covered)
+            next_seq=self._next_seq, segments=[s.ref for s in segments], next_segment=self._next_segment,
+            counts=counts))  # fmt: skip
+        self._durable.cover(segments, end)
+        self.checkpoint_counts = counts
         self._entries = []
         self._covered = True
 

@@ -45,6 +45,7 @@ from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.trajectory.schema import SAMPLE_SCHEMA, sample_metadata_json, samples_to_table
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
+from farm.output.tally import ROLLOUT_COLUMNS, FidelityTally, RolloutsTally
 
 
 class FinishedRollout(Protocol):
@@ -132,10 +133,12 @@ class StoredSummaries(Mapping[str, RolloutSummary]):
 
 class OutputWriter:
     def __init__(self, out_dir: str | Path, output: OutputConfig, *, rebuild: bool = False,
-                 checkpoints: bool = True) -> None:  # fmt: skip
+                 checkpoints: bool = True, group_size: int | None = None) -> None:  # fmt: skip
         """``rebuild``: a corrupt manifest is rebuilt from its shards (``farm verify --repair``).
         ``checkpoints``: open each table from its manifest checkpoint and keep them
-        (:mod:`farm.output.checkpoint`); off, every manifest line is read (as before them)."""
+        (:mod:`farm.output.checkpoint`); off, every manifest line is read (as before them).
+        ``group_size``: the groups the checkpoints' counts are kept for (default: the
+        ``n_samples`` of the directory's ``run_config.yaml``, 1 without one)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         common = dict(format=output.format, max_bytes=output.shard_max_bytes, compression=output.compression,
@@ -163,6 +166,13 @@ class OutputWriter:
         self._tail_only = self.samples.from_checkpoint and self.rollouts.from_checkpoint
         self._promised: dict[str, int] = self._load_promised()  # rollout id -> Samples its row promises (at open)
         self.summaries = StoredSummaries(self.rollouts, self.rollouts_reader)
+        # what each table's rows add up to as of its checkpoint (farm.output.tally; None: every
+        # row is folded when the next checkpoint is written)
+        self.group_size = group_size if group_size is not None else _group_size(self.out_dir)
+        self._counts: dict[str, RolloutsTally | FidelityTally | None] = {
+            ROLLOUTS_TABLE: RolloutsTally.from_counts(self.rollouts.checkpoint_counts, self.group_size),
+            SAMPLES_TABLE: FidelityTally.from_counts(self.samples.checkpoint_counts),
+        }
         self._buffer = Batch()
         self.buffered_rows = 0
         self.shards_written: dict[str, int] = {SAMPLES_TABLE: 0, ROLLOUTS_TABLE: 0, TRANSCRIPTS_TABLE: 0}
@@ -235,11 +245,31 @@ class OutputWriter:
         return have
 
     def checkpoint(self) -> None:
-        """Write every table's manifest checkpoint: rollouts first, Samples last (see
-        ``_tail_only``). Called between commits only."""
+        """Write every table's manifest checkpoint with what its rows add up to (``_fold``):
+        rollouts first, Samples last (see ``_tail_only``). Called between commits only."""
         for w in (self.rollouts, self.transcripts, self.samples):
             if w is not None and (w.entries_since_checkpoint or not w.checkpointed):
-                w.checkpoint()
+                tally = self._fold(w)
+                w.checkpoint(tally.to_counts() if tally is not None else None)
+                self._counts[w.name] = tally
+
+    def _fold(self, w: ShardWriter) -> RolloutsTally | FidelityTally | None:
+        """The counts of ``w``'s table at the checkpoint about to be written: those of its
+        last checkpoint and the rows since, read back (every row when there are none)."""
+        if w.name not in self._counts:
+            return None
+        tally = self._counts[w.name] if w.checkpointed else None
+        entries = w.entries_since_checkpoint
+        if tally is None:
+            tally = RolloutsTally(self.group_size) if w is self.rollouts else FidelityTally()
+            entries = w.entries
+        self._counts[w.name] = None  # folded in place: not the last checkpoint's any more
+        for entry in entries:
+            if isinstance(tally, RolloutsTally):
+                tally.add(self.rollouts_reader.read_shard(entry).select(ROLLOUT_COLUMNS).to_pylist())
+            else:
+                tally.add_metadata(self.samples_reader.read_shard(entry).column("metadata").to_pylist())
+        return tally
 
     def _checkpoint_due(self) -> bool:
         """After a number of rollouts-table lines that grows with the table (an eighth of
@@ -340,6 +370,17 @@ def sample_table(batch: Batch) -> tuple[list[tuple[str, int]], pa.Table]:
     metadata = [m for rid in ids for m in batch.metadata[rid]]
     table = samples_to_table(samples, metadata) if samples else SAMPLE_SCHEMA.empty_table()
     return [(rid, len(batch.samples[rid])) for rid in ids], table
+
+
+def _group_size(out_dir: Path) -> int:
+    import yaml
+
+    from farm.output.groups import group_size_of
+
+    try:
+        return group_size_of(out_dir) if (out_dir / "run_config.yaml").is_file() else 1
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):  # unreadable: groups of one
+        return 1
 
 
 RolloutStore = OutputWriter  # its name before issue 29

@@ -89,10 +89,10 @@ def _fidelity(totals: dict[str, Any] | None) -> str:
 
 
 def _fidelity_totals(out: Path) -> dict[str, Any] | None:
-    from farm.output.fidelity import fidelity_totals, measured_samples
+    from farm.output.fidelity import directory_fidelity
 
     try:
-        return fidelity_totals(measured_samples(out))
+        return directory_fidelity(out).totals()
     except Exception:  # noqa: BLE001 - a damaged shard: the rest of the report still renders
         return None
 

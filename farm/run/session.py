@@ -262,10 +262,10 @@ class RunSession:
 
 def _fidelity(out_dir: Path) -> dict[str, Any] | None:
     """The output's token-fidelity totals (never fails the run's end)."""
-    from farm.output.fidelity import fidelity_totals, measured_samples
+    from farm.output.fidelity import directory_fidelity
 
     try:
-        return fidelity_totals(measured_samples(out_dir))
+        return directory_fidelity(out_dir).totals()  # the Samples checkpoint's counts and the Samples after it
     except Exception as exc:  # noqa: BLE001 - a summary field, not worth a failed run
         log.warning("token fidelity totals not computed: %s", exc)
         return None

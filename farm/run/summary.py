@@ -16,11 +16,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.output.groups import GroupState
 from farm.output.rows import RolloutSummary
-from farm.status import RolloutStatus
-
-RESOLVED_REWARD = 1.0
+from farm.output.tally import RESOLVED_REWARD, RolloutsTally, directory_rollouts
 INVOCATIONS_FILE = "invocations.jsonl"  # one line per `farm run` invocation on this output dir
 log = logging.getLogger(__name__)
 
@@ -231,53 +228,20 @@ class SummaryTally:
 
 
 def cumulative(rows: Sequence[dict], invocations: int, group_size: int = 1) -> CumulativeSummary:
-    """Counts over every recorded rollout (rows of the rollouts table)."""
-    tally = CumulativeTally(group_size)
+    """Counts over every recorded rollout (rows of the rollouts table), every group kept."""
+    tally = CumulativeTally(group_size, keep_complete=True)
     tally.add(rows)
     return tally.summary(invocations)
 
 
-class CumulativeTally:
-    """``cumulative`` folded batch by batch, so the run's end and ``farm inspect`` read a
-    directory of a million rollouts one shard at a time instead of as one list of rows
-    (10^5 rollouts as dicts took the driver from 0.4 to 2.2 GB: scripts/bench_scale.py).
-    What it keeps grows with groups, not rows."""
-
-    def __init__(self, group_size: int = 1) -> None:
-        self.group_size = group_size
-        self.rollouts = self.retried = self.resolved = self.policy = 0
-        self.reward_sum = 0.0
-        self.by_status: Counter[str] = Counter()
-        self.by_class: Counter[str] = Counter()
-        self.flags: Counter[str] = Counter()
-        self.actions: Counter[str] = Counter()
-        self.groups: dict[str, GroupState] = {}
-
-    def add(self, rows: Iterable[dict]) -> None:
-        rewards = []
-        for r in rows:
-            status = RolloutStatus(r["status"])
-            self.rollouts += 1
-            self.by_status[r["status"]] += 1
-            self.by_class[status.failure_class.value] += 1
-            self.retried += r["attempt"] > 1
-            if status.trainable:
-                self.policy += 1
-                self.resolved += r["reward"] >= RESOLVED_REWARD
-                rewards.append(r["reward"])
-            if "group_id" in r:
-                g = self.groups.get(r["group_id"])
-                if g is None:
-                    g = self.groups[r["group_id"]] = GroupState(r["group_id"], self.group_size)
-                (g.trainable if status.trainable else g.infrastructure).add(int(r["sample_index"]))
-            report = _grading(r.get("grading"))
-            self.flags.update(set(report.get("flags") or ()))
-            if report.get("hack_action") in ("zero_reward", "exclude"):
-                self.actions[report["hack_action"]] += 1
-        self.reward_sum = math.fsum([self.reward_sum, *rewards])
+class CumulativeTally(RolloutsTally):
+    """``cumulative`` folded batch by batch (:class:`farm.output.tally.RolloutsTally`): the
+    run's end and ``farm inspect`` start from the rollouts checkpoint's counts and fold
+    the rows after it (:func:`directory_summary`), one shard at a time. What it keeps is one
+    small state per incomplete group, not per row."""
 
     def summary(self, invocations: int) -> CumulativeSummary:
-        incomplete = sorted(g.group_id for g in self.groups.values() if not g.complete)
+        incomplete = self.incomplete()
         return CumulativeSummary(
             rollouts=self.rollouts,
             by_status={k: self.by_status[k] for k in sorted(self.by_status)},
@@ -287,21 +251,13 @@ class CumulativeTally:
             resolved_rate=self.resolved / self.policy if self.policy else 0.0,
             mean_reward=self.reward_sum / self.policy if self.policy else 0.0,
             invocations=invocations,
-            groups=len(self.groups),
-            groups_complete=len(self.groups) - len(incomplete),
+            groups=self.groups_total,
+            groups_complete=self.groups_total - len(incomplete),
             groups_incomplete=len(incomplete),
             incomplete_groups=incomplete[:100],
             grading_flags={k: self.flags[k] for k in sorted(self.flags)},
             hack_actions={k: self.actions[k] for k in sorted(self.actions)},
         )
-
-
-def _grading(raw: str | None) -> dict:
-    try:
-        out = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return out if isinstance(out, dict) else {}
 
 
 def with_history(
@@ -339,13 +295,9 @@ def count_invocations(out_dir: str | Path) -> int:
 
 def directory_summary(out_dir: str | Path, group_size: int = 1) -> CumulativeSummary:
     """What ``out_dir`` holds now, read from its rollouts table (whichever command wrote
-    the rows): the ``cumulative`` of summary.json, never a stale count."""
-    from farm.output.reader import OutputReader
-
-    tally, reader = CumulativeTally(group_size), OutputReader(out_dir).rollouts()
-    columns = ["status", "reward", "attempt", "group_id", "sample_index", "grading"]
-    for batch in reader.iter_batches() if reader.entries() else ():  # one shard at a time
-        tally.add(batch.select(columns).to_pylist())
+    the rows): the ``cumulative`` of summary.json, never a stale count. From the rollouts
+    checkpoint's counts and the rows after it (every row, one shard at a time, without)."""
+    tally = directory_rollouts(out_dir, group_size, CumulativeTally)
     return tally.summary(count_invocations(out_dir))
 
 

@@ -120,7 +120,7 @@ def test_a_covered_rollout_is_still_written_once(tmp_path):
         _add(store, rid)
         store.commit(store.take_buffer())
     assert len(store.rollouts.entries_since_checkpoint) == 2
-    store.checkpoint()  # what the commits do every 256-4,096 lines: the entries it covers leave memory
+    store.checkpoint()  # what the commits do every 256-1,024 lines: the entries it covers leave memory
     assert not store.rollouts.entries_since_checkpoint and not store.samples.entries_since_checkpoint
     store.close()
     assert [len(store.samples.entries), len(store.rollouts.entries)] == [4, 4]
@@ -135,8 +135,8 @@ def _damage_checkpoint_tmp(out) -> None:
 def _damage_checkpoint(out) -> None:
     cp = checkpoint_path(out / "manifest.jsonl")
     data = cp.read_bytes()
-    assert data.count(b'"a3"') == 1
-    cp.write_bytes(data.replace(b'"a3"', b'"a9"'))  # still JSON, but its checksum no longer matches
+    assert data.count(b'"rows":') == 1
+    cp.write_bytes(data.replace(b'"rows":', b'"rows": '))  # still JSON, but its checksum no longer matches
 
 
 def _checkpoint_past_the_end(out) -> None:
@@ -165,10 +165,31 @@ def _tail_shard_lost(out) -> None:
     (out / json.loads(last)["shard"]).unlink()
 
 
+def _segments_of(out, manifest="manifest.jsonl"):
+    return sorted(p for p in out.iterdir() if p.name.startswith(f".{manifest}.ids-"))
+
+
+def _segment_flipped(out) -> None:
+    seg = _segments_of(out)[0]
+    data = bytearray(seg.read_bytes())
+    data[20] ^= 0xFF  # a digest's byte
+    seg.write_bytes(bytes(data))
+
+
+def _segment_lost(out) -> None:
+    _segments_of(out, "rollouts.manifest.jsonl")[0].unlink()
+
+
+def _segment_unlisted(out) -> None:
+    # a crash after a segment was written, before the checkpoint that lists it
+    (out / ".manifest.jsonl.ids-000099-deadbeef").write_bytes(b"FARMIDS1" + bytes(8))
+
+
 @pytest.mark.parametrize(
     "damage, used",
     [(_damage_checkpoint_tmp, True), (_damage_checkpoint, False), (_checkpoint_past_the_end, False),
-     (_manifest_rewritten, False), (_covered_shard_lost, False), (_tail_shard_lost, False)],
+     (_manifest_rewritten, False), (_covered_shard_lost, False), (_tail_shard_lost, False),
+     (_segment_flipped, False), (_segment_lost, False), (_segment_unlisted, True)],
 )  # fmt: skip
 def test_a_bad_checkpoint_is_ignored_and_the_answer_is_the_same(tmp_path, parsed, caplog, damage, used):
     out = tmp_path / "out"
@@ -187,13 +208,25 @@ def test_a_bad_checkpoint_is_ignored_and_the_answer_is_the_same(tmp_path, parsed
 def test_covered_ids_are_digests_and_a_digest_match_is_confirmed(tmp_path, monkeypatch):
     import farm.output.durable as durable
 
-    monkeypatch.setattr(durable, "digest", lambda rid: 7)  # every id collides with every other
+    import farm.output.segments as segments
+
+    for module in (durable, segments):
+        monkeypatch.setattr(module, "digest", lambda rid: 7)  # every id collides with every other
     out = tmp_path / "out"
     _write(out, ["a0", "a1", "a2"])
     store = _open(out)
     ids = store.samples._durable
-    assert len(ids._covered) == 3 and ids._covered.dtype.itemsize == 8 and not ids._recent
-    assert "a1" in ids and "b0" not in ids  # the match is checked against the manifest line
+    assert [len(s.digests) for s in ids._segments] == [3] and ids._segments[0].digests.dtype.itemsize == 8
+    assert not ids._recent
+    whole = []
+    monkeypatch.setattr(durable.DurableIds, "_listed", lambda self, rid: whole.append(rid) or False)
+    assert "a1" in ids  # confirmed by the manifest line its offset points at (one of the three)
+    assert whole == []
+    assert "b0" not in ids  # no line at its digest's offsets lists it: the whole manifest is searched
+    assert whole == ["b0"]
+    monkeypatch.undo()
+    for module in (durable, segments):
+        monkeypatch.setattr(module, "digest", lambda rid: 7)
     _add(store, "b0")  # a new rollout whose digest matches a covered one is written, not refused
     store.commit(store.take_buffer())
     _add(store, "a2")  # a covered one is refused
@@ -211,7 +244,10 @@ def test_a_long_run_keeps_only_the_lines_since_its_last_checkpoint(tmp_path, mon
     for w in (store.samples, store.rollouts):
         # what the writer holds per rollout: the lines and the ids since its last checkpoint
         assert len(w.entries_since_checkpoint) < 16 and len(w._durable._recent) < 16
-        assert len(w._durable._covered) > 84 and len(w._durable) == 100
+        covered = [s.ref.count for s in w._durable._segments]
+        assert sum(covered) > 84 and len(w._durable) == 100
+        # each checkpoint wrote only the ids since the one before; merged as a binary counter
+        assert all(a > b for a, b in zip(covered, covered[1:])), covered
     assert checkpoint_path(out / "manifest.jsonl").is_file()
 
 
@@ -239,3 +275,63 @@ def test_a_rollout_retracted_after_the_checkpoint_is_gone_from_it(tmp_path):
     again = _open(out)
     assert again.rollouts.from_checkpoint and sorted(again.summaries) == ["a0", "a2"]
     again.close()
+
+
+def test_segments_hold_what_each_checkpoint_added_and_read_back(tmp_path, monkeypatch):
+    """Each checkpoint writes only the ids its table gained since the one before (a segment
+    file of digests, line offsets and ids); an open reads them back as the same ids."""
+    import farm.output.writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "CHECKPOINT_MIN_LINES", 5)
+    out = tmp_path / "out"
+    rids = [f"a{i}" for i in range(23)]
+    store = _write(out, rids, close=False)  # checkpoints after 5, 10, 15, 20 commits, 3 lines after
+    sizes = [s.ref.count for s in store.samples._durable._segments]
+    assert sizes == [20]  # 5 + 5 -> 10; 10 + 5 + 5 -> 20 (merged when the newest are as large)
+    manifest = (out / "manifest.jsonl").read_bytes()
+    cp = checkpoint_path(out / "manifest.jsonl").read_bytes()
+    assert b'"a1"' not in cp and len(cp) < 1000  # the checkpoint lists segments, not ids
+    assert [p.name for p in _segments_of(out)] == [s.ref.name for s in store.samples._durable._segments]
+    again = _open(out)
+    ids = again.samples._durable
+    assert ids.ids() == set(rids) and len(ids) == 23
+    assert all(r in ids for r in rids) and "a23" not in ids and "a" not in ids
+    seg = ids._segments[0]
+    at = seg.offsets(0, seg.ref.count).tolist()  # each id's offset is the start of the line listing it
+    for rid, offset in zip(sorted(seg.ids(), key=lambda r: int(digest_of(r))), at):
+        line = manifest[offset : manifest.index(b"\n", offset)]
+        assert rid in json.loads(line)["rollout_ids"]
+    again.close()
+
+
+def digest_of(rid: str):
+    from farm.output.segments import digest
+
+    return digest(rid)
+
+
+def test_a_merge_keeps_every_digest_with_its_offset(tmp_path, monkeypatch):
+    import random
+
+    import numpy as np
+
+    import farm.output.segments as segments
+
+    monkeypatch.setattr(segments, "MERGE_CHUNK", 4)  # many merge steps
+    monkeypatch.setattr(segments, "digest", lambda rid: hash(rid) % 50)  # equal digests across parts
+    manifest = tmp_path / "m.jsonl"
+    rng = random.Random(1)
+    parts, want = [], []
+    for k, n in enumerate([17, 9, 1, 30]):
+        ids = [f"p{k}-{i}" for i in range(n)]
+        offsets = [rng.randrange(1 << 40) for _ in ids]
+        parts.append(segments.write_segment(manifest, k, ids, offsets))
+        want += [(hash(r) % 50, o, r) for r, o in zip(ids, offsets)]
+    merged = segments.merge_segments(manifest, 9, parts)
+    d = merged.digests
+    assert merged.ref.count == len(want) and bool(np.all(d[1:] >= d[:-1]))
+    got = sorted(zip(d.tolist(), merged.offsets(0, len(d)).tolist()))
+    assert got == sorted((dg, o) for dg, o, _ in want)
+    assert sorted(merged.ids()) == sorted(r for _, _, r in want)
+    loaded, why = segments.load_segment(manifest, merged.ref)
+    assert why is None and loaded.digests.tolist() == d.tolist()
