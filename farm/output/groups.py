@@ -312,7 +312,7 @@ class GroupReader:
         before it. ``unconsumed``: groups this reader handed out that the caller did not
         consume (a source's buffer): the resumed reader hands them out first. Groups ``poll``
         left out (incomplete, rejected) are not handed out again."""
-        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
 
         back = list(unconsumed)
         entries: dict[str, tuple[ManifestEntry, list[str]]] = {}  # shard -> (its line, rollout ids needed)
@@ -349,7 +349,7 @@ class GroupReader:
         offsets on, never before; its groups' Sample shards are read again. Raises
         ``CursorError`` when it does not fit this directory or reader (a manifest rewritten
         since it was taken, another group size or order)."""
-        from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
+        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
 
         if self._polled:
             raise CursorError("seek() needs a reader that has not read yet")
