@@ -45,10 +45,10 @@ log = logging.getLogger(__name__)
 # (the actor enforces timeout_s itself; this catches a hung actor).
 GUARD_SLACK_S = 120.0
 CONTROL_TIMEOUT_S = 120.0
-# An actor call failed because the actor is gone: dead, restarting, or pinned to a node
-# that died (a node-pinned actor cannot restart anywhere else: unschedulable).
 # How many finished rollout ids the dispatcher remembers to count each once (see _finish).
 RECENT_IDS = 65_536
+# An actor call failed because the actor is gone: dead, restarting, or pinned to a node
+# that died (a node-pinned actor cannot restart anywhere else: unschedulable).
 ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
 
 
