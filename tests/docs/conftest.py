@@ -28,7 +28,7 @@ def site(tmp_path_factory) -> Path:
 def _report_kit():
     """tests/report's writer of a real output directory (sessions recorded through the real
     gateway over the scripted worker, written by the ReducerActor), loaded by path."""
-    spec = importlib.util.spec_from_file_location("report_kit", ROOT / "tests" / "report" / "conftest.py")
+    spec = importlib.util.spec_from_file_location("report_kit", ROOT / "tests" / "report" / "report_helpers.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
