@@ -19,7 +19,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
 from farm.actors import placement, ray_cluster
-from farm.actors.dispatch import ACTOR_LOST, CONTROL_TIMEOUT_S
+from farm.actors.membership import ACTOR_LOST, CONTROL_TIMEOUT_S
 from farm.actors.reaping import Reaper, locations
 from farm.config import FarmConfig
 from farm.secrets import RunSecrets

@@ -1,13 +1,14 @@
 """The driver's dispatch loop: rollouts onto a pool of sandbox actors, with
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
-and cancellation on Ctrl-C. Whether a rollout runs again is ``farm.rollout.retry.decide``
+and cancellation on Ctrl-C. Each dispatch pass sends an actor every rollout it gives it in
+one call, whose answers stream back as each rollout ends (``farm.actors.batches``). Whether a rollout runs again is ``farm.rollout.retry.decide``
 (the actor or reducer decided it when it hands back a summary not durable; the dispatcher
 decides it when an actor was lost, a rollout hung or was aborted as stale); the
 dispatcher only carries the decision out.
 
 Which actor takes a rollout, and which may take none (lost a rollout, waiting for its
-probe; retired), is ``farm.actors.pool.ActorPool``; the dispatcher keeps the Ray refs
-(rollouts in flight, probes, joining actors) and tells the pool what they answered. An
+probe; retired), is ``farm.actors.pool.ActorPool``; ``farm.actors.membership`` keeps the Ray
+refs that decide it (probes, joining actors) and tells the pool what they answered. An
 actor pinned to a node that died is lost the same way (its node's rollouts go to the
 other nodes), and sandbox actors started on nodes that join mid-run (``scale_out``)
 enter the pool once ready.
@@ -20,19 +21,15 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import ray
-from ray.exceptions import (
-    ActorUnavailableError,
-    ActorUnschedulableError,
-    RayActorError,
-    RayTaskError,
-    TaskCancelledError,
-)
+from ray.exceptions import RayTaskError, TaskCancelledError
 
-from farm.actors.pool import ActorPool, Health
+from farm.actors.batches import CANCELLED, MAX_BATCH, Answer, InFlight, Sent
+from farm.actors.dispatch_ports import Feed, Progress, Tally
+from farm.actors.membership import ACTOR_LOST, CONTROL_TIMEOUT_S, Membership
+from farm.actors.pool import ActorPool
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
@@ -44,46 +41,8 @@ log = logging.getLogger(__name__)
 # Slack on top of rollout.timeout_s before the driver stops waiting for a rollout
 # (the actor enforces timeout_s itself; this catches a hung actor).
 GUARD_SLACK_S = 120.0
-CONTROL_TIMEOUT_S = 120.0
 # How many finished rollout ids the dispatcher remembers to count each once (see _finish).
 RECENT_IDS = 65_536
-# An actor call failed because the actor is gone: dead, restarting, or pinned to a node
-# that died (a node-pinned actor cannot restart anywhere else: unschedulable).
-ACTOR_LOST = (RayActorError, ActorUnavailableError, ActorUnschedulableError)
-
-
-class Feed(Protocol):
-    """Where groups come from in continuous mode (farm.run.stream.StreamFeed)."""
-
-    exhausted: bool
-
-    def next(self) -> list[RolloutSpec] | None: ...
-
-
-class Tally(Protocol):
-    """Where finished rollouts are counted (farm.run.summary.SummaryTally: bounded memory)."""
-
-    count: int
-
-    def add(self, summary: RolloutSummary) -> None: ...
-
-
-class Progress(Protocol):
-    """What the loop reports to (farm.run.progress.RunProgress)."""
-
-    def note(self, message: str) -> None: ...
-
-    def grow(self, n: int) -> None: ...
-
-    def advance(self, summary: RolloutSummary, in_flight: int) -> None: ...
-
-
-@dataclass
-class _InFlight:
-    spec: RolloutSpec
-    actor: str
-    started: float
-    version: int = 0  # the farm's weight version when it was dispatched
 
 
 class Dispatcher:
@@ -107,8 +66,8 @@ class Dispatcher:
         self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
         self.pool = ActorPool(actors, capacity=cfg.rollout.concurrency, max_deaths=cfg.ray.actor_max_restarts + 1)
-        self.probes: dict[Any, tuple[str, float]] = {}  # probe ref -> (actor, sent): actors that lost a rollout
-        self.inflight: dict[Any, _InFlight] = {}
+        self.members = Membership(actors, self.pool, progress, scale_out)  # probes, joining actors
+        self.inflight = InFlight()  # rollouts out at actors, and the batches (calls) they went in
         self.queue: deque[RolloutSpec] = deque()
         # What the run's summary needs, kept as rollouts finish (bounded: not one object per
         # rollout); the driver and the trainer's thread read it (``tally.summary(...)``, ``finished``).
@@ -126,12 +85,8 @@ class Dispatcher:
         self.policy_version = 0
         self.stale_dropped = 0  # finished beyond stream.max_staleness, not recorded, run again (on_stale=drop)
         self.stale_aborted = 0  # cancelled at a weight update, run again (on_stale=abort)
-        self._aborting: set[Any] = set()  # refs cancelled as stale
+        self._aborting: set[str] = set()  # rollout ids aborted as stale
         self._versions: queue.SimpleQueue[int] = queue.SimpleQueue()  # weight updates from the trainer's thread
-        # New sandbox actors (nodes that joined mid-run): ``scale_out()`` starts them and gives
-        # {name: ref ready when they are}; they join the pool once ready.
-        self.scale_out = scale_out
-        self.joining: dict[Any, str] = {}
 
     # --- loop ---------------------------------------------------------------
     def run(self, specs: list[RolloutSpec] = (), *, feed: Feed | None = None,
@@ -148,9 +103,10 @@ class Dispatcher:
                 self._apply_versions()
                 self._release_delayed(time.monotonic())
                 self._feed(feed)
-                self._grow()
+                if not self.interrupted:
+                    self.members.grow()
                 self._dispatch()
-                if not self.inflight and not self.probes and not self.joining:
+                if not self.inflight and not self.members.refs:
                     if self.queue and self.pool.empty:
                         self._give_up_all("no sandbox actor left alive")
                     elif self.delayed and not self.queue:
@@ -158,15 +114,13 @@ class Dispatcher:
                     elif feed is not None and not self.queue:
                         time.sleep(0.05)  # back-pressure: the trainer has not consumed enough yet
                     continue
-                refs = [*self.inflight, *self.probes, *self.joining]
+                refs = [*self.inflight.batches, *self.members.refs]
                 ready, _ = ray.wait(refs, num_returns=1, timeout=0.2 if feed is not None else 1.0, fetch_local=False)
                 if ready:
                     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
                 for ref in ready:
-                    if ref in self.probes:
-                        self._probed(ref)
-                    elif ref in self.joining:
-                        self._joined(ref)
+                    if self.members.owns(ref):
+                        self.members.answered(ref)
                     else:
                         self._collect(ref)
                 self._guard(time.monotonic())
@@ -193,22 +147,6 @@ class Dispatcher:
             self.queue.extend(group)
             self.progress.grow(len(group))
 
-    def _grow(self) -> None:
-        if self.scale_out is None or self.interrupted:
-            return
-        for name, ref in self.scale_out().items():
-            self.joining[ref] = name
-
-    def _joined(self, ref: Any) -> None:
-        name = self.joining.pop(ref)
-        try:
-            where = ray.get(ref)
-        except (*ACTOR_LOST, RayTaskError) as exc:
-            self.progress.note(f"actor {name} did not start on its new node: {type(exc).__name__}")
-            return
-        self.pool.joined(name)
-        self.progress.note(f"actor {name} joined on node {where.get('node', '')[:8]}: taking rollouts")
-
     # --- weight versions and staleness -----------------------------------------
     def set_policy_version(self, version: int) -> None:
         """The trainer pushed new weights (any thread): applied by the loop."""
@@ -223,45 +161,93 @@ class Dispatcher:
             stream = self.cfg.stream
             if stream.on_stale != "abort" or stream.max_staleness is None:
                 continue
-            for ref, item in list(self.inflight.items()):
-                if ref not in self._aborting and self.policy_version - item.version > stream.max_staleness:
-                    self._aborting.add(ref)
-                    ray.cancel(ref)
+            for item in self.inflight:
+                rid = item.spec.rollout_id
+                if rid not in self._aborting and self.policy_version - item.version > stream.max_staleness:
+                    self._aborting.add(rid)
+                    self.actors[item.actor].abort.remote(rid)  # its answer comes back cancelled
 
     def _dispatch(self) -> None:
+        plan: dict[str, list[RolloutSpec]] = {}
         while self.queue:
             spec = self.queue[0]
             home = self.homes.get(spec.task.id) if self.cfg.ray.env_affinity else None
             name = self.pool.pick(prefer=home)
             if name is None:
-                return
+                break
             self.homes.setdefault(spec.task.id, name)
             self.queue.popleft()
-            ref = self.actors[name].run.remote(spec)
-            self.inflight[ref] = _InFlight(spec, name, time.monotonic(), self.policy_version)
             self.pool.took(name)
+            plan.setdefault(name, []).append(spec)
+        now = time.monotonic()
+        for name, specs in plan.items():
+            for i in range(0, len(specs), MAX_BATCH):
+                batch = specs[i : i + MAX_BATCH]
+                stream = self.actors[name].run_many.remote(batch)
+                self.inflight.sent(stream, [Sent(spec, name, now, self.policy_version) for spec in batch])
 
-    def _release(self, ref: Any) -> _InFlight:
-        item = self.inflight.pop(ref)
-        self.pool.freed(item.actor)
+    def _back(self, rollout_id: str) -> Sent | None:
+        """Take a rollout off the actor it was out at (None: no longer out)."""
+        item = self.inflight.back(rollout_id)
+        if item is not None:
+            self.pool.freed(item.actor)
         return item
 
-    def _collect(self, ref: Any) -> None:
-        item = self._release(ref)
-        spec = item.spec
-        aborted = ref in self._aborting
-        self._aborting.discard(ref)
+    def _drop(self, batch: Any) -> list[Sent]:
+        """Forget a batch's stream; its rollouts still out are taken off their actor."""
+        items = self.inflight.drop(batch)
+        for item in items:
+            self.pool.freed(item.actor)
+        return items
+
+    def _collect(self, batch: Any) -> None:
+        """The next message of a batch's stream: answers, or why there are no more."""
         try:
-            summary: RolloutSummary = ray.get(ref)
-        except TaskCancelledError:
-            summary = spec.interrupted(item.actor)
-        except ACTOR_LOST as exc:
-            self._actor_failed(item.actor)
-            self._on_lost(spec, item.actor, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            answers: list[Answer] = ray.get(next(batch))
+        except StopIteration:  # every rollout of it answered (one still out here was never answered)
+            for item in self._drop(batch):
+                self._on_lost(item.spec, item.actor, "its actor's call ended without answering it")
             return
-        except RayTaskError as exc:  # a bug inside SandboxActor.run (it maps every rollout error itself):
-            # recorded at once, never retried: a bug does not go away on a rerun
-            summary = self._record(spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {exc.cause!r}", item.actor)
+        except TaskCancelledError:  # cancelled (the guard, or a stop): those still out were interrupted
+            for item in self._drop(batch):
+                self._settle(item, item.spec.interrupted(item.actor))
+            return
+        except ACTOR_LOST as exc:
+            items = self._drop(batch)
+            if items:
+                self.members.lost(items[0].actor)
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            for item in items:
+                self._on_lost(item.spec, item.actor, why)
+            return
+        except RayTaskError as exc:  # a bug in SandboxActor.run_many itself
+            for item in self._drop(batch):
+                self._settle(item, self._raised(item, repr(exc.cause)))
+            return
+        for answer in answers:
+            item = self._back(answer.rollout_id)
+            if item is None:  # the guard ended it already
+                continue
+            if answer.summary is not None:
+                summary = answer.summary
+            elif answer.error == CANCELLED:
+                summary = item.spec.interrupted(item.actor)
+            else:
+                summary = self._raised(item, answer.error)
+            self._settle(item, summary)
+        if self.inflight.empty(batch):  # all answered: nothing more to wait for on it
+            self._drop(batch)
+
+    def _raised(self, item: Sent, error: str) -> RolloutSummary:
+        """A bug inside SandboxActor.run (it maps every rollout error itself): recorded at
+        once, never retried (a bug does not go away on a rerun)."""
+        return self._record(item.spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {error}", item.actor)
+
+    def _settle(self, item: Sent, summary: RolloutSummary) -> None:
+        """A rollout came back: record it, or carry out its retry decision."""
+        spec = item.spec
+        aborted = spec.rollout_id in self._aborting
+        self._aborting.discard(spec.rollout_id)
         if summary.durable or self.interrupted:
             self._finish(summary)
             return
@@ -319,36 +305,16 @@ class Dispatcher:
         else:
             self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
 
-    def _actor_failed(self, name: str) -> None:
-        """``name`` lost a rollout: no new ones for it until it answers a probe (once per death)."""
-        self._carry_out(name, self.pool.lost(name))
-
-    def _carry_out(self, name: str, health: Health | None) -> None:
-        if health is Health.PROBE:
-            self.probes[self.actors[name].stats.remote()] = (name, time.monotonic())
-        elif health is Health.RETIRED:
-            self.progress.note(f"actor {name} keeps dying: no more rollouts for it")
-
-    def _probed(self, ref: Any) -> None:
-        name, _ = self.probes.pop(ref)
-        try:
-            ray.get(ref)
-        except ACTOR_LOST:  # dead, or not back yet: ask again (bounded)
-            self._carry_out(name, self.pool.probe_failed(name))
-            return
-        except RayTaskError:  # it runs code, so it is alive
-            pass
-        self.pool.probe_answered(name)
-
     def _guard(self, now: float) -> None:
-        for ref, (name, sent) in list(self.probes.items()):
-            if now - sent > CONTROL_TIMEOUT_S:  # restarting for too long: counts as one more death
-                del self.probes[ref]
-                self._carry_out(name, self.pool.probe_failed(name))
-        for ref, item in list(self.inflight.items()):
+        self.members.guard(now)
+        for item in self.inflight:
             if now - item.started > self.guard_s:
-                ray.cancel(ref)
-                self._release(ref)
+                self.actors[item.actor].abort.remote(item.spec.rollout_id)  # if it still hears
+                self._back(item.spec.rollout_id)
+                if self.inflight.empty(item.batch):
+                    ray.cancel(item.batch)
+                    self._drop(item.batch)
+                self._aborting.discard(item.spec.rollout_id)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
                 # a hung actor is an infrastructure failure: it spends the infrastructure budget
                 decision = self._decide(item.spec, RolloutStatus.SANDBOX_ERROR, Ending.HUNG)
@@ -390,25 +356,39 @@ class Dispatcher:
         # Actors first learn the run is stopping: a rollout that ends now (its sandbox
         # closed under it, its CLI killed) is interrupted, never a recorded failure.
         _wait_quietly([a.stop_accepting.remote() for a in self.actors.values()], 10.0)
-        for ref in list(self.inflight):
-            ray.cancel(ref)
+        for batch in self.inflight.batches:
+            ray.cancel(batch)
         deadline = time.monotonic() + drain_s
         try:
             while self.inflight and time.monotonic() < deadline:
-                refs = list(self.inflight)
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-                for ref in ready:
-                    item = self._release(ref)
-                    try:
-                        summary = ray.get(ref)
-                    except Exception:  # cancelled, or the actor died while cleaning up
-                        summary = item.spec.interrupted(item.actor)
-                    self._finish(summary)
+                batches = self.inflight.batches
+                ready, _ = ray.wait(batches, num_returns=len(batches),
+                                    timeout=min(1.0, max(0.0, deadline - time.monotonic())))  # fmt: skip
+                for batch in ready:
+                    self._drain(batch)
         except KeyboardInterrupt:
             pass
-        for ref, item in list(self.inflight.items()):
-            self._release(ref)
+        for item in self.inflight:
+            self._back(item.spec.rollout_id)
             self._finish(item.spec.interrupted(item.actor))
+        for batch in self.inflight.batches:
+            self._drop(batch)
+
+    def _drain(self, batch: Any) -> None:
+        """A stopping run's next message of a batch: what it answered is final; when it is
+        cancelled (or its actor died cleaning up) those still out were interrupted."""
+        try:
+            answers: list[Answer] = ray.get(next(batch))
+        except Exception:  # noqa: BLE001 - cancelled, ended, or the actor died while cleaning up
+            for item in self._drop(batch):
+                self._finish(item.spec.interrupted(item.actor))
+            return
+        for answer in answers:
+            item = self._back(answer.rollout_id)
+            if item is not None:
+                self._finish(answer.summary if answer.summary is not None else item.spec.interrupted(item.actor))
+        if self.inflight.empty(batch):
+            self._drop(batch)
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:

@@ -19,7 +19,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayError
 
 from farm.actors import placement
-from farm.actors.dispatch import CONTROL_TIMEOUT_S
+from farm.actors.membership import CONTROL_TIMEOUT_S
 from farm.config import FarmConfig
 from farm.secrets import RunSecrets
 

@@ -4,8 +4,9 @@ at once through the rollout pipeline.
 A plain class; the driver makes it an async Ray actor (``max_restarts`` > 0,
 ``max_task_retries=0``: a rollout is not idempotent, the driver re-dispatches it).
 Each finished rollout goes to the reducer; ``run`` returns only once the reducer
-acknowledged it (durable), with a small RolloutSummary. Cancelled rollouts are not
-stored (a rerun runs them).
+acknowledged it (durable), with a small RolloutSummary. ``run_many`` (what the dispatcher
+calls) runs a batch of rollouts and streams each one's summary back as it is durable.
+Cancelled rollouts are not stored (a rerun runs them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from farm.actors.batches import CANCELLED, Answer
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec
@@ -48,6 +50,16 @@ def _ray_node() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
+def _answer(rollout_id: str, task: asyncio.Future[RolloutSummary]) -> Answer:
+    if task.cancelled():
+        return Answer(rollout_id, error=CANCELLED)
+    exc = task.exception()
+    if exc is not None:  # a bug in ``run`` (it maps every rollout error to a status itself)
+        log.error("rollout %s: sandbox actor raised", rollout_id, exc_info=exc)
+        return Answer(rollout_id, error=f"{type(exc).__name__}: {exc}")
+    return Answer(rollout_id, task.result())
+
+
 class SandboxActor:
     def __init__(
         self,
@@ -77,7 +89,7 @@ class SandboxActor:
         self.node = ""  # the Ray node id it runs on ('' outside Ray): recorded with each rollout
         self.in_flight = 0
         self._stopping = False  # the run is stopping: rollouts that end now are interrupted
-        self._running: dict[str, asyncio.Task[RolloutResult]] = {}  # execute_stream's rollouts, by id
+        self._running: dict[str, asyncio.Future[Any]] = {}  # execute_stream's and run_many's rollouts, by id
 
     async def ready(self) -> str:
         """Start the gateway (once); returns its URL."""
@@ -176,7 +188,7 @@ class SandboxActor:
                 task.cancel()
 
     async def abort(self, rollout_id: str) -> bool:
-        """Cancel a rollout started with ``execute_stream`` (False: not running here)."""
+        """Cancel a rollout started with ``execute_stream`` or ``run_many`` (False: not running here)."""
         task = self._running.get(rollout_id)
         if task is None or task.done():
             return False
@@ -204,6 +216,36 @@ class SandboxActor:
         if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
             return result.summary().model_copy(update={"durable": False, "retry": decision})
         return await call(self.reducer, "submit", result)
+
+    async def run_many(self, specs: list[RolloutSpec]) -> AsyncIterator[list[Answer]]:
+        """``run`` for each of ``specs`` at once (within the slots), streamed back: yields the
+        answers of the rollouts that finished since the last yield, as soon as there are any
+        (call it with ``num_returns="streaming"``, Ray's default for a generator method).
+        One call for many rollouts is what lets the dispatcher and this actor keep up with
+        short rollouts (a Ray call costs ~1 ms of CPU each side); each rollout still ends on its own.
+        ``abort(rollout_id)`` cancels one of them; cancelling the call cancels those still
+        running, and returns once they cleaned up (their answers are not sent)."""
+        tasks: dict[asyncio.Future[RolloutSummary], str] = {}
+        ended: asyncio.Queue[asyncio.Future[RolloutSummary]] = asyncio.Queue()
+        for spec in specs:
+            task = asyncio.ensure_future(self.run(spec))
+            task.add_done_callback(ended.put_nowait)
+            tasks[task] = spec.rollout_id
+            self._running[spec.rollout_id] = task
+        try:
+            left = len(tasks)
+            while left:
+                batch = [await ended.get()]
+                while not ended.empty():
+                    batch.append(ended.get_nowait())
+                left -= len(batch)
+                yield [_answer(tasks[task], task) for task in batch]
+        finally:
+            for task, rid in tasks.items():
+                if self._running.get(rid) is task:
+                    del self._running[rid]
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def live_tree(self, rollout_id: str) -> Any:
         """The turn tree of a rollout's open gateway session (None when it has none open)."""
