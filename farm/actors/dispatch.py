@@ -307,13 +307,12 @@ class Dispatcher:
 
     def _guard(self, now: float) -> None:
         self.members.guard(now)
-        for item in self.inflight:
-            if now - item.started > self.guard_s:
-                self.actors[item.actor].abort.remote(item.spec.rollout_id)  # if it still hears
-                self._back(item.spec.rollout_id)
-                if self.inflight.empty(item.batch):
-                    ray.cancel(item.batch)
-                    self._drop(item.batch)
+        for batch in self.inflight.batches:  # a batch's rollouts went out together: one age
+            late = self.inflight.left_in(batch)
+            if not late or now - late[0].started <= self.guard_s:
+                continue
+            ray.cancel(batch)  # what still runs of it is cancelled at the actor, if it hears
+            for item in self._drop(batch):
                 self._aborting.discard(item.spec.rollout_id)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
                 # a hung actor is an infrastructure failure: it spends the infrastructure budget
