@@ -1,6 +1,7 @@
 """The driver's progress display: a rich bar on a terminal, one line per rollout in a
-job log (``ray job logs`` is not a terminal); and the run's metrics as it goes, for the
-run loggers (``farm.loggers``) when any is configured."""
+job log (``ray job logs`` is not a terminal) up to ``LINES_PER_S`` a second, past that one
+line a second for the rollouts since; and the run's metrics as it goes, for the run
+loggers (``farm.loggers``) when any is configured."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from farm.output.rows import RolloutSummary
 from farm.run.summary import RESOLVED_REWARD
+
+# A job log stays readable (and printing stays cheap) when rollouts end faster than this:
+# the rollouts past it in a second are summed up in one line.
+LINES_PER_S = 10
 
 
 class RunProgress:
@@ -28,6 +33,9 @@ class RunProgress:
         self.output_tokens = 0
         self.in_flight = 0
         self.t0 = time.monotonic()
+        self._second = self.t0  # the second the last lines went out in, and how many did
+        self._lines = 0
+        self._held: Counter[str] = Counter()  # rollouts past LINES_PER_S not printed yet, by status
         self._bar: Progress | None = None
         self._task = None
         if console.is_terminal:
@@ -50,6 +58,10 @@ class RunProgress:
         return " ".join(f"{k}={v}" for k, v in sorted(self.by_status.items()))
 
     def advance(self, summary: RolloutSummary, in_flight: int) -> None:
+        now = time.monotonic()
+        if now - self._second >= 1.0:  # a new second: first what the last one held
+            self._flush_held()
+            self._second, self._lines = now, 0
         self.done += 1
         self.by_status[summary.status.value] += 1
         self.in_flight = in_flight
@@ -63,7 +75,11 @@ class RunProgress:
         if self._bar is not None:
             self._bar.update(self._task, advance=1, statuses=self._statuses())
             return
-        elapsed = time.monotonic() - self.t0
+        if self._lines >= LINES_PER_S:
+            self._held[summary.status.value] += 1
+            return
+        self._lines += 1
+        elapsed = now - self.t0
         self.console.print(
             f"[{self.done}/{self.total}] {summary.rollout_id} {summary.status.value} "
             f"reward={summary.reward:g} turns={summary.turns} {summary.duration_s:.1f}s"
@@ -73,6 +89,16 @@ class RunProgress:
             markup=False,
             soft_wrap=True,
         )
+
+    def _flush_held(self) -> None:
+        if not self._held:
+            return
+        held = " ".join(f"{k}={v}" for k, v in sorted(self._held.items()))
+        self.console.print(
+            f"[{self.done}/{self.total}] {sum(self._held.values())} more rollouts ended ({held}) | in flight "
+            f"{self.in_flight}, {time.monotonic() - self.t0:.0f}s elapsed, {self._statuses()}",
+            highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+        self._held.clear()
 
     def metrics(self) -> dict[str, float]:
         """The run so far: counts by status, reward mean, throughput (what the loggers get)."""
@@ -96,6 +122,7 @@ class RunProgress:
         self.console.print(message, highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:
+        self._flush_held()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
