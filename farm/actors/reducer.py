@@ -68,7 +68,7 @@ class ReducerActor:
         if metrics:
             from farm.actors.metrics import ActorMetrics
 
-            self._metrics = ActorMetrics(cfg.run_id)
+            self._metrics = ActorMetrics(cfg.run_id, sum_counters=True)  # flushed after each commit
             self._metrics.set_policy_version(self.policy_version)
 
     # --- queries (idempotent) -----------------------------------------------
@@ -114,6 +114,44 @@ class ReducerActor:
         """Make ``result`` durable (once per rollout id); returns the stored summary.
 
         A second submit of the same rollout id returns the first one's summary."""
+        admitted = self._admit(result)
+        if isinstance(admitted, RolloutSummary):
+            return admitted
+        await asyncio.shield(admitted)
+        return self.store.summaries[result.rollout_id]
+
+    async def submit_many(self, results: list[RolloutResult]) -> list[RolloutSummary | str]:
+        """``submit`` for each of ``results`` (one call from a sandbox actor's
+        ``farm.actors.reducer_link.ReducerLink``), all awaited together: the ones buffered
+        together become durable in one commit. Returns once every one is durable (or failed).
+
+        The answers are positional, one per result: its summary, or, when that rollout could
+        not be recorded (its linearization raised, its commit failed), the error as a string
+        ``"Type: message"``. Per result, so one bad rollout fails only its own ``run``, not the
+        batch it came in; a string, because an exception object need not pickle back (a
+        class with required constructor arguments, or from a module the caller lacks), and
+        one answer that does not unpickle would fail the whole call."""
+        answers: list[RolloutSummary | str | asyncio.Future[None]] = []
+        for result in results:
+            try:
+                answers.append(self._admit(result))
+            except Exception as exc:  # this rollout only (a BaseException is the whole call's)
+                answers.append(_error(exc))
+        waiting = {a for a in answers if isinstance(a, asyncio.Future)}
+        if waiting:
+            await asyncio.wait(waiting)  # unlike gather, leaves the commit's futures alone if cancelled
+        out: list[RolloutSummary | str] = []
+        for result, answer in zip(results, answers):
+            if isinstance(answer, asyncio.Future):
+                exc = answer.exception()
+                answer = _error(exc) if exc is not None else self.store.summaries[result.rollout_id]
+            out.append(answer)
+        return out
+
+    def _admit(self, result: RolloutResult) -> RolloutSummary | asyncio.Future[None]:
+        """``submit`` up to the wait: the answer now (already durable; not stored: it reruns
+        or is too stale), or the future of the commit that makes it durable (buffered now,
+        or by an earlier submit of the same id). Raises what buffering it raised."""
         rid = result.rollout_id
         stored = self.store.summaries.get(rid)
         if stored is not None:
@@ -159,8 +197,7 @@ class ReducerActor:
             self._ensure_flusher()
             if self.store.buffered_rows >= self.cfg.output.shard_max_rows:
                 asyncio.get_running_loop().create_task(self.flush())
-        await asyncio.shield(fut)
-        return self.store.summaries[rid]
+        return fut
 
     def _linearize(self, result: RolloutResult) -> list[Any]:
         if result.tree is None or len(result.tree) == 0:
@@ -219,6 +256,8 @@ class ReducerActor:
             try:
                 shards = await asyncio.to_thread(self.store.commit, batch)
             except BaseException as exc:
+                if self._metrics is not None:  # counted when buffered, as before, durable or not
+                    self._metrics.flush_counters()
                 for rid in batch.rollout_ids:
                     fut = self._pending.pop(rid, None)
                     if fut is not None and not fut.done():
@@ -232,6 +271,7 @@ class ReducerActor:
             if self._metrics is not None:
                 for table, n in shards.items():
                     self._metrics.observe_shard(table, n)
+                self._metrics.flush_counters()
             log.debug("reducer: %d rollouts durable in %.3f s", len(batch.rollout_ids), time.monotonic() - t0)
             return len(batch.rollout_ids)
 
@@ -240,11 +280,17 @@ class ReducerActor:
         await self.flush()
         self._closed = True
         if self._metrics is not None:
+            self._metrics.flush_counters()
             self._metrics.close()
         if self._flusher is not None:
             self._flusher.cancel()
         self.store.close()
         return json.loads(json.dumps(await self.stats()))
+
+
+def _error(exc: BaseException) -> str:
+    """A rollout's failure as ``submit_many`` answers it."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _truncation(result: RolloutResult) -> dict[str, Any]:

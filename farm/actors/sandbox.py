@@ -5,8 +5,10 @@ A plain class; the driver makes it an async Ray actor (``max_restarts`` > 0,
 ``max_task_retries=0``: a rollout is not idempotent, the driver re-dispatches it).
 Each finished rollout goes to the reducer; ``run`` returns only once the reducer
 acknowledged it (durable), with a small RolloutSummary. ``run_many`` (what the dispatcher
-calls) runs a batch of rollouts and streams each one's summary back as it is durable.
-Cancelled rollouts are not stored (a rerun runs them).
+calls) runs a batch of rollouts and streams each one's summary back as it is durable. The
+rollouts that finish while earlier ones are on their way to the reducer go together, as one
+``ReducerActor.submit_many`` call (``farm.actors.reducer_link``): a Ray call per batch, not
+per rollout, both ways. Cancelled rollouts are not stored (a rerun runs them).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.actors.batches import CANCELLED, Answer
+from farm.actors.calls import call  # noqa: F401 - its old home (farm.actors.sandbox.call): one release
+from farm.actors.reducer_link import ReducerLink
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec
@@ -26,20 +30,6 @@ from farm.status import RolloutStatus, Verdict
 from farm.secrets import RunSecrets
 
 log = logging.getLogger(__name__)
-
-
-async def call(handle: Any, method: str, *args: Any) -> Any:
-    """Call ``method`` on a Ray actor handle (or a named actor), or on a plain object (in-process tests)."""
-    if isinstance(handle, str):
-        import ray
-
-        handle = ray.get_actor(handle)
-    fn = getattr(handle, method)
-    remote = getattr(fn, "remote", None)
-    if remote is not None:
-        return await remote(*args)
-    result = fn(*args)
-    return await result if asyncio.iscoroutine(result) else result
 
 
 def _ray_node() -> str:
@@ -65,7 +55,7 @@ class SandboxActor:
         self,
         cfg: FarmConfig,
         engine_url: str,
-        reducer: Any,  # the reducer actor's name (or any object with ``submit``)
+        reducer: Any,  # the reducer actor's name or handle (or any object with ``submit_many``)
         name: str = "sandbox-0",
         *,
         secrets: RunSecrets | None = None,
@@ -77,6 +67,7 @@ class SandboxActor:
         self.budgets = RetryBudgets.from_config(cfg)
         self.engine_url = engine_url
         self.reducer = reducer
+        self._reducer_link = ReducerLink(reducer)  # resolves a name once, on first use
         self.name = name
         self._want_metrics = metrics
         self._parts_factory = parts_factory
@@ -215,7 +206,7 @@ class SandboxActor:
             )
         if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
             return result.summary().model_copy(update={"durable": False, "retry": decision})
-        return await call(self.reducer, "submit", result)
+        return await self._reducer_link.submit(result)
 
     async def run_many(self, specs: list[RolloutSpec]) -> AsyncIterator[list[Answer]]:
         """``run`` for each of ``specs`` at once (within the slots), streamed back: yields the

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from farm.actors.sandbox import SandboxActor, call
+from farm.actors.calls import call
+from farm.actors.sandbox import SandboxActor
 from farm.config import FarmConfig
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.run.session import RunSession
