@@ -249,6 +249,7 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=10_000)
     ap.add_argument("--actors", type=int, default=2, help="sandbox actors")
     ap.add_argument("--concurrency", type=int, default=64, help="rollouts in flight per actor")
+    ap.add_argument("--flush-s", type=float, default=0.2, help="ray.reducer_flush_s (farm's default is 2.0)")
     ap.add_argument("--no-follow", action="store_true", help="no GroupReader in this process (isolates its memory)")
     ap.add_argument("--out", default=None, help="output directory (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -265,7 +266,7 @@ def main() -> None:
         "run_id": f"scale{os.getpid()}",
         "output": {"dir": str(out)},
         "rollout": {"n_samples": GROUP, "concurrency": args.concurrency, "timeout_s": 600},
-        "ray": {"num_sandbox_actors": args.actors, "reducer_flush_s": 0.2, "namespace": f"bench-scale-{os.getpid()}",
+        "ray": {"num_sandbox_actors": args.actors, "reducer_flush_s": args.flush_s, "namespace": f"bench-scale-{os.getpid()}",
                 "include_dashboard": False, "num_cpus": 4},
         "artifacts": {"enabled": False},
     })
