@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -123,27 +122,12 @@ async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan,
 
 
 async def _tail_of(sandbox: Sandbox, path: str) -> str:
-    host_path = getattr(sandbox, "host_path", None)  # a local sandbox's files are host files
-    if host_path is not None:
-        try:
-            return await asyncio.to_thread(_host_tail, host_path(path), _STREAM_TAIL_BYTES)
-        except (OSError, SandboxError) as exc:
-            log.debug("reading %s failed: %s", path, exc)
-            return ""
     try:
-        res = await sandbox.exec(["tail", "-c", str(_STREAM_TAIL_BYTES), path], timeout=30)
-    except SandboxError as exc:
+        data = await sandbox.read_tail(path, _STREAM_TAIL_BYTES)
+    except (OSError, SandboxError) as exc:  # not written yet (the CLI did not start), or unreadable
         log.debug("reading %s failed: %s", path, exc)
         return ""
-    return res.stdout if res.exit_code == 0 else ""
-
-
-def _host_tail(path: os.PathLike[str] | str, n: int) -> str:
-    """The last ``n`` bytes of a file (not through a symlink), as text."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        fh.seek(max(0, os.fstat(fd).st_size - n))
-        return fh.read(n).decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 async def _read_text(sandbox: Sandbox, path: str) -> str:

@@ -103,6 +103,10 @@ class Sandbox(Protocol):
 
     async def read_file(self, path: str) -> bytes: ...
 
+    async def read_tail(self, path: str, n: int) -> bytes:
+        """The last ``n`` bytes of ``path`` (all of it when shorter): a log's end, without
+        reading what came before (local: the host file; E2B: ``tail -c`` inside)."""
+
     async def upload_dir(self, local_dir: str, remote_dir: str) -> None: ...
 
     async def upload_tarball(self, local_tar: str, remote_dir: str) -> None: ...

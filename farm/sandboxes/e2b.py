@@ -295,6 +295,15 @@ class E2BSandbox(ClosingContext):
         )
         return bytes(data)
 
+    async def read_tail(self, path: str, n: int) -> bytes:
+        target = self._path(path)
+        res = await self.exec(["tail", "-c", str(int(n)), target], timeout=30)
+        if res.exit_code != 0:
+            if "No such file" in res.stderr:
+                raise SandboxFileNotFound(f"{path}: no such file in sandbox {self.id}")
+            raise SandboxError(f"read_tail {target}: {res.stderr.strip()[:200]}")
+        return res.stdout.encode("utf-8", errors="surrogateescape")
+
     async def upload_tarball(self, local_tar: str, remote_dir: str) -> None:
         self._check_open()
         with open(local_tar, "rb") as fh:

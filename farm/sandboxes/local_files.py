@@ -83,6 +83,20 @@ class LocalFiles:
 
         return await asyncio.to_thread(read)
 
+    async def read_tail(self, path: str, n: int) -> bytes:
+        target = self.host_path(path)
+
+        def read() -> bytes:
+            try:
+                fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise SandboxFileNotFound(f"{path}: no such file in sandbox {self.id}") from None
+            with os.fdopen(fd, "rb") as fh:
+                fh.seek(max(0, os.fstat(fd).st_size - n))
+                return fh.read(n)
+
+        return await asyncio.to_thread(read)
+
     async def upload_dir(self, local_dir: str, remote_dir: str) -> None:
         target = self.host_path(remote_dir)
         if not os.path.isdir(local_dir):

@@ -135,6 +135,10 @@ async def test_files_text_and_bytes(sandbox: Sandbox) -> None:
     assert (await sandbox.exec("cat /tmp/scratch.txt")).stdout == "tmp"
     with pytest.raises(SandboxFileNotFound):
         await sandbox.read_file("missing.txt")
+    assert await sandbox.read_tail("bin.dat", 5) == blob[-5:]  # a log's end, not all of it
+    assert await sandbox.read_tail("notes/a.txt", 1000) == "héllo\n".encode()
+    with pytest.raises(SandboxFileNotFound):
+        await sandbox.read_tail("missing.txt", 10)
 
 
 async def test_upload_dir_and_tarball(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -308,3 +308,13 @@ async def test_reap_kills_only_the_runs_sandboxes() -> None:
 def test_module_reads_no_environment() -> None:
     source = Path(e2b_mod.__file__).read_text()
     assert "os.environ" not in source and "getenv" not in source
+
+
+async def test_read_tail_runs_tail_inside_and_maps_a_missing_file() -> None:
+    sb, fake = make()
+    fake.commands.scripts = [{"stdout": ["last bytes"]}, {"stderr": ["tail: cannot open 'x': No such file or directory"],
+                                                           "exit_code": 1}]  # fmt: skip
+    assert await sb.read_tail("logs/out.txt", 10) == b"last bytes"
+    assert "tail -c 10 /home/user/logs/out.txt" in fake.commands.calls[0]["cmd"]
+    with pytest.raises(SandboxFileNotFound):
+        await sb.read_tail("x", 10)
