@@ -6,8 +6,8 @@ A plain class; the driver makes it an async Ray actor (``max_restarts`` > 0,
 Each finished rollout goes to the reducer; ``run`` returns only once the reducer
 acknowledged it (durable), with a small RolloutSummary. The rollouts that finish while
 earlier ones are on their way go together, as one ``ReducerActor.submit_many`` call
-(``farm.actors.reducer_link``): one Ray call per batch, not per rollout. Cancelled rollouts are not
-stored (a rerun runs them).
+(``farm.actors.reducer_link``): one Ray call per batch, not per rollout. Cancelled
+rollouts are not stored (a rerun runs them).
 """
 
 from __future__ import annotations
