@@ -168,7 +168,8 @@ async def test_link_a_cancelled_submit_leaves_the_others(reducer):
     sent[1].cancel()  # in flight: its answer is dropped
     queued[0].cancel()  # not sent yet: left out of the next call
     reducer.gate.set()
-    assert (await sent[0]).rollout_id == "a.0" and (await queued[1]).rollout_id == "b.1"
+    answered = await asyncio.wait_for(asyncio.gather(sent[0], queued[1]), 60)  # a hang: the link stopped sending
+    assert [s.rollout_id for s in answered] == ["a.0", "b.1"]
     for task in (sent[1], queued[0]):
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -184,9 +185,9 @@ async def test_link_resolves_a_name_once(reducer, monkeypatch):
         return reducer
 
     monkeypatch.setattr(reducer_link, "resolve", resolve)
-    link = ReducerLink("farm-reducer")
-    for rid in ("a.0", "a.1", "a.2"):  # three calls
-        await link.submit(make_result(rid))
+    link = ReducerLink("farm-reducer", max_in_flight=1)
+    for rid in ("a.0", "a.1", "a.2"):  # three calls, one after the other: each sender ends and frees its place
+        await asyncio.wait_for(link.submit(make_result(rid)), 60)  # a hang here: no sender took it
     assert link.calls == 3 and looked_up == ["farm-reducer"]
 
 
