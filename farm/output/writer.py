@@ -67,6 +67,11 @@ class FinishedRollout(Protocol):
 
 # when ``OutputWriter`` writes the tables' manifest checkpoints (``_checkpoint_due``)
 CHECKPOINT_MIN_LINES, CHECKPOINT_MAX_LINES = 256, 1024
+# ... and at the latest after this many rollouts: until a checkpoint, each table keeps the
+# ids since the last one as strings (its lines' id lists and its recent set, ~200 bytes a
+# rollout), and a commit holds several hundred rollouts at 1,000/s: 1,024 lines of them
+# were ~130 MB of a reducer's memory at 10^6 rollouts (bench_scale).
+CHECKPOINT_MAX_ROLLOUTS = 65_536
 
 
 @dataclass
@@ -273,10 +278,13 @@ class OutputWriter:
 
     def _checkpoint_due(self) -> bool:
         """After a number of rollouts-table lines that grows with the table (an eighth of
-        it, from 256 to 1,024): writing one costs O(durable ids), reading the tail after
-        it O(lines since)."""
-        since = len(self.rollouts.entries_since_checkpoint)
-        return since >= min(CHECKPOINT_MAX_LINES, max(CHECKPOINT_MIN_LINES, self.rollouts.totals["shards"] // 8))
+        it, from 256 to 1,024): reading the tail after one costs O(lines since); or after
+        ``CHECKPOINT_MAX_ROLLOUTS`` rollouts, whichever comes first (the memory the ids
+        since take). Writing one costs the ids since (a segment) and the merges it makes."""
+        since = self.rollouts.entries_since_checkpoint
+        if sum(e.rows for e in since) >= CHECKPOINT_MAX_ROLLOUTS:
+            return True
+        return len(since) >= min(CHECKPOINT_MAX_LINES, max(CHECKPOINT_MIN_LINES, self.rollouts.totals["shards"] // 8))
 
     def recovery_lines(self) -> list[str]:
         """What opening this writer changed (empty: nothing)."""

@@ -251,6 +251,23 @@ def test_a_long_run_keeps_only_the_lines_since_its_last_checkpoint(tmp_path, mon
     assert checkpoint_path(out / "manifest.jsonl").is_file()
 
 
+def test_big_commits_checkpoint_by_rollouts_too(tmp_path, monkeypatch):
+    """At a high rate a commit holds hundreds of rollouts: the ids since the last
+    checkpoint (kept as strings) stay bounded by rollouts, not only by lines."""
+    import farm.output.writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "CHECKPOINT_MAX_ROLLOUTS", 40)
+    store = _open(tmp_path / "out")
+    for c in range(10):  # 10 commits of 12 rollouts: far under CHECKPOINT_MIN_LINES lines
+        for i in range(12):
+            _add(store, f"c{c}.{i}")
+        store.commit(store.take_buffer())
+    for w in (store.samples, store.rollouts):
+        assert len(w._durable._recent) < 40 and sum(e.rows for e in w.entries_since_checkpoint) < 40
+        assert sum(s.ref.count for s in w._durable._segments) >= 80 and len(w._durable) == 120
+    store.close()
+
+
 @pytest.mark.parametrize("chunk", [3, 64, 1 << 16])
 def test_the_last_covered_line_is_found_reading_backwards(tmp_path, monkeypatch, chunk):
     import farm.output.checkpoint as checkpoint
