@@ -313,8 +313,10 @@ def main() -> None:
     last = [s for s in samples if s[2] > 0][-1] if any(s[2] > 0 for s in samples) else samples[-1]
     driver_growth = last[1] - base[1]
     reducer_growth = last[2] - base[2]
+    after = samples[samples.index(last):]  # from the last sample with the reducer alive
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
-          f"{max(s[1] for s in samples):.0f} MB", file=sys.stderr)
+          f"{max(s[1] for s in after):.0f} MB at most; the whole run's peak (the plan built "
+          f"first) {max(s[1] for s in samples):.0f} MB", file=sys.stderr)
 
     # resume: open the finished directory as a resumed run's reducer does, reading every
     # manifest line (checkpoints off: as before them) and from the manifest checkpoints
