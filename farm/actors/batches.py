@@ -70,9 +70,10 @@ class InFlight:
             self._batches.get(item.batch, set()).discard(rollout_id)
         return item
 
-    def left_in(self, batch: Any) -> list[Sent]:
-        """The rollouts of ``batch`` still out."""
-        return [self._rollouts[rid] for rid in sorted(self._batches.get(batch, ()))]
+    def started(self, batch: Any) -> float | None:
+        """When ``batch`` went out (its rollouts went together); None when none is out."""
+        ids = self._batches.get(batch)
+        return self._rollouts[next(iter(ids))].started if ids else None
 
     def empty(self, batch: Any) -> bool:
         return not self._batches.get(batch)

@@ -1,8 +1,8 @@
 """The driver's dispatch loop: rollouts onto a pool of sandbox actors, with
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
 and cancellation on Ctrl-C. Each dispatch pass sends an actor every rollout it gives it in
-one call, whose answers stream back as each rollout ends (``farm.actors.batches``). Whether a rollout runs again is ``farm.rollout.retry.decide``
-(the actor or reducer decided it when it hands back a summary not durable; the dispatcher
+one call, whose answers stream back as each rollout ends (``farm.actors.batches``).
+Whether a rollout runs again is ``farm.rollout.retry.decide`` (the actor or reducer decided it when it hands back a summary not durable; the dispatcher
 decides it when an actor was lost, a rollout hung or was aborted as stale); the
 dispatcher only carries the decision out.
 
@@ -308,8 +308,8 @@ class Dispatcher:
     def _guard(self, now: float) -> None:
         self.members.guard(now)
         for batch in self.inflight.batches:  # a batch's rollouts went out together: one age
-            late = self.inflight.left_in(batch)
-            if not late or now - late[0].started <= self.guard_s:
+            started = self.inflight.started(batch)
+            if started is None or now - started <= self.guard_s:
                 continue
             ray.cancel(batch)  # what still runs of it is cancelled at the actor, if it hears
             for item in self._drop(batch):

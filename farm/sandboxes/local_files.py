@@ -71,19 +71,13 @@ class LocalFiles:
             self._watchdog.wrote()
 
     async def read_file(self, path: str) -> bytes:
-        target = self.host_path(path)
-
-        def read() -> bytes:
-            try:
-                fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                raise SandboxFileNotFound(f"{path}: no such file in sandbox {self.id}") from None
-            with os.fdopen(fd, "rb") as fh:
-                return fh.read()
-
-        return await asyncio.to_thread(read)
+        return await self._read(path, None)
 
     async def read_tail(self, path: str, n: int) -> bytes:
+        return await self._read(path, n)
+
+    async def _read(self, path: str, tail: int | None) -> bytes:
+        """The file's bytes (its last ``tail`` only, when given), never through a symlink."""
         target = self.host_path(path)
 
         def read() -> bytes:
@@ -92,8 +86,10 @@ class LocalFiles:
             except FileNotFoundError:
                 raise SandboxFileNotFound(f"{path}: no such file in sandbox {self.id}") from None
             with os.fdopen(fd, "rb") as fh:
-                fh.seek(max(0, os.fstat(fd).st_size - n))
-                return fh.read(n)
+                if tail is None:
+                    return fh.read()
+                fh.seek(max(0, os.fstat(fd).st_size - tail))
+                return fh.read(tail)
 
         return await asyncio.to_thread(read)
 

@@ -28,11 +28,11 @@ def test_inflight_keeps_each_rollout_and_what_each_batch_has_left():
     item = out.back("g.1")
     assert item is not None and item.batch is a and item.actor == "actor-0"
     assert out.back("g.1") is None  # answered twice (the guard ended it first): once
-    assert [i.spec.rollout_id for i in out.left_in(a)] == ["g.0"] and not out.empty(a)
+    assert out.started(a) == 1.0 and out.started(b) == 2.0 and not out.empty(a)
     assert [i.spec.rollout_id for i in out.drop(b)] == ["h.0"]  # its stream ended: what it had left
     assert b not in out.batches and len(out) == 1
     out.back("g.0")
-    assert out.empty(a) and not out
+    assert out.empty(a) and not out and out.started(a) is None
     assert out.drop(a) == [] and out.batches == []
 
 
