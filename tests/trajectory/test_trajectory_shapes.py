@@ -380,3 +380,31 @@ def test_a_refusal_at_a_limit_is_in_no_sample_and_the_real_last_turn_ends_and_tr
     add(t2, None, [1, 2, 3], [], finish_reason="length", trainable=False,
         flags=frozenset({TurnFlag.CONTEXT_LIMIT, TurnFlag.BUDGET_STOP}))  # fmt: skip
     assert chain_ends(t2) == [] and lin(t2, keep_untrained=True) == []
+
+
+def test_a_turn_record_pickles_every_field():
+    """A record crosses to the reducer pickled (``TurnRecord.__reduce__``: its values as one
+    tuple, the id arrays as bytes): every field comes back, the arrays read-only as built."""
+    import dataclasses
+
+    import ray.cloudpickle as cloudpickle
+
+    from farm.trajectory.records import TurnFlag, TurnRecord, as_ids, as_logprobs
+
+    rec = TurnRecord(
+        turn_id="t1", session_id="s", parent_id="t0", prompt_delta_ids=as_ids([7, 8]), prompt_length=6,
+        output_ids=as_ids([9, 10, 11]), output_logprobs=as_logprobs([-0.5, -0.25, -1.0]), finish_reason="length",
+        messages=({"role": "tool", "content": "ok"},), response={"role": "assistant", "content": "x"},
+        tools_digest="abc", trainable=False, flags=frozenset({TurnFlag.DRIFT_REALIGNED}), policy_version=3,
+        timings={"engine_ms": 12.5}, mask_spans=((0, 1),), meta={"k": [1]}, prompt_offset=4,
+        routed_experts=np.arange(8 * 3 * 2, dtype=np.int32).reshape(8, 3, 2), routed_start=0,
+    )  # fmt: skip
+    for copy in (pickle.loads(pickle.dumps(rec)), cloudpickle.loads(cloudpickle.dumps(rec))):
+        for f in dataclasses.fields(TurnRecord):
+            mine, theirs = getattr(rec, f.name), getattr(copy, f.name)
+            if isinstance(mine, np.ndarray):
+                assert theirs.dtype == mine.dtype and theirs.tolist() == mine.tolist(), f.name
+            else:
+                assert theirs == mine, f.name
+        for name in ("prompt_delta_ids", "output_ids", "output_logprobs"):
+            assert not getattr(copy, name).flags.writeable, name
