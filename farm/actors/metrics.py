@@ -13,6 +13,7 @@ RolloutResult, its turn timings), so no layer below ``farm.actors`` knows about 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +28,10 @@ _STALENESS_BOUNDS = (0.5, 1, 2, 4, 8, 16)  # weight versions (0 lands in the fir
 # >= 1 s; ray._private.telemetry), even while its process lives: an idle actor's "in flight"
 # or a weight version set once would vanish from Prometheus. So gauges are set again this often.
 GAUGE_REFRESH_S = 1.0
+# A gauge set more often than this (a sandbox actor's "in flight" moves at every rollout's
+# start and end: hundreds of times a second at size) reaches Ray at most this often; the
+# refresh above sets its last value. Ray exports every few seconds: nothing is seen later.
+GAUGE_MIN_INTERVAL_S = 0.25
 
 # What the gateway records in TurnRecord.timings (milliseconds; farm/gateway/service.py):
 # the engine's /generate time, and the gateway's own steps around it.
@@ -121,6 +126,8 @@ class ActorMetrics:
         # counter increments not yet given to Ray (sum_counters), by (series, sorted tags)
         self._counter_sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = {} if sum_counters else None
         self._gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}  # last value per series
+        self._gauge_set_at: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}  # when Ray was last given it
+        self._throttle_gauges = bool(gauge_refresh_s)  # only with a refresh to set the last value
         self._lock = threading.Lock()
         self._closed = threading.Event()
         if gauge_refresh_s:
@@ -146,8 +153,14 @@ class ActorMetrics:
 
     def _set(self, spec: MetricSpec, value: float, **tags: str) -> None:
         tags = {"run_id": self.run_id, **tags}
+        key = (spec.name, tuple(sorted(tags.items())))
+        now = time.monotonic()
         with self._lock:
-            self._gauges[(spec.name, tuple(sorted(tags.items())))] = value
+            self._gauges[key] = value
+            last = self._gauge_set_at.get(key)
+            if self._throttle_gauges and last is not None and now - last < GAUGE_MIN_INTERVAL_S:
+                return  # the refresh sets it (GAUGE_MIN_INTERVAL_S)
+            self._gauge_set_at[key] = now
         self._m[spec.name].set(value, tags=tags)
 
     def _observe(self, spec: MetricSpec, value: float, **tags: str) -> None:
@@ -198,7 +211,12 @@ class ActorMetrics:
         self._inc(ENGINE_ERRORS, counts.engine_errors)
         if counts.policy_version_min is not None and result.policy_version_at_finish is not None:
             self._observe(STALENESS, max(0, result.policy_version_at_finish - counts.policy_version_min))
-        tree = result.tree
+
+    def observe_turns(self, tree: Any) -> None:
+        """Each turn of a finished attempt's session: its engine and gateway latency, its
+        flags. Observed by the sandbox actor whose gateway served the turns, for every
+        attempt (one that runs again served its turns too): per turn, so not in the one
+        reducer, whose work per rollout must not grow with the turns."""
         for turn in getattr(tree, "turns", ()) or ():
             engine, gateway = turn_latencies(getattr(turn, "timings", None) or {})
             if engine is not None:

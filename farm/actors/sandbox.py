@@ -142,9 +142,12 @@ class SandboxActor:
             async with self._slots:
                 self._set_in_flight(+1)
                 try:
-                    return await self._pipeline.run(spec, observer)
+                    result = await self._pipeline.run(spec, observer)
                 finally:
                     self._set_in_flight(-1)
+            if self._metrics is not None:
+                self._metrics.observe_turns(result.tree)  # the turns this actor's gateway served
+            return result
         finally:
             if watched:
                 self._parts.observers.pop(spec.rollout_id, None)

@@ -80,6 +80,8 @@ def test_observations_use_only_declared_labels(monkeypatch):
     result = farm_helpers.make_result("t.0", reward=1.0).model_copy(update={"tree": tree, "counts": counts_of(tree)})
     result.policy_version_at_finish = 3
     m.observe_rollout(result)
+    assert "farm_engine_latency_s" not in seen  # per turn: the sandbox actor that served them, not the reducer
+    m.observe_turns(result.tree)
     m.observe_rollout(farm_helpers.make_result("u.0", status=RolloutStatus.SANDBOX_ERROR, reward=0.0, turns=0))
     m.set_in_flight("sandbox-0", 2)
     m.set_policy_version(3)
