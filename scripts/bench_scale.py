@@ -3,7 +3,7 @@
 A real `farm run` (``farm.driver.run_farm``: real Ray, the real Dispatcher, sandbox actors,
 the real ReducerActor writing real shards and manifests) over N rollouts in groups of 8,
 with parts that create no sandbox, start no CLI and call no engine (``NullParts``: every
-phase returns at once, each rollout is a 2-turn token tree and a graded reward), so what
+phase returns at once, each rollout is a 2-turn token tree (``--turns``) and a graded reward), so what
 is measured is what farm's control plane costs per rollout. A ``GroupReader`` follows the
 output directory in a thread the whole time, the way a trainer consumes the stream.
 
@@ -46,6 +46,7 @@ from collections import Counter
 from pathlib import Path
 
 GROUP = 8
+TURNS = 2  # turns a rollout (--turns); NullParts is pickled by value with it
 
 
 def rss_mb(pid: int) -> float:
@@ -124,9 +125,11 @@ class NullParts:
         from farm.trajectory.tree import TurnTree
 
         tree, parent = TurnTree(secret), None
-        for k in range(2):
+        for k in range(TURNS):  # each with the timings the real gateway records (metrics observe them)
             rec = tree.append(parent_id=parent, prompt_delta_ids=[10 + k, 11, 12] if parent is None else [7, 8],
-                              output_ids=[100 + k, 101], output_logprobs=[-0.5, -0.25], finish_reason="stop")
+                              output_ids=[100 + k, 101], output_logprobs=[-0.5, -0.25], finish_reason="stop",
+                              timings={"plan_ms": 0.2, "render_ms": 0.5, "engine_ms": 900.0, "parse_ms": 0.3,
+                                       "record_ms": 0.1})  # fmt: skip
             parent = rec.turn_id
         return tree
 
@@ -250,9 +253,12 @@ def main() -> None:
     ap.add_argument("--actors", type=int, default=2, help="sandbox actors")
     ap.add_argument("--concurrency", type=int, default=64, help="rollouts in flight per actor")
     ap.add_argument("--flush-s", type=float, default=0.2, help="ray.reducer_flush_s (farm's default is 2.0)")
+    ap.add_argument("--turns", type=int, default=2, help="model turns a rollout (real ones: tens)")
     ap.add_argument("--no-follow", action="store_true", help="no GroupReader in this process (isolates its memory)")
     ap.add_argument("--out", default=None, help="output directory (default: a temp dir, removed)")
     args = ap.parse_args()
+    global TURNS
+    TURNS = args.turns
 
     from rich.console import Console
 

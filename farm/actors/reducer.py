@@ -58,7 +58,8 @@ class ReducerActor:
         self.store.reconcile()
         for line in self.store.recovery_lines():
             log.warning("reducer: %s", line)
-        self._pending: dict[str, asyncio.Future[None]] = {}
+        # rollout id -> the future of the commit that makes it durable: its stored summary
+        self._pending: dict[str, asyncio.Future[RolloutSummary]] = {}
         self._lock: asyncio.Lock | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
@@ -117,8 +118,7 @@ class ReducerActor:
         admitted = self._admit(result)
         if isinstance(admitted, RolloutSummary):
             return admitted
-        await asyncio.shield(admitted)
-        return self.store.summaries[result.rollout_id]
+        return await asyncio.shield(admitted)
 
     async def submit_many(self, results: list[RolloutResult]) -> list[RolloutSummary | str]:
         """``submit`` for each of ``results`` (one call from a sandbox actor's
@@ -131,7 +131,7 @@ class ReducerActor:
         batch it came in; a string, because an exception object need not pickle back (a
         class with required constructor arguments, or from a module the caller lacks), and
         one answer that does not unpickle would fail the whole call."""
-        answers: list[RolloutSummary | str | asyncio.Future[None]] = []
+        answers: list[RolloutSummary | str | asyncio.Future[RolloutSummary]] = []
         for result in results:
             try:
                 answers.append(self._admit(result))
@@ -141,14 +141,14 @@ class ReducerActor:
         if waiting:
             await asyncio.wait(waiting)  # unlike gather, leaves the commit's futures alone if cancelled
         out: list[RolloutSummary | str] = []
-        for result, answer in zip(results, answers):
+        for answer in answers:
             if isinstance(answer, asyncio.Future):
                 exc = answer.exception()
-                answer = _error(exc) if exc is not None else self.store.summaries[result.rollout_id]
+                answer = _error(exc) if exc is not None else answer.result()
             out.append(answer)
         return out
 
-    def _admit(self, result: RolloutResult) -> RolloutSummary | asyncio.Future[None]:
+    def _admit(self, result: RolloutResult) -> RolloutSummary | asyncio.Future[RolloutSummary]:
         """``submit`` up to the wait: the answer now (already durable; not stored: it reruns
         or is too stale), or the future of the commit that makes it durable (buffered now,
         or by an earlier submit of the same id). Raises what buffering it raised."""
@@ -264,10 +264,13 @@ class ReducerActor:
                         fut.set_exception(exc)
                         fut.exception()
                 raise
+            # Each waiting submit gets the summary the commit stored, from the batch: not
+            # looked up in the store, whose memory keeps the last 4,096 (a commit larger than
+            # that, after a slow fsync at size, would read each one back from its shard).
             for rid in batch.rollout_ids:
                 fut = self._pending.pop(rid, None)
                 if fut is not None and not fut.done():
-                    fut.set_result(None)
+                    fut.set_result(batch.summaries[rid])
             if self._metrics is not None:
                 for table, n in shards.items():
                     self._metrics.observe_shard(table, n)

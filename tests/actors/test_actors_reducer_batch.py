@@ -266,3 +266,21 @@ async def test_reducer_gives_its_counters_to_ray_at_each_commit(tmp_path, monkey
     rollouts = {tags: v for how, name, v, tags in Recorder.calls if how == "inc" and name == "farm_rollouts"}
     assert list(rollouts.values()) == [2]  # once the commit is done: both, in one increment
     await red.close()
+
+
+async def test_a_commit_larger_than_the_summary_cache_answers_from_the_batch(tmp_path, monkeypatch):
+    """Each waiting submit is answered with the summary its commit stored, not looked up in
+    the store (which keeps the last N in memory and reads older ones back from their shard:
+    one shard read a rollout when a commit outgrows N)."""
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    red.store.summaries._cache = 4  # a commit of 16 outgrows it
+
+    def no_read(rollout_id):
+        raise AssertionError(f"{rollout_id} read back from its shard")
+
+    monkeypatch.setattr(red.store.summaries, "_read", no_read)
+    results = [make_result(f"g{i // 4}.{i % 4}", reward=i / 16) for i in range(16)]
+    answers = await asyncio.gather(red.submit_many(results[:8]), *(red.submit(r) for r in results[8:]))
+    got = [*answers[0], *answers[1:]]
+    assert [(a.rollout_id, a.reward, a.durable) for a in got] == [(r.rollout_id, r.reward, True) for r in results]
+    assert _manifest_lines(tmp_path / "rollouts.manifest.jsonl") == [[r.rollout_id for r in results]]
