@@ -27,6 +27,10 @@ Figures:
   reducer_alone_per_s     rollouts per second one ReducerActor makes durable without Ray
                           (its methods awaited in this process): the reducer's own ceiling
 
+``--continuous``: the same rollouts as a continuous stream (``farm.Farm`` pulling groups
+under back-pressure, a trainer loop in this process taking each group as it comes: it is
+then the consumer whose hand-outs are timed, and its process is the "driver").
+
 Run: ``nice -n 10 .venv/bin/python scripts/bench_scale.py --rollouts 10000``.
 """
 
@@ -247,6 +251,25 @@ def reducer_alone(cfg, out: Path, n: int) -> float:
     return asyncio.run(go())
 
 
+def run_continuous(cfg, tasks, consumer: Follower, max_ahead: int):
+    """The same rollouts as a continuous stream: ``farm.Farm`` (groups pulled under
+    back-pressure, ``stream.max_ahead``), and a trainer loop in this thread taking every
+    group as it comes (``Farm.groups``), recorded on ``consumer`` as the follower does."""
+    from rich.console import Console
+
+    from farm.run.continuous import Farm
+
+    cfg = cfg.model_copy(update={"stream": cfg.stream.model_copy(update={"epochs": 1, "max_ahead": max_ahead})})
+    farm = Farm(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
+    with farm:  # started: the actors are up, the dispatch loop runs
+        t = time.monotonic()
+        for group in farm.groups(batch=16):
+            consumer.handed[group.group_id] = time.time()
+            consumer.groups += 1
+        took = time.monotonic() - t
+    return farm.summary, took
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rollouts", type=int, default=10_000)
@@ -255,6 +278,11 @@ def main() -> None:
     ap.add_argument("--flush-s", type=float, default=0.2, help="ray.reducer_flush_s (farm's default is 2.0)")
     ap.add_argument("--turns", type=int, default=2, help="model turns a rollout (real ones: tens)")
     ap.add_argument("--no-follow", action="store_true", help="no GroupReader in this process (isolates its memory)")
+    ap.add_argument("--continuous", action="store_true",
+                    help="a continuous stream (farm.Farm: groups pulled under back-pressure, a trainer loop in "
+                         "this thread consuming them) instead of a finite `farm run`")
+    ap.add_argument("--max-ahead", type=int, default=0,
+                    help="--continuous: stream.max_ahead (default: 4 x the slots)")
     ap.add_argument("--out", default=None, help="output directory (default: a temp dir, removed)")
     args = ap.parse_args()
     global TURNS
@@ -280,7 +308,9 @@ def main() -> None:
     total = n_groups * GROUP
 
     follower = Follower(out)
-    if not args.no_follow:
+    if args.continuous:
+        args.no_follow = False  # the trainer loop below is the consumer (follower.groups / handed)
+    elif not args.no_follow:
         follower.start()
     samples: list[tuple[int, float, float]] = []  # (rollouts durable, driver rss, reducer rss)
     done = threading.Event()
@@ -297,11 +327,15 @@ def main() -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0 = time.monotonic()
-    summary = run_farm(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
+    if args.continuous:
+        summary, loop_s = run_continuous(cfg, tasks, follower, args.max_ahead or 4 * args.actors * args.concurrency)
+    else:
+        summary = run_farm(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
+        loop_s = summary.wall_s
     wall = time.monotonic() - t0
     time.sleep(1.0)
     follower.stop.set()
-    if not args.no_follow:
+    if not args.no_follow and not args.continuous:
         follower.join(timeout=60)
     done.set()
     sampler.join()
@@ -362,7 +396,7 @@ def main() -> None:
     print(f"groups handed out {follower.groups}/{n_groups}; run wall {wall:.1f} s (incl. ray start); "
           f"rss samples {len(samples)}; driver {base[1]:.0f}->{last[1]:.0f} MB, reducer {base[2]:.0f}->"
           f"{last[2]:.0f} MB", file=sys.stderr)
-    print(f"bench_scale: rollouts={total} rollouts_per_s={total / summary.wall_s:.0f} "
+    print(f"bench_scale: rollouts={total} rollouts_per_s={total / loop_s:.0f} "
           f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
           f"resume_open_s={resume_open_s:.2f} resume_open_full_s={resume_full_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f} "
           f"reader_resume_s={reader_resume_s:.3f} reducer_alone_per_s={alone:.0f}")
