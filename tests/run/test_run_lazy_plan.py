@@ -145,3 +145,21 @@ def test_with_no_actor_left_the_rest_of_a_finite_plan_is_recorded_failed():
     assert [r[0] for r in recorded] == [f"t{i}.{k}" for i in range(6) for k in range(2)]
     assert {(r[1], r[2]) for r in recorded} == {(RolloutStatus.SANDBOX_ERROR, "no sandbox actor left alive")}
     assert d.finished == total == 12 and progress.grown == 0
+
+
+def test_the_dispatcher_pulls_groups_for_its_free_slots_only():
+    """The driver holds what is queued for free slots, not the plan; a finite feed's total
+    was told up front (not grown), an endless one's grows as groups are pulled."""
+    cfg = FarmConfig.model_validate({"rollout": {"concurrency": 4}})
+    for epochs, grown in ((1, 0), (None, 6)):
+        stream = TaskStream("lazy", _tasks(100), 3, StreamConfig(epochs=epochs))
+        feed = StreamFeed(stream, total=stream.count()[0] if epochs else None)
+        progress = _Progress()
+        d = Dispatcher(cfg, {"a0": None}, reducer=None, progress=progress, tally=SummaryTally())
+        d._feed(feed)
+        assert [s.rollout_id for s in d.queue] == ["t0.0", "t0.1", "t0.2", "t1.0", "t1.1", "t1.2"]
+        assert progress.grown == grown and feed.next()[0].group_id == "t2"  # the rest not pulled yet
+        d.pool.took("a0")
+        d.queue.clear()
+        d._feed(feed)  # 3 slots free: one group
+        assert [s.group_id for s in d.queue] == ["t3"] * 3
