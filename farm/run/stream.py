@@ -141,12 +141,14 @@ class TaskStream:
         capped = total if limit is None else min(total, max(0, limit))
         skipped = position = 0
         if self.done:  # where each done id falls: walk the groups (no spec made) until the cap
+            done_groups = {rid.rpartition(".")[0] for rid in self.done}  # ids: <group id>.<sample index>
             for _, epoch, task in self._slots():
                 if position >= capped or skipped == len(self.done):
                     break
                 gid = group_id_of(task.id, epoch)
                 size = min(self.n, capped - position)
-                skipped += sum(make_rollout_id(gid, i) in self.done for i in range(size))
+                if gid in done_groups:
+                    skipped += sum(make_rollout_id(gid, i) in self.done for i in range(size))
                 position += size
         return capped - skipped, skipped
 
