@@ -10,8 +10,8 @@ output directory in a thread the whole time, the way a trainer consumes the stre
 Figures:
   rollouts_per_s          rollouts recorded per second of the dispatch loop
   driver_rss_growth_mb    this process's RSS when every rollout is durable minus after the
-                          first 10% (the plan is built before; the run's end, which reads
-                          the directory back for summary.json, is printed apart)
+                          first 10% (the run's end, which reads the directory back for
+                          summary.json, is printed apart, with the whole run's peak)
   reducer_rss_growth_mb   the same for the reducer actor's process
   resume_open_s           opening the finished output directory the way a resumed run does
                           (the reducer's store: recover + reconcile + the done ids), from the
@@ -355,8 +355,8 @@ def main() -> None:
     reducer_growth = last[2] - base[2]
     after = samples[samples.index(last):]  # from the last sample with the reducer alive
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
-          f"{max(s[1] for s in after):.0f} MB at most; the whole run's peak (the plan built "
-          f"first) {max(s[1] for s in samples):.0f} MB", file=sys.stderr)
+          f"{max(s[1] for s in after):.0f} MB at most; the whole run's peak "
+          f"{max(s[1] for s in samples):.0f} MB", file=sys.stderr)
 
     # resume: open the finished directory as a resumed run's reducer does, reading every
     # manifest line (checkpoints off: as before them) and from the manifest checkpoints

@@ -91,8 +91,9 @@ class Dispatcher:
     # --- loop ---------------------------------------------------------------
     def run(self, specs: list[RolloutSpec] = (), *, feed: Feed | None = None,
             stop: threading.Event | None = None) -> Tally:
-        """Run ``specs``, then whatever ``feed`` hands out (continuous mode) until it is
-        exhausted, or until ``stop`` is set (in-flight rollouts are then interrupted)."""
+        """Run ``specs``, then whatever ``feed`` hands out (pulled while the actors have free
+        slots) until it is exhausted, or until ``stop`` is set (in-flight rollouts are
+        then interrupted)."""
         self.queue.extend(specs)
         try:
             while self.queue or self.inflight or self.delayed or (feed is not None and not feed.exhausted):
@@ -107,8 +108,8 @@ class Dispatcher:
                     self.members.grow()
                 self._dispatch()
                 if not self.inflight and not self.members.refs:
-                    if self.queue and self.pool.empty:
-                        self._give_up_all("no sandbox actor left alive")
+                    if self.pool.empty and (self.queue or _finite_left(feed)):
+                        self._give_up_all("no sandbox actor left alive", feed)
                     elif self.delayed and not self.queue:
                         time.sleep(min(1.0, max(0.0, min(t for t, _ in self.delayed) - time.monotonic())))
                     elif feed is not None and not self.queue:
@@ -145,7 +146,8 @@ class Dispatcher:
             if group is None:
                 return
             self.queue.extend(group)
-            self.progress.grow(len(group))
+            if feed.total is None:  # a finite run's total was known up front
+                self.progress.grow(len(group))
 
     # --- weight versions and staleness -----------------------------------------
     def set_policy_version(self, version: int) -> None:
@@ -322,8 +324,13 @@ class Dispatcher:
                 else:
                     self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
 
-    def _give_up_all(self, reason: str) -> None:
-        while self.queue:
+    def _give_up_all(self, reason: str, feed: Feed | None = None) -> None:
+        """Record every queued rollout failed, and the rest of a finite feed with them
+        (the run ends; an endless feed waits to be stopped)."""
+        while self.queue or _finite_left(feed):
+            if not self.queue:
+                self.queue.extend(feed.next() or ())
+                continue
             spec = self.queue.popleft()
             self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, reason, ""))
 
@@ -388,6 +395,11 @@ class Dispatcher:
                 self._finish(answer.summary if answer.summary is not None else item.spec.interrupted(item.actor))
         if self.inflight.empty(batch):
             self._drop(batch)
+
+
+def _finite_left(feed: Feed | None) -> bool:
+    """``feed`` is a finite run's and has groups left to hand out."""
+    return feed is not None and feed.total is not None and not feed.exhausted
 
 
 def _wait_quietly(refs: list[Any], timeout: float) -> None:

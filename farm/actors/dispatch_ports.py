@@ -1,5 +1,5 @@
 """What the dispatch loop (``farm.actors.dispatch``) talks to: where groups come from in
-continuous mode, where finished rollouts are counted, what it reports progress to. The run
+a run, where finished rollouts are counted, what it reports progress to. The run
 session provides them (``farm.run``); the loop knows only these shapes."""
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from farm.rollout.model import RolloutSpec
 
 
 class Feed(Protocol):
-    """Where groups come from in continuous mode (farm.run.stream.StreamFeed)."""
+    """Where groups come from, pulled while the actors have free slots
+    (farm.run.stream.StreamFeed). ``total``: the rollouts it hands out in all when known
+    up front (a finite run: the progress display was told), else None (each group pulled
+    grows the display's total)."""
 
     exhausted: bool
+    total: int | None
 
     def next(self) -> list[RolloutSpec] | None: ...
 

@@ -74,16 +74,16 @@ class _Batch:
             reducer = actors.start_reducer()
             session.resume(*actors.reducer_facts())
             plan = session.plan()
-            self.planned = len(plan.specs)
+            self.planned = plan.total or 0  # endless (stream.epochs: null): counted as groups are pulled
             progress = session.progress(self.planned)
             try:
                 if plan:
                     if start_engine and cfg.mode.needs_engine:  # a hosted endpoint needs none
                         actors.start_engine(session.tasks)
-                    actors.start_sandbox_actors(None if plan.feed is not None else max(1, len(plan.specs)))
+                    actors.start_sandbox_actors(None if plan.total is None else max(1, plan.total))
                     self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, SummaryTally(),
                                                  scale_out=actors.scale_out)
-                    self.dispatcher.run(plan.specs, feed=plan.feed)
+                    self.dispatcher.run(feed=plan.feed)  # groups pulled as actors have room: no list of the plan
                     self.planned = progress.total
             finally:
                 progress.close()

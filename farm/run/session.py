@@ -79,16 +79,18 @@ class RunTally:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What this invocation runs: ``specs`` (a finite stream), or groups pulled from
-    ``feed`` until it is exhausted or stopped (``stream.epochs: null``, continuous mode)."""
+    """What this invocation runs: groups pulled from ``feed`` until it is exhausted or
+    stopped. ``total``: the rollouts it will hand out, known up front on a finite stream
+    (no list of them is made: ``TaskStream.count``); None when groups are counted as they
+    are pulled (``stream.epochs: null``, continuous mode)."""
 
-    specs: list[RolloutSpec]
+    feed: StreamFeed
+    total: int | None
     skipped: int
     stream: TaskStream
-    feed: StreamFeed | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.specs) or self.feed is not None
+        return self.total is None or self.total > 0
 
 
 class RunSession:
@@ -181,13 +183,11 @@ class RunSession:
                             done=self.done)  # fmt: skip
         if continuous:
             self.skipped = len(self.done)
-            return RunPlan([], self.skipped, stream, StreamFeed(stream, cfg.stream.max_ahead))
+            return RunPlan(StreamFeed(stream, cfg.stream.max_ahead), None, self.skipped, stream)
         if not stream.finite:  # stream.epochs: null: groups are pulled until the run is stopped
-            return RunPlan([], 0, stream, StreamFeed(stream))
-        specs = stream.plan(cfg.rollout.limit)
-        everything = TaskStream(cfg.run_id, self.tasks, cfg.rollout.n_samples, cfg.stream).plan(cfg.rollout.limit)
-        self.skipped = len(everything) - len(specs)
-        return RunPlan(specs, self.skipped, stream)
+            return RunPlan(StreamFeed(stream), None, 0, stream)
+        total, self.skipped = stream.count(cfg.rollout.limit)
+        return RunPlan(StreamFeed(stream, limit=cfg.rollout.limit, total=total), total, self.skipped, stream)
 
     def progress(self, total: int) -> RunProgress:
         """The progress display (and the loggers' metrics), told what resuming found."""

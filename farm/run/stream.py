@@ -4,6 +4,9 @@
 it always planned: one group per task, in the task file's order, group ids = task
 ids. More epochs, shuffling and a curriculum hook turn it into the source of a
 training loop (``farm.Farm``), which pulls one group at a time under back-pressure.
+Either way the dispatch loop pulls groups as its actors have room (``StreamFeed``): a
+group's specs are made when it is pulled, never the run's whole list (10^6 rollouts'
+specs cost a driver 2.2 GB); a finite run's counts are arithmetic (``TaskStream.count``).
 
 Ids are stable across invocations (resume depends on it): epoch 0 keeps the task id
 as its group id; epoch e > 0 uses ``<task id>@<e>``. ``group_index`` counts groups in
@@ -81,7 +84,9 @@ class TaskStream:
             tasks = list(self.curriculum(epoch, tasks, {k: list(v) for k, v in self.rewards.items()}))
         return tasks
 
-    def __iter__(self) -> Iterator[list[RolloutSpec]]:
+    def _slots(self) -> Iterator[tuple[int, int, Task]]:
+        """(group index, epoch, task) of every group in stream order: a group before any
+        spec of it is made (an epoch's order is decided when the stream reaches it)."""
         index = 0
         epoch = 0
         while self.cfg.epochs is None or epoch < self.cfg.epochs:
@@ -89,44 +94,92 @@ class TaskStream:
             if not tasks:
                 return
             for task in tasks:
-                gid = group_id_of(task.id, epoch)
-                group = [
-                    RolloutSpec(run_id=self.run_id, rollout_id=make_rollout_id(gid, i), group_id=gid, sample_index=i,
-                                group_index=index, epoch=epoch, task=task)
-                    for i in range(self.n)
-                ]  # fmt: skip
+                yield index, epoch, task
                 index += 1
-                todo = [s for s in group if s.rollout_id not in self.done]
-                if todo:
-                    yield todo
             epoch += 1
 
-    def plan(self, limit: int | None = None) -> list[RolloutSpec]:
-        """Every rollout of a finite stream (``limit`` caps it before skipping done ones,
-        so a resumed smoke run plans the same rollouts)."""
+    def __iter__(self) -> Iterator[list[RolloutSpec]]:
+        return self.groups()
+
+    def groups(self, limit: int | None = None) -> Iterator[list[RolloutSpec]]:
+        """The groups not done, in stream order, each made when it is pulled. ``limit`` caps
+        the stream's rollouts counted with the done ones (a resumed smoke run plans the
+        same rollouts); it may cut the last group short."""
+        left = limit
+        for index, epoch, task in self._slots():
+            if left is not None and left <= 0:
+                return
+            size = self.n if left is None else min(self.n, left)
+            if left is not None:
+                left -= size
+            gid = group_id_of(task.id, epoch)
+            todo = [
+                RolloutSpec(run_id=self.run_id, rollout_id=rid, group_id=gid, sample_index=i, group_index=index,
+                            epoch=epoch, task=task)
+                for i in range(size) if (rid := make_rollout_id(gid, i)) not in self.done
+            ]  # fmt: skip
+            if todo:
+                yield todo
+
+    def count(self, limit: int | None = None) -> tuple[int, int]:
+        """(rollouts to run, rollouts skipped as done) of a finite stream capped at ``limit``,
+        the counts ``plan(limit)`` has, without making a spec: what the progress display
+        and the summary are told before the first group is pulled. Done ids outside the
+        capped stream (another config's, or past the limit) are not skipped ones."""
         if not self.finite:
             raise ValueError("an endless stream (stream.epochs: null) has no plan: pull groups from it")
-        done, self.done = self.done, set()
-        try:
-            planned = [s for group in self for s in group]
-        finally:
-            self.done = done
-        if limit is not None:
-            planned = planned[:limit]
-        return [s for s in planned if s.rollout_id not in done]
+        assert self.cfg.epochs is not None
+        if self.curriculum is None:
+            total = len(self.tasks) * self.n * self.cfg.epochs
+        else:  # a hook decides each epoch's tasks (an empty epoch ends the stream)
+            total = 0
+            for epoch in range(self.cfg.epochs):
+                tasks = self.epoch_tasks(epoch)
+                if not tasks:
+                    break
+                total += len(tasks) * self.n
+        capped = total if limit is None else min(total, max(0, limit))
+        skipped = position = 0
+        if self.done:  # where each done id falls: walk the groups (no spec made) until the cap
+            done_groups = {rid.rpartition(".")[0] for rid in self.done}  # ids: <group id>.<sample index>
+            for _, epoch, task in self._slots():
+                if position >= capped or skipped == len(self.done):
+                    break
+                gid = group_id_of(task.id, epoch)
+                size = min(self.n, capped - position)
+                if gid in done_groups:
+                    skipped += sum(make_rollout_id(gid, i) in self.done for i in range(size))
+                position += size
+        return capped - skipped, skipped
+
+    def plan(self, limit: int | None = None) -> list[RolloutSpec]:
+        """Every rollout of a finite stream, as one list (``limit`` caps it before skipping
+        done ones, so a resumed smoke run plans the same rollouts). ``farm run`` never
+        makes this list: it pulls ``groups(limit)`` through a ``StreamFeed``."""
+        if not self.finite:
+            raise ValueError("an endless stream (stream.epochs: null) has no plan: pull groups from it")
+        return [s for group in self.groups(limit) for s in group]
 
 
 class StreamFeed:
-    """The stream under back-pressure, pulled by the dispatch loop and released by the
-    trainer: a group is handed out only while the rollouts dispatched and not yet
-    consumed (``ahead``) stay within ``max_ahead`` (one group is always allowed, so a
-    group larger than the bound still runs). Thread-safe: the trainer's thread calls
-    ``consumed``, the dispatcher's thread ``next``."""
+    """The stream pulled group by group by the dispatch loop (while its actors have free
+    slots), so no list of the run's rollouts is ever made.
 
-    def __init__(self, stream: TaskStream, max_ahead: int | None = None) -> None:
+    Continuous mode (``farm.Farm``) puts it under back-pressure released by the trainer:
+    a group is handed out only while the rollouts dispatched and not yet consumed
+    (``ahead``) stay within ``max_ahead`` (one group is always allowed, so a group larger
+    than the bound still runs). ``farm run`` on a finite stream has none: ``limit``
+    caps the stream (``TaskStream.groups``) and ``total`` is what it will hand out in
+    all (``TaskStream.count``: the progress display knows it up front); None when that
+    is not known (groups are counted as they are pulled). Thread-safe: the trainer's
+    thread calls ``consumed``, the dispatcher's thread ``next``."""
+
+    def __init__(self, stream: TaskStream, max_ahead: int | None = None, *, limit: int | None = None,
+                 total: int | None = None) -> None:
         import threading
 
-        self._it = iter(stream)
+        self._it = stream.groups(limit)
+        self.total = total
         self._lock = threading.Lock()
         self.max_ahead = max_ahead
         self.ahead = 0

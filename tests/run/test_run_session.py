@@ -80,7 +80,9 @@ def test_close_writes_the_summary_once_closes_loggers_and_releases_the_lock(tmp_
     session.loggers.add(sink, name="sink")
     session.resume(["repaired a torn shard"], {"a.0"})
     plan = session.plan()
-    assert [s.rollout_id for s in plan.specs] == ["a.1", "b.0", "b.1"] and plan.skipped == 1 and plan
+    assert (plan.total, plan.skipped) == (3, 1) and plan
+    assert [[s.rollout_id for s in plan.feed.next()] for _ in range(2)] == [["a.1"], ["b.0", "b.1"]]
+    assert plan.feed.next() is None and plan.feed.exhausted
     done = RolloutSummary(rollout_id="a.1", task_id="a", group_id="a", status=RolloutStatus.COMPLETED, reward=1.0)
     tally = RunTally.of_summaries([done], planned=3)
     tally.retried, tally.lost_nodes = 1, {"n1": "died"}
@@ -119,5 +121,5 @@ def test_continuous_plan_pulls_groups_and_counts_done_as_skipped(tmp_path):
     with RunSession(config(tmp_path, stream={"max_ahead": 4}), tasks=TASKS) as session:
         session.resume([], {"a.0", "a.1"})
         plan = session.plan(continuous=True)
-        assert plan and plan.specs == [] and plan.skipped == 2
+        assert plan and plan.total is None and plan.skipped == 2
         assert [s.rollout_id for s in plan.feed.next()] == ["b.0", "b.1"]
