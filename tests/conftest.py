@@ -51,3 +51,63 @@ async def http():
 
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+# --- one local Ray for the modules that run the farm in this process -------------------------
+# Starting Ray costs seconds of the two cores (its GCS, raylet and first workers), and six
+# modules of the slow set start the same local Ray (2 CPUs, namespace "farm", no dashboard)
+# for their in-process runs. They share one: `shared_ray` starts it on first use and leaves
+# it running for the next module; the modules using it run one after another (collection
+# order below), and before any other test it is shut down (a test starting or joining a Ray
+# of its own, or a subprocess run, finds none of it). Each test still ends with none of its
+# actors alive (the tests check it), so what one module did is not what the next one sees.
+SHARED_RAY = "shared_ray"
+
+
+class _SharedRay:
+    running = False
+
+    def start(self) -> None:
+        import ray
+
+        if not self.running:
+            ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
+            self.running = True
+
+    def stop(self) -> None:
+        import ray
+
+        if self.running:
+            ray.shutdown()
+            self.running = False
+
+
+_shared_ray = _SharedRay()
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """The session's local Ray (2 CPUs, namespace "farm"), connected; see above."""
+    _shared_ray.start()
+    yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests using `shared_ray` run together, from where the first of them is (each
+    module's tests keep their order): one Ray start for all of them."""
+    users = [item for item in items if SHARED_RAY in item.fixturenames]
+    if not users:
+        return
+    at = items.index(users[0])
+    others = [item for item in items if SHARED_RAY not in item.fixturenames]
+    items[:] = others[:at] + users + others[at:]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if SHARED_RAY not in item.fixturenames:
+        _shared_ray.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _shared_ray.stop()

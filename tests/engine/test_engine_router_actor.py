@@ -18,10 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm-engine-test", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
 
 
 def engine_cfg(tok_path: str) -> EngineConfig:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
@@ -28,10 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

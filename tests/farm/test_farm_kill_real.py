@@ -32,10 +32,8 @@ N_ROLLOUTS = 3  # sandbox-0 (the victim) takes the first and the third
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
 
 
 def _config(tmp_path: Path, run_id: str) -> FarmConfig:

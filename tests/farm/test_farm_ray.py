@@ -31,11 +31,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
     ray.cloudpickle.register_pickle_by_value(farm_helpers)
-    yield
-    ray.shutdown()
 
 
 def _cfg(tmp_path: Path, run_id: str, **rollout) -> FarmConfig:

@@ -54,10 +54,8 @@ OUT_CANARY = ".farm-escape-canary"  # planted in the output dir before the run
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
 
 
 def _verdict(name: str, leaked_if: str) -> str:

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import pytest
-import ray
 from rich.console import Console
 
 from farm.config import FarmConfig
@@ -34,10 +33,8 @@ HACK_FLAGS = ("runtime:", "static:", "diff_touches_tests", "diff_touches_test_co
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py)."""
 
 
 def _honest() -> Trick:

@@ -15,10 +15,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, namespace="farm-single", log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_local(shared_ray):
+    """The session's shared local Ray (tests/conftest.py; namespace "farm")."""
 
 
 async def test_rollouts_on_the_farms_ray_actors(tmp_path):
@@ -39,9 +37,9 @@ async def test_rollouts_on_the_farms_ray_actors(tmp_path):
         assert final["status"] == "completed" and final["reward"] == 1.0 and final["stored"], final
         result = await done.result()
         assert result.actor == "farm-single-single-claude_code"  # the Ray actor that ran it
-        assert ray.get_actor(result.actor, namespace="farm-single") is not None
+        assert ray.get_actor(result.actor, namespace="farm") is not None
         assert any(m["role"] == "tool" for m in await done.messages())
     samples, rows = stored_ids(tmp_path / "out")
     assert samples == rows == {done.id}
     with pytest.raises(ValueError):  # closing stopped the farm's actors
-        ray.get_actor(result.actor, namespace="farm-single")
+        ray.get_actor(result.actor, namespace="farm")
