@@ -2,9 +2,10 @@
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
 and cancellation on Ctrl-C. Each dispatch pass sends an actor every rollout it gives it in
 one call, whose answers stream back as each rollout ends (``farm.actors.batches``).
-Whether a rollout runs again is ``farm.rollout.retry.decide`` (the actor or reducer decided it when it hands back a summary not durable; the dispatcher
-decides it when an actor was lost, a rollout hung or was aborted as stale); the
-dispatcher only carries the decision out.
+Whether a rollout runs again is ``farm.rollout.retry.decide`` (the actor or reducer
+decided it when it hands back a summary not durable; the dispatcher decides it when an
+actor was lost, a rollout hung or was aborted as stale); the dispatcher only carries the
+decision out.
 
 Which actor takes a rollout, and which may take none (lost a rollout, waiting for its
 probe; retired), is ``farm.actors.pool.ActorPool``; ``farm.actors.membership`` keeps the Ray
