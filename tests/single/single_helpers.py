@@ -50,9 +50,11 @@ def stored_ids(out_dir: Path) -> tuple[set[str], set[str]]:
     return set(samples), set(rows)
 
 
-def sandbox_dirs(tmp_path: Path) -> list[Path]:
-    root = tmp_path / "sb"
-    return [p for p in root.rglob("*") if p.is_dir() and p.parent.parent == root] if root.exists() else []
+def sandbox_left(tmp_path: Path, sandbox_id: str) -> bool:
+    """Whether a directory named ``sandbox_id`` is still under the sandboxes' base dir.
+    ``os.walk`` skips directories that vanish under it: other rollouts' sandboxes are
+    created and removed while a test looks (``Path.rglob`` raised FileNotFoundError then)."""
+    return any(sandbox_id in dirs for _, dirs, _ in os.walk(tmp_path / "sb"))
 
 
 class SleepParts:

@@ -15,7 +15,7 @@ from farm.errors import TaskError
 from farm.single import Rollouts
 from farm.status import RolloutStatus
 
-from single_helpers import INLINE, single_config, stored_ids
+from single_helpers import INLINE, sandbox_left, single_config, stored_ids
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ async def test_rollouts_events_messages_abort_finalize(tmp_path):
         assert aborted["status"] == "aborted" and not aborted["trainable"], aborted
         result = await doomed.result()
         assert result.status is RolloutStatus.ABORTED and not RolloutStatus.ABORTED.trainable
-        assert result.sandbox_id and not list((tmp_path / "sb").rglob(result.sandbox_id))  # sandbox gone
+        assert result.sandbox_id and not sandbox_left(tmp_path, result.sandbox_id)  # sandbox gone
 
         events = await watching
         final = await done.finalize()

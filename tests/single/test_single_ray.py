@@ -9,7 +9,7 @@ import ray
 
 from farm.single import Rollouts
 
-from single_helpers import single_config, stored_ids
+from single_helpers import sandbox_left, single_config, stored_ids
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ async def test_rollouts_on_the_farms_ray_actors(tmp_path):
         assert (await doomed.messages())[-1]["role"] == "assistant"  # asked of the actor
         aborted = await doomed.abort()
         assert aborted["status"] == "aborted" and aborted["sandbox_id"], aborted
-        assert not list((tmp_path / "sb").rglob(aborted["sandbox_id"]))
+        assert not sandbox_left(tmp_path, aborted["sandbox_id"])
 
         kinds = [ev["kind"] async for ev in done.events()]
         assert "turn_finished" in kinds and "tool_call" in kinds and "agent_output" in kinds
