@@ -62,6 +62,10 @@ class ReducerActor:
         self._pending: dict[str, asyncio.Future[RolloutSummary]] = {}
         self._lock: asyncio.Lock | None = None
         self._flusher: asyncio.Task[None] | None = None
+        # the flush a full buffer asked for: one at a time (one per rollout admitted past the
+        # threshold queued a task per rollout on the lock while a commit ran: thousands
+        # under load, each a commit of what came in during the one before it)
+        self._eager: asyncio.Task[int] | None = None
         self._closed = False
         self.policy_version = 0  # the farm's current weight version (farm.Farm.update_weights sets it)
         self.stale_dropped = 0
@@ -195,8 +199,9 @@ class ReducerActor:
             if self._metrics is not None:
                 self._metrics.observe_rollout(result)
             self._ensure_flusher()
-            if self.store.buffered_rows >= self.cfg.output.shard_max_rows:
-                asyncio.get_running_loop().create_task(self.flush())
+            full = self.store.buffered_rows >= self.cfg.output.shard_max_rows
+            if full and (self._eager is None or self._eager.done()):
+                self._eager = asyncio.get_running_loop().create_task(self.flush())
         return fut
 
     def _linearize(self, result: RolloutResult) -> list[Any]:

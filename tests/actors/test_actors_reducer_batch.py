@@ -284,3 +284,38 @@ async def test_a_commit_larger_than_the_summary_cache_answers_from_the_batch(tmp
     got = [*answers[0], *answers[1:]]
     assert [(a.rollout_id, a.reward, a.durable) for a in got] == [(r.rollout_id, r.reward, True) for r in results]
     assert _manifest_lines(tmp_path / "rollouts.manifest.jsonl") == [[r.rollout_id for r in results]]
+
+
+async def test_a_full_buffer_asks_for_one_flush_at_a_time(tmp_path):
+    """Rollouts admitted past ``shard_max_rows`` while a commit runs ask for one flush, not
+    one each: a flush task per rollout queued on the commit lock (thousands under load,
+    the reducer's memory climbing with them)."""
+    red = ReducerActor(reducer_config(tmp_path, shard_max_rows=4), metrics=False)
+    real_commit, real_flush = red.store.commit, red.flush
+    alive = peak = 0
+
+    def slow_commit(batch):  # in the flush's thread: admits go on meanwhile
+        import time
+
+        time.sleep(0.05)
+        return real_commit(batch)
+
+    async def flush():
+        nonlocal alive, peak
+        alive += 1
+        peak = max(peak, alive)
+        try:
+            return await real_flush()
+        finally:
+            alive -= 1
+
+    red.store.commit, red.flush = slow_commit, flush
+    calls = []
+    for k in range(8):  # a call every 20 ms, 16 rollouts each: a commit is always running
+        calls.append(asyncio.ensure_future(red.submit_many([make_result(f"g{k}x{i // 4}.{i % 4}") for i in range(16)])))
+        await asyncio.sleep(0.02)
+    answers = [a for got in await asyncio.gather(*calls) for a in got]
+    assert len(answers) == 128 and all(isinstance(a, RolloutSummary) and a.durable for a in answers)
+    assert sum(len(ids) for ids in _manifest_lines(tmp_path / "rollouts.manifest.jsonl")) == 128
+    assert peak <= 3, peak  # the full buffer's one, the flush loop's, and one committing
+    await red.close()
