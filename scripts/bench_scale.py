@@ -212,7 +212,7 @@ def resume_open(cfg, out: Path, total: int, *, checkpoints: bool) -> float:
     store = OutputWriter(out, cfg.output, checkpoints=checkpoints)
     store.recover()
     store.reconcile()
-    done_ids = sorted(store.summaries)
+    done_ids = list(store.summaries)  # as ReducerActor.done_ids
     took = time.monotonic() - t
     store.close()
     assert len(done_ids) == total, (len(done_ids), total)

@@ -81,8 +81,9 @@ class ReducerActor:
         return True
 
     async def done_ids(self) -> list[str]:
-        """Rollout ids already durable in the output directory."""
-        return sorted(self.store.summaries)
+        """Rollout ids already durable in the output directory, in no order (a resume makes
+        a set of them; sorting a million took ~0.6 s of the reducer's open)."""
+        return list(self.store.summaries)
 
     async def recovery(self) -> list[str]:
         """What opening the output directory repaired (one line per change; empty: nothing)."""

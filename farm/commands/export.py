@@ -115,7 +115,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
                     elif rid not in earlier:
                         duplicates += 1
         counts[name] = {"shards": len(writer.entries), "rows": sum(e.rows for e in writer.entries),
-                        "rollouts": len(writer.durable_ids), "added": added,
+                        "rollouts": writer.durable_count, "added": added,
                         "duplicates_dropped": duplicates}  # fmt: skip
     marker.update(complete=True, tables={**earlier_tables, **counts}, exported_at=time.time())
     _write_marker(out, marker)

@@ -128,7 +128,9 @@ class DurableIds:
             # before it clears the recent ids, so this sees each id in one or the other
             recent, gone, segments = set(self._recent), set(self._gone), self._segments
             try:
-                out = {rid for s in segments for rid in s.ids()}
+                out: set[str] = set()
+                for s in segments:
+                    out.update(s.ids())
                 break
             except FileNotFoundError:  # a segment merged away meanwhile: again, with the new ones
                 continue

@@ -175,8 +175,10 @@ class ShardWriter:
         return len(self._durable)
 
     @property
-    def durable_ids(self) -> frozenset[str]:
-        return frozenset(self._durable.ids())
+    def durable_ids(self) -> set[str]:
+        """Every durable id: a fresh set (the caller's to change; at a million ids, a
+        frozenset copy on top of it cost ~0.2 s)."""
+        return self._durable.ids()
 
     @property
     def pending_ids(self) -> list[str]:

@@ -203,7 +203,8 @@ class OutputWriter:
     # --- recovery -------------------------------------------------------------
     def recover(self) -> int:
         """Rebuild rows for rollouts whose Samples are durable but whose row is not."""
-        orphans = set(self.samples.durable_ids) - set(self.rollouts.durable_ids)
+        orphans = self.samples.durable_ids
+        orphans.difference_update(self.rollouts.durable_ids)
         if not orphans:
             return 0
         rows: dict[str, list[dict[str, Any]]] = {rid: [] for rid in orphans}
