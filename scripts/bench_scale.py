@@ -53,11 +53,13 @@ GROUP = 8
 TURNS = 2  # turns a rollout (--turns); NullParts is pickled by value with it
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """``field`` of /proc/<pid>/status in MB (``RssAnon``: the process's own heap, not the
+    files and shared memory it maps)."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024.0
     except OSError:
         pass
@@ -313,6 +315,7 @@ def main() -> None:
     elif not args.no_follow:
         follower.start()
     samples: list[tuple[int, float, float]] = []  # (rollouts durable, driver rss, reducer rss)
+    anon: list[float] = []  # the reducer's RssAnon at each sample
     done = threading.Event()
     me = os.getpid()
 
@@ -322,6 +325,7 @@ def main() -> None:
             reducer = reducer or find_reducer(me)
             n = follower.groups * GROUP if not args.no_follow else _durable_rows(out)
             samples.append((n, rss_mb(me), rss_mb(reducer) if reducer else 0.0))
+            anon.append(rss_mb(reducer, "RssAnon") if reducer else 0.0)
             done.wait(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -391,6 +395,7 @@ def main() -> None:
     if not args.out:
         shutil.rmtree(tmp, ignore_errors=True)
     quarters = [next((x for x in samples if x[0] >= total * q // 4), samples[-1]) for q in (1, 2, 3, 4)]
+    print(f"reducer RssAnon: {anon[samples.index(base)]:.0f} -> {anon[samples.index(last)]:.0f} MB", file=sys.stderr)
     print("rss by rollouts durable (n, driver MB, reducer MB): "
           + ", ".join(f"({n}, {d:.0f}, {r:.0f})" for n, d, r in quarters), file=sys.stderr)
     print(f"groups handed out {follower.groups}/{n_groups}; run wall {wall:.1f} s (incl. ray start); "
