@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.errors import PatchApplyError, SandboxTimeout
 from farm.sandboxes.base import Sandbox
-from farm.workspace.shell import git_script
+from farm.workspace.shell import git_script, stage_script
 from farm.workspace.prepare import Workspace
 
 _DIFF_OPTS = "--binary --no-color --no-ext-diff --no-textconv --no-renames --src-prefix=a/ --dst-prefix=b/"
@@ -66,11 +66,12 @@ async def capture_diff(
     out = shlex.quote(posixpath.join(scratch, "model.diff"))
     specs = " ".join(shlex.quote(s) for s in [".", *exclude_pathspecs(exclude)])
     base = shlex.quote(workspace.baseline_commit)
+    # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
+    # size in the same jailed command: a sandbox exec fewer)
     script = (
-        f"set -e\nexport GIT_INDEX_FILE={index}\nrm -f {index}\n"
-        f"git read-tree {base}\n"
-        f"git add -A -- {specs}\n"
+        f"set -e\n{stage_script(index, base, specs)}\n"
         f"git diff --cached {_DIFF_OPTS} {base} > {out}\n"
+        f"printf '%s\\0' \"$(stat -c %s {out})\"\n"
         f"git diff --cached --name-only --no-renames -z {base}\n"
     )
     try:
@@ -79,9 +80,10 @@ async def capture_diff(
         raise PatchApplyError(f"capturing the diff exceeded {timeout:g} s") from None
     if res.exit_code != 0:
         raise PatchApplyError(f"cannot capture the diff (exit {res.exit_code}): {res.stderr.strip()[-500:]}")
-    files = [f for f in res.stdout.split("\0") if f]
-    size_res = await sandbox.exec(["stat", "-c", "%s", posixpath.join(scratch, "model.diff")], timeout=60)
-    size = int(size_res.stdout.strip() or 0) if size_res.exit_code == 0 else 0
+    size_field, _, names = res.stdout.partition("\0")
+    if not size_field.strip().isdigit():
+        raise PatchApplyError(f"cannot capture the diff: unexpected output {res.stdout[:200]!r}")
+    size, files = int(size_field), [f for f in names.split("\0") if f]
     if size > max_bytes:
         head = await sandbox.exec(["head", "-c", str(min(max_bytes, 64 << 10)), posixpath.join(scratch, "model.diff")], timeout=60)
         return CapturedDiff(

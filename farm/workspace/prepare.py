@@ -42,7 +42,7 @@ from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.workspace.shell import CommandReport, git_script, run_step
+from farm.workspace.shell import CommandReport, git_script, run_step, stage_script
 
 SCRATCH = ".farm/tasks"  # under the sandbox root; never inside the workdir
 BASELINE_REF = "refs/farm/baseline"
@@ -181,8 +181,7 @@ def commit_script(index: str, ref: str = BASELINE_REF) -> str:
     under ``ref`` and print the commit (HEAD when nothing changed)."""
     index = shlex.quote(index)
     return (
-        f"export GIT_INDEX_FILE={index}; rm -f {index}; "
-        "git read-tree HEAD && git add -A . && tree=$(git write-tree) && "
+        f"{stage_script(index, 'HEAD')} && tree=$(git write-tree) && "
         'if [ "$tree" = "$(git rev-parse HEAD^{tree})" ]; then c=$(git rev-parse HEAD); '
         "else c=$(git commit-tree \"$tree\" -p HEAD -m 'farm: workspace after setup'); fi && "
         f'git update-ref {ref} "$c" && rm -f {index} && echo "$c"'

@@ -127,6 +127,40 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# For farm's own `git add -A` over a scratch index seeded from the repo's own one: compare
+# a file's size and whole-second mtime only. The repo arrives from a tarball or an
+# environment snapshot (another inode, ctime and owner than when its index was written), so
+# git's default check would call every file changed and hash them all. A file changed in
+# the same second as the index was written is "racily clean" and git compares its content;
+# a git built with nanosecond stamps would call it racy only from the index's nanosecond
+# on, so ``stage_script`` cuts the seed's mtime to its whole second.
+_STAT_CHECK = "-c core.checkStat=minimal -c core.trustctime=false"
+
+
+def stage_script(index: str, tree: str, pathspecs: str = ".") -> str:
+    """Bash: stage the workdir (``git add -A -- pathspecs``) into ``index`` (a scratch
+    index: an absolute path, shell-quoted) over exactly ``tree``, then export
+    ``GIT_INDEX_FILE={index}`` for what follows (diff, write-tree). Run with the workdir as
+    cwd and ``GIT_INDEX_FILE`` not yet set.
+
+    The scratch index starts from the repo's own index (``git read-tree -m`` keeps the stat
+    data of its entries that match ``tree``), so ``git add -A`` hashes only the files that
+    changed since, not every file of the repository: 0.67 s -> 0.09 s on 6,800 files
+    (``scripts/bench_capture.py``). Whoever had the repo (setup, the agent) may have left
+    its index in any state: none, a merge in progress, entries flagged assume-unchanged or
+    skip-worktree (``git add`` would skip those files and hide their changes). Any of
+    these: ``tree`` alone, every file hashed, as before."""
+    git = f"GIT_INDEX_FILE={index} git {_STAT_CHECK}"
+    return (
+        f"own=$(git rev-parse --git-path index 2>/dev/null) || own=; rm -f {index}; "
+        f'{{ [ -n "$own" ] && cp -p -- "$own" {index} 2>/dev/null && '
+        f'touch -d "@$(stat -c %Y {index})" {index} && '
+        f"{git} read-tree -m {tree} 2>/dev/null && ! {git} ls-files -v | grep -q '^[[:lower:]S]'; }} || "
+        f"{{ rm -f {index} && {git} read-tree {tree}; }} && "
+        f"{git} add -A -- {pathspecs} && export GIT_INDEX_FILE={index}"
+    )
+
+
 async def git_script(
     sandbox: Sandbox, script_text: str, *, cwd: str, timeout: float = 300.0, env: Mapping[str, str] | None = None
 ) -> ExecResult:

@@ -72,6 +72,26 @@ async def test_capture_diff_new_deleted_committed_and_excluded(demo, runtime, ne
         assert small.too_large and small.bytes == diff.bytes and len(small.patch) <= diff.bytes
 
 
+async def test_capture_sees_every_change_whatever_the_repos_own_index_says(demo, runtime, new_sandbox) -> None:
+    """The capture starts from the repo's own index (its stat data spares hashing unchanged
+    files): a same-size edit in the same tick as that index, a file flagged assume-unchanged
+    or skip-worktree, and an index made unreadable must all still be in the diff."""
+    task = demo["demo-slugs"]
+    async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
+        ws = await prepare_workspace(sb, task, runtime)
+        # racy: the file touched and its stat recorded in the index, then changed in the same
+        # second, its size kept
+        await sh(sb, "touch slugs.py && git update-index --refresh -q; sed -i 's/import re/import X/' slugs.py",
+                 ws.workdir)  # fmt: skip
+        assert (await capture_diff(sb, ws)).files == ["slugs.py"]
+        await sh(sb, "git checkout -q -- slugs.py && git update-index --assume-unchanged slugs.py && "
+                     "echo '# edited' >> slugs.py && git update-index --skip-worktree pyproject.toml && "
+                     "echo '# edited' >> pyproject.toml", ws.workdir)  # fmt: skip
+        assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
+        await sh(sb, "echo junk > .git/index", ws.workdir)
+        assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
+
+
 async def test_capture_fails_cleanly_when_the_repo_is_gone(demo, runtime, new_sandbox) -> None:
     async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
         ws = await prepare_workspace(sb, demo["demo-lrucache"], runtime)
