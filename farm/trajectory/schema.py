@@ -14,6 +14,7 @@ tool-result and user tokens of later turns (``loss_mask`` 0 there).
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Annotated, Any, Mapping, Sequence
 
@@ -22,6 +23,7 @@ import pyarrow as pa
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from farm.errors import TrajectoryError
+from farm.trajectory.table_checks import scalar_rules, table_passes
 
 
 def _array(dtype: type) -> Any:
@@ -208,6 +210,9 @@ def table_to_samples(table: pa.Table | pa.RecordBatch) -> list[Sample]:
         if col is None:
             continue
         lists[name] = (col.offsets.to_numpy(), col.values.to_numpy(zero_copy_only=False))
+    # every row checked column-wise at once: those that pass are built without pydantic's
+    # per-row validation (farm.trajectory.table_checks), any other raises what Sample raises
+    checked = table_passes(table, SAMPLE_SCHEMA, _scalar_rules(), lists, _LIST_COLS)
     scalars = {name: table.column(name).to_pylist() for name in _SCALAR_COLS}
     metas = table.column("metadata").to_pylist()
     routed = table.column("routed_experts").to_pylist()
@@ -216,10 +221,37 @@ def table_to_samples(table: pa.Table | pa.RecordBatch) -> list[Sample]:
         row: dict[str, Any] = {name: scalars[name][i] for name in _SCALAR_COLS}
         for name, (offs, vals) in lists.items():
             row[name] = vals[offs[i] : offs[i + 1]]
-        row["metadata"] = json.loads(metas[i])
-        row["routed_experts"] = _routing_from(routed[i], row["metadata"])
-        out.append(Sample(**row))
+        row["metadata"] = meta = json.loads(metas[i])
+        row["routed_experts"] = re = _routing_from(routed[i], meta)
+        n = len(row["tokens"])
+        if checked and type(meta) is dict and (re is None or (re.ndim == 3 and len(re) == max(0, n - 1))):
+            out.append(_checked_sample(row))
+        else:
+            out.append(Sample(**row))
     return out
+
+
+@functools.cache
+def _scalar_rules() -> dict[str, tuple[bool, Any, Any]]:
+    return scalar_rules(Sample, _SCALAR_COLS)
+
+
+def _checked_sample(row: dict[str, Any]) -> Sample:
+    """A Sample from a row ``table_passes`` checked (every field given): what
+    ``Sample.model_construct(**row)`` makes (``__dict__`` and the fields set, as it sets
+    them), without its per-field alias lookups, which cost as much as validating."""
+    sample = Sample.__new__(Sample)
+    object.__setattr__(sample, "__dict__", {name: row[name] for name in _FIELD_NAMES})
+    object.__setattr__(sample, "__pydantic_fields_set__", set(_FIELD_NAMES))
+    object.__setattr__(sample, "__pydantic_extra__", None)
+    object.__setattr__(sample, "__pydantic_private__", None)
+    return sample
+
+
+_FIELD_NAMES = tuple(Sample.model_fields)
+# _checked_sample is model_construct only for a model without aliases, post-init or extras
+assert not any(f.alias or f.validation_alias for f in Sample.model_fields.values())
+assert not Sample.__pydantic_post_init__ and Sample.model_config.get("extra") == "forbid"
 
 
 def _with_routing_meta(s: Sample) -> dict[str, Any]:
