@@ -24,9 +24,10 @@ import pyarrow.compute as pc
 from annotated_types import Ge, Le
 from pydantic import BaseModel
 
-# list column -> the numpy dtype its values must already have (a null inside makes pyarrow
-# hand back another dtype: then the rows go through the model's own conversion)
-ListColumns = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (offsets, values)
+# a list column's (offsets, values) by name. Its values must already have the model's
+# dtype (``dtypes``): a null inside makes pyarrow hand back another one, and those rows then
+# go through the model's own conversion.
+ListColumns = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def scalar_rules(model: type[BaseModel], names: list[str]) -> dict[str, tuple[bool, Any, Any]]:
