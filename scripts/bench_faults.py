@@ -48,6 +48,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -390,22 +391,29 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--scenario", action="append", help="run only these (repeatable)")
     parser.add_argument("--tasks", type=int, default=3, help="demo tasks per scenario (one rollout each)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="scenarios at once (each its own `farm run`, Ray, sandbox dir and output: what one "
+                             "leaks or loses is still told apart)")  # fmt: skip
     args = parser.parse_args()
     names = args.scenario or (QUICK if args.quick else ALL)
     totals = Counter()
     with tempfile.TemporaryDirectory(prefix="farm-faults-") as tmp:
-        for name in names:
+
+        def one(name: str) -> tuple[str, dict[str, int], float]:
             t0 = time.monotonic()
-            f = scenario(name, Path(tmp), args.tasks)
-            leaked = f["leaked_procs"] + f["leaked_sandboxes"]
-            totals.update(lost=f["lost"], duplicated=f["duplicated"], poisoned=f["poisoned"], leaked=leaked,
-                          truncated=f["truncated"], unclean_stops=f["unclean_stops"])
-            print(f"fault={name} planned={f['planned']} ended_once={f['ended_once']} lost={f['lost']} "
-                  f"duplicated={f['duplicated']} poisoned={f['poisoned']} leaked_procs={f['leaked_procs']} "
-                  f"leaked_sandboxes={f['leaked_sandboxes']} resume_exit={f['resume_exit']} "
-                  f"injected={f['injected']} engine_errors_seen={f['engine_errors']} truncated={f['truncated']} "
-                  f"truncated_samples={f['truncated_samples']} unclean_stops={f['unclean_stops']} "
-                  f"first_run={f['first_run']} seconds={time.monotonic() - t0:.0f}", flush=True)  # fmt: skip
+            return name, scenario(name, Path(tmp), args.tasks), time.monotonic() - t0
+
+        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+            for name, f, took in pool.map(one, names):
+                leaked = f["leaked_procs"] + f["leaked_sandboxes"]
+                totals.update(lost=f["lost"], duplicated=f["duplicated"], poisoned=f["poisoned"], leaked=leaked,
+                              truncated=f["truncated"], unclean_stops=f["unclean_stops"])
+                print(f"fault={name} planned={f['planned']} ended_once={f['ended_once']} lost={f['lost']} "
+                      f"duplicated={f['duplicated']} poisoned={f['poisoned']} leaked_procs={f['leaked_procs']} "
+                      f"leaked_sandboxes={f['leaked_sandboxes']} resume_exit={f['resume_exit']} "
+                      f"injected={f['injected']} engine_errors_seen={f['engine_errors']} truncated={f['truncated']} "
+                      f"truncated_samples={f['truncated_samples']} unclean_stops={f['unclean_stops']} "
+                      f"first_run={f['first_run']} seconds={took:.0f}", flush=True)  # fmt: skip
     print(f"bench_faults: scenarios={len(names)} lost={totals['lost']} duplicated={totals['duplicated']} "
           f"poisoned={totals['poisoned']} leaked={totals['leaked']} truncated={totals['truncated']} "
           f"unclean_stops={totals['unclean_stops']}")

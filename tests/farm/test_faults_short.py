@@ -19,8 +19,9 @@ BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench_faults.py"
 
 @pytest.mark.timeout(1200)
 def test_quick_fault_suite_loses_doubles_poisons_and_leaks_nothing():
-    res = subprocess.run([sys.executable, str(BENCH), "--quick", "--tasks", "2"], capture_output=True, text=True,
-                         timeout=1150)  # fmt: skip
+    # the three scenarios side by side: each its own `farm run`, Ray, sandbox dir and output
+    res = subprocess.run([sys.executable, str(BENCH), "--quick", "--tasks", "2", "--parallel", "3"],
+                         capture_output=True, text=True, timeout=1150)  # fmt: skip
     out = res.stdout
     assert res.returncode == 0, res.stderr[-3000:]
     last = out.strip().splitlines()[-1]
