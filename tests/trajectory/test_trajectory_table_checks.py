@@ -87,6 +87,7 @@ def test_a_damaged_row_raises_what_sample_raises(case):
         table_to_samples(table)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # numpy on the null
 def test_a_null_inside_a_token_list_is_never_built_unchecked():
     t = _table()
     tokens = t.column("tokens").to_pylist()
