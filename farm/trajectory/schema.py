@@ -23,7 +23,7 @@ import pyarrow as pa
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from farm.errors import TrajectoryError
-from farm.trajectory.table_checks import scalar_rules, table_passes
+from farm.trajectory.table_checks import nonzero_where_untrained, scalar_rules, table_passes
 
 
 def _array(dtype: type) -> Any:
@@ -133,7 +133,7 @@ class Sample(BaseModel):
         # a float64 sum is non-finite iff some float32 logprob is (it cannot overflow)
         if r and not np.isfinite(self.rollout_logprobs.sum(dtype=np.float64)):
             raise ValueError("rollout_logprobs must be finite")
-        if r and _nonzero_where_untrained(self.loss_mask, self.rollout_logprobs):
+        if r and nonzero_where_untrained(self.loss_mask, self.rollout_logprobs):
             raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
         re = self.routed_experts
         if re is not None:
@@ -150,16 +150,6 @@ class Sample(BaseModel):
     @property
     def response_tokens(self) -> np.ndarray:
         return self.tokens[self.prompt_length :]
-
-
-def _nonzero_where_untrained(mask: np.ndarray, logprobs: np.ndarray, chunk: int = 1 << 16) -> bool:
-    """Any logprob != 0 under loss_mask 0? Chunked so temporaries stay small (no fresh
-    multi-MB allocations per Sample: page faults dominate at 1M tokens)."""
-    for i in range(0, len(mask), chunk):
-        m, lp = mask[i : i + chunk], logprobs[i : i + chunk]
-        if np.any(lp[m == 0]):
-            return True
-    return False
 
 
 def _list_array(arrays: Sequence[np.ndarray], dtype: type, pa_type: pa.DataType) -> pa.ListArray:
