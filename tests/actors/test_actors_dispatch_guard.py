@@ -73,19 +73,21 @@ def local_ray(shared_ray):
 def test_a_hung_rollout_is_ended_alone_and_runs_again(local_ray):
     cfg = FarmConfig.model_validate({"rollout": {"concurrency": 8, "infra_retries": 1, "retry_backoff_s": 0}})
     actor = ray.remote(_Actor).remote()
-    # up before the clock starts: on a loaded machine the actor's worker takes seconds to
-    # start, and the guard times a rollout from its dispatch, not the actor's start-up
-    assert ray.get(actor.seen_aborts.remote(), timeout=120) == []
-    specs = [RolloutSpec(run_id="r", rollout_id=f"t{i}.0", group_id=f"t{i}", sample_index=0,
-                         task=Task(id=f"t{i}", instruction="x")) for i in range(4)]  # fmt: skip
-    progress = _Progress()
     reducer = ray.remote(_Reducer).remote()
-    d = Dispatcher(cfg, {"a0": actor}, reducer=reducer, progress=progress, tally=SummaryTally(), guard_s=2.0)
-    tally = d.run(specs)
-    assert tally.count == 4 and d.retried == 1  # every rollout once; the hung one ran again
-    assert tally.by_status == {"completed": 4}
-    assert any("t1.0: rollout exceeded" in n and "retrying" in n for n in progress.notes), progress.notes
-    assert ray.get(actor.seen_aborts.remote()) == ["t1.0"]  # told to stop it (the others went on)
-    assert not d.inflight and d.inflight.batches == []
-    for a in (actor, reducer):  # the Ray is shared with the next modules (tests/conftest.py)
-        ray.kill(a)
+    try:
+        # up before the clock starts: on a loaded machine the actor's worker takes seconds to
+        # start, and the guard times a rollout from its dispatch, not the actor's start-up
+        assert ray.get(actor.seen_aborts.remote(), timeout=120) == []
+        specs = [RolloutSpec(run_id="r", rollout_id=f"t{i}.0", group_id=f"t{i}", sample_index=0,
+                             task=Task(id=f"t{i}", instruction="x")) for i in range(4)]  # fmt: skip
+        progress = _Progress()
+        d = Dispatcher(cfg, {"a0": actor}, reducer=reducer, progress=progress, tally=SummaryTally(), guard_s=2.0)
+        tally = d.run(specs)
+        assert tally.count == 4 and d.retried == 1  # every rollout once; the hung one ran again
+        assert tally.by_status == {"completed": 4}
+        assert any("t1.0: rollout exceeded" in n and "retrying" in n for n in progress.notes), progress.notes
+        assert ray.get(actor.seen_aborts.remote()) == ["t1.0"]  # told to stop it (the others went on)
+        assert not d.inflight and d.inflight.batches == []
+    finally:  # the Ray is shared with the next modules (tests/conftest.py), failed or not
+        for a in (actor, reducer):
+            ray.kill(a)
