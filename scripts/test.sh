@@ -9,11 +9,11 @@ VENV="${FARM_VENV:-.venv}"
 select=()
 if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
 # pytest as `python -m pytest` runs it, then Python's atexit handlers (Ray's shutdown,
-# wandb's service), then the process ends without the interpreter's teardown: in about one
-# run in two of the whole suite, that teardown (module and C++ static destructors of the
-# native libraries the suite loads together: Ray's core worker, grpc, torch, wandb,
-# mlflow...) crashed with SIGSEGV after every test had passed and the summary was printed
-# (exit 139). faulthandler printed nothing, so it was past Python's own finalization; the
+# wandb's service), then the process ends without the interpreter's teardown: in two of
+# four whole-suite runs (2026-11-27, CI's among them) that teardown crashed with SIGSEGV
+# after every test had passed and the summary was printed (exit 139), most likely in the
+# native libraries the suite loads together (Ray's core worker after a re-init, grpc,
+# torch, wandb, mlflow...). faulthandler printed nothing, so it was past Python's own finalization; the
 # subprocesses the tests run (`farm run`, `ray job submit`) exit as before.
 "$VENV/bin/python" -c '
 import atexit, os, sys
