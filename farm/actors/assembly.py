@@ -77,11 +77,12 @@ class FarmActors:
         ray.get(self.reducer.ready.remote(), timeout=CONTROL_TIMEOUT_S)
         return self.reducer
 
-    def reducer_facts(self) -> tuple[list[str], set[str]]:
+    def reducer_facts(self) -> tuple[list[str], list[str]]:
         """What the started reducer found on opening the output directory: the repairs it
-        made (recovery lines) and the rollout ids already durable there."""
+        made (recovery lines) and the rollout ids already durable there (distinct, in no
+        order: the session keeps them as bits, ``farm.run.done``)."""
         recovery = ray.get(self.reducer.recovery.remote(), timeout=CONTROL_TIMEOUT_S)
-        return recovery, set(ray.get(self.reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S))
+        return recovery, ray.get(self.reducer.done_ids.remote(), timeout=CONTROL_TIMEOUT_S)
 
     # --- weights (farm.Farm): the router's workers, the reducer's stamp ----------------------
     def policy_version(self) -> int:

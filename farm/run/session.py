@@ -21,12 +21,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from farm.config import FarmConfig
+from farm.run.done import DoneRollouts
 from farm.run.lock import RunLock
 from farm.run.progress import RunProgress
 from farm.run.signals import cleanup_phase
@@ -106,7 +108,7 @@ class RunSession:
         self.tasks: list[Task] = []
         self.loggers: RunLoggers | None = None
         self.recovery: list[str] = []  # what opening the output repaired (from the reducer)
-        self.done: set[str] = set()  # rollout ids already durable there
+        self.done = DoneRollouts()  # rollouts already durable there
         self.skipped = 0
         self.summary: RunSummary | None = None
         self._lock: RunLock | None = None
@@ -171,9 +173,13 @@ class RunSession:
         self.connect_ray()
         return FarmActors(self.cfg, **kwargs)
 
-    def resume(self, recovery: list[str], done: set[str] | list[str]) -> None:
-        """What the started reducer found: repairs made on opening, rollouts already durable."""
-        self.recovery, self.done = list(recovery), set(done)
+    def resume(self, recovery: list[str], done: Iterable[str]) -> None:
+        """What the started reducer found: repairs made on opening, the ids of the rollouts
+        already durable (kept a bit each on this run's tasks' groups: ``DoneRollouts``)."""
+        if not self.is_open:  # the ids are placed on the tasks open() loads
+            raise RuntimeError("resume() is told what the reducer found on an open session: open() it first")
+        self.recovery = list(recovery)
+        self.done = DoneRollouts.of(done, self.tasks, self.cfg.rollout.n_samples)
 
     def plan(self, *, curriculum: Curriculum | None = None, continuous: bool = False) -> RunPlan:
         """This invocation's rollouts, resumed (durable ones skipped). ``continuous``: pulled

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from farm.rollout.model import RolloutSpec, make_rollout_id
 from farm.run.config import StreamConfig
+from farm.run.done import DoneRollouts
 from farm.tasks.model import Task
 
 # (epoch, tasks, mean reward of each task's groups so far) -> the tasks of that epoch, in order
@@ -55,7 +56,7 @@ class TaskStream:
         cfg: StreamConfig | None = None,
         *,
         curriculum: Curriculum | None = None,
-        done: Collection[str] = (),
+        done: DoneRollouts | Collection[str] = (),
     ) -> None:
         seen: set[str] = set()
         for task in tasks:
@@ -65,7 +66,8 @@ class TaskStream:
         self.run_id, self.tasks, self.n = run_id, list(tasks), n_samples
         self.cfg = cfg or StreamConfig()
         self.curriculum = curriculum or (load_curriculum(self.cfg.curriculum) if self.cfg.curriculum else None)
-        self.done = set(done)
+        # the durable ones, a bit each (a resumed session's, not copied; ids: made here)
+        self.done = done if isinstance(done, DoneRollouts) else DoneRollouts.of(done, self.tasks, n_samples)
         self.rewards: dict[str, list[float]] = {}  # task id -> group mean rewards seen (the curriculum's input)
 
     @property
@@ -113,10 +115,11 @@ class TaskStream:
             if left is not None:
                 left -= size
             gid = group_id_of(task.id, epoch)
+            done = self.done.mask(task.id, epoch)
             todo = [
-                RolloutSpec(run_id=self.run_id, rollout_id=rid, group_id=gid, sample_index=i, group_index=index,
-                            epoch=epoch, task=task)
-                for i in range(size) if (rid := make_rollout_id(gid, i)) not in self.done
+                RolloutSpec(run_id=self.run_id, rollout_id=make_rollout_id(gid, i), group_id=gid, sample_index=i,
+                            group_index=index, epoch=epoch, task=task)
+                for i in range(size) if not done >> i & 1
             ]  # fmt: skip
             if todo:
                 yield todo
@@ -140,15 +143,12 @@ class TaskStream:
                 total += len(tasks) * self.n
         capped = total if limit is None else min(total, max(0, limit))
         skipped = position = 0
-        if self.done:  # where each done id falls: walk the groups (no spec made) until the cap
-            done_groups = {rid.rpartition(".")[0] for rid in self.done}  # ids: <group id>.<sample index>
+        if self.done.bits:  # where each done id falls: walk the groups (no spec made) until the cap
             for _, epoch, task in self._slots():
-                if position >= capped or skipped == len(self.done):
+                if position >= capped or skipped == self.done.bits:
                     break
-                gid = group_id_of(task.id, epoch)
                 size = min(self.n, capped - position)
-                if gid in done_groups:
-                    skipped += sum(make_rollout_id(gid, i) in self.done for i in range(size))
+                skipped += (self.done.mask(task.id, epoch) & ((1 << size) - 1)).bit_count()
                 position += size
         return capped - skipped, skipped
 
