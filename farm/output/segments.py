@@ -108,6 +108,14 @@ def _seal(tmp: Path, final: Path, count: int) -> SegmentRef:
     return SegmentRef(name=final.name, count=count, checksum=_checksum(final))
 
 
+def _pwrite_all(fd: int, data: bytes | np.ndarray, at: int) -> None:
+    """Write all of ``data`` (bytes, or a contiguous array as it is in memory) at ``at``."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
+
+
 def write_segment(manifest_path: Path, seq: int, ids: list[str], offsets: list[int]) -> Segment:
     """A new segment of ``ids`` (``offsets``: where the manifest line listing each starts)."""
     d = digests(ids)
@@ -128,12 +136,12 @@ def merge_segments(manifest_path: Path, seq: int, parts: list[Segment]) -> Segme
     n = sum(p.ref.count for p in parts)
     final = _new_path(manifest_path, seq)
     tmp = final.with_name(final.name + ".tmp")
-    out = np.empty(n, dtype=np.uint64)
+    out = np.empty(n, dtype="<u8")  # written from as it is: no copy of a million digests
     inputs = [(p.digests, p.all_offsets()) for p in parts]
     pos = [0] * len(parts)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.pwrite(fd, MAGIC + np.uint64(n).astype("<u8").tobytes(), 0)
+        _pwrite_all(fd, MAGIC + np.uint64(n).astype("<u8").tobytes(), 0)
         w = 0
         while w < n:
             # every input's next chunk up to the smallest last digest among the chunks with
@@ -151,9 +159,9 @@ def merge_segments(manifest_path: Path, seq: int, parts: list[Segment]) -> Segme
             dd, oo = np.concatenate(take_d), np.concatenate(take_o)
             order = np.argsort(dd, kind="stable")
             out[w : w + len(dd)] = dd[order]
-            os.pwrite(fd, oo[order].astype("<u8").tobytes(), HEADER + 8 * (n + w))
+            _pwrite_all(fd, np.ascontiguousarray(oo[order], dtype="<u8"), HEADER + 8 * (n + w))
             w += len(dd)
-        os.pwrite(fd, out.astype("<u8").tobytes(), HEADER)
+        _pwrite_all(fd, out, HEADER)
         at = HEADER + 16 * n
         for p in parts:  # the id lists, one after the other
             start, end = p.ids_blob_range()
@@ -161,7 +169,7 @@ def merge_segments(manifest_path: Path, seq: int, parts: list[Segment]) -> Segme
                 src.seek(start)
                 while start < end:
                     chunk = src.read(min(_COPY, end - start))
-                    os.pwrite(fd, chunk, at)
+                    _pwrite_all(fd, chunk, at)
                     at += len(chunk)
                     start += len(chunk)
     finally:
@@ -193,7 +201,7 @@ def load_segment(manifest_path: Path, ref: SegmentRef) -> tuple[Segment | None, 
             head = fh.read(HEADER)
             if head[:8] != MAGIC or int(np.frombuffer(head[8:], dtype="<u8")[0]) != ref.count:
                 return None, f"segment {ref.name}: not a segment of {ref.count} ids"
-            d = np.frombuffer(fh.read(8 * ref.count), dtype="<u8").astype(np.uint64)
+            d = np.fromfile(fh, dtype="<u8", count=ref.count)  # read into the array: no bytes copy
     except FileNotFoundError:
         return None, f"segment {ref.name} is missing"
     except (OSError, IndexError) as exc:

@@ -327,7 +327,9 @@ def digest_of(rid: str):
     return digest(rid)
 
 
-def test_a_merge_keeps_every_digest_with_its_offset(tmp_path, monkeypatch):
+@pytest.mark.parametrize("short_writes", [False, True])
+def test_a_merge_keeps_every_digest_with_its_offset(tmp_path, monkeypatch, short_writes):
+    import os
     import random
 
     import numpy as np
@@ -335,6 +337,9 @@ def test_a_merge_keeps_every_digest_with_its_offset(tmp_path, monkeypatch):
     import farm.output.segments as segments
 
     monkeypatch.setattr(segments, "MERGE_CHUNK", 4)  # many merge steps
+    if short_writes:  # a pwrite may write less than it is given: the rest is written after it
+        pwrite = os.pwrite
+        monkeypatch.setattr(os, "pwrite", lambda fd, data, at: pwrite(fd, memoryview(data)[:5], at))
     monkeypatch.setattr(segments, "digest", lambda rid: hash(rid) % 50)  # equal digests across parts
     manifest = tmp_path / "m.jsonl"
     rng = random.Random(1)
