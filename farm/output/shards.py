@@ -130,7 +130,9 @@ class ShardWriter:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise ShardError(f"another writer holds table {name!r} in {self.directory}") from None
-        self._buffer: list[tuple[str, pa.Table]] = []
+        # (rollout ids, their rows in order): one entry a write_rollout, or one for a whole
+        # write_rollouts that fits (its table as it came: not cut per rollout and put back)
+        self._buffer: list[tuple[list[str], pa.Table]] = []
         self._buffered_ids: set[str] = set()  # the ids in ``_buffer`` (a write asks per rollout)
         self._buffer_rows = self._buffer_bytes = 0
         self._newly_durable: list[str] = []
@@ -182,7 +184,7 @@ class ShardWriter:
 
     @property
     def pending_ids(self) -> list[str]:
-        return [rid for rid, _ in self._buffer]
+        return [rid for ids, _ in self._buffer for rid in ids]
 
     @property
     def entries(self) -> list[ManifestEntry]:
@@ -248,7 +250,7 @@ class ShardWriter:
             self._buffer_rows + table.num_rows > self.max_rows or self._buffer_bytes + nbytes > self.max_bytes
         ):
             self._seal()
-        self._buffer.append((rollout_id, table))
+        self._buffer.append(([rollout_id], table))
         self._buffered_ids.add(rollout_id)
         self._buffer_rows += table.num_rows
         self._buffer_bytes += nbytes
@@ -274,7 +276,7 @@ class ShardWriter:
             for (rid, _), part in zip(rollouts, slices(table, [n for _, n in rollouts])):
                 fresh |= self.write_rollout(rid, part)
             return fresh
-        self._buffer.extend(zip(ids, slices(table, [n for _, n in rollouts])))
+        self._buffer.append((ids, table))
         self._buffered_ids.update(ids)
         self._buffer_rows += table.num_rows
         self._buffer_bytes += table.nbytes
@@ -325,9 +327,10 @@ class ShardWriter:
         return rows
 
     def _seal(self) -> None:
-        ids = [rid for rid, _ in self._buffer]
+        ids = self.pending_ids
         # one record batch a shard: the same bytes whether a rollout's rows came as a table
-        # of their own or as a slice of one built for many (``OutputWriter.commit``)
+        # of their own or in one built for many (``OutputWriter.commit``); a buffer of one
+        # table of one chunk a column is combined without a copy
         table = pa.concat_tables([t for _, t in self._buffer]).combine_chunks()
         entry = self._write_shard(table, ids)
         append_line(self.manifest_path, entry)
