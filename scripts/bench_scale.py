@@ -26,6 +26,10 @@ Figures:
                           and polled: what finding its place costs (no line before it read)
   reducer_alone_per_s     rollouts per second one ReducerActor makes durable without Ray
                           (its methods awaited in this process): the reducer's own ceiling
+  cpu_ms_per_rollout      CPU (user + system) of this process and every process of the
+                          local Ray under it (actors, raylet, GCS, agents), per rollout over
+                          the RSS growth's window: the machine's cores / this is the most
+                          the control plane can run here (by process: printed above it)
 
 ``--continuous``: the same rollouts as a continuous stream (``farm.Farm`` pulling groups
 under back-pressure, a trainer loop in this process taking each group as it comes: it is
@@ -98,6 +102,42 @@ def find_reducer(root: int) -> int | None:
                 continue
             todo.append(child)
     return None
+
+
+def cpu_census(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by ``root`` ("driver") and by each kind of
+    process under it (the local Ray this run started): its actors by class
+    (``ray::ReducerActor``...), Ray's own processes by name. One pass over /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            parent[int(d)], used[int(d)] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    out = {"driver": used.get(root, 0.0)}
+    for pid in used:
+        up, seen = parent.get(pid), 0
+        while up not in (None, 0, 1, root) and seen < 64:
+            up, seen = parent.get(up), seen + 1
+        if up != root or pid == root:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                title = fh.read().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        kind = title[5:].split(".")[0].split()[0] if title.startswith("ray::") else "?"  # ray::SandboxActor.run_many
+        kind = "sandbox actors" if kind == "SandboxActor" else "reducer" if kind == "ReducerActor" else kind
+        if kind not in ("sandbox actors", "reducer", "driver"):
+            kind = "Ray's own"
+        out[kind] = out.get(kind, 0.0) + used[pid]
+    return out
 
 
 class NullParts:
@@ -327,13 +367,19 @@ def main() -> None:
     done = threading.Event()
     me = os.getpid()
 
+    cpu: list[tuple[int, dict[str, float]]] = []  # (rollouts durable, cpu_census) every 2 s
+
     def sample() -> None:
         reducer = None
+        k = 0
         while not done.is_set():
             reducer = reducer or find_reducer(me)
             n = follower.groups * GROUP if not args.no_follow else _durable_rows(out)
             samples.append((n, rss_mb(me), rss_mb(reducer) if reducer else 0.0))
             anon.append(rss_mb(reducer, "RssAnon") if reducer else 0.0)
+            if k % 4 == 0 and reducer:
+                cpu.append((n, cpu_census(me)))
+            k += 1
             done.wait(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -364,6 +410,20 @@ def main() -> None:
     # before it reads the directory back
     last = [s for s in samples if s[2] > 0][-1] if any(s[2] > 0 for s in samples) else samples[-1]
     driver_growth = last[1] - base[1]
+    # CPU per rollout over the same window (from 10% of the rollouts to the last sample
+    # with the reducer alive), by process: what one rollout costs the whole machine
+    live = [c for c in cpu if c[1].get("reducer")]
+    c0 = next((c for c in live if c[0] >= total // 10), live[0] if live else None)
+    c1 = live[-1] if live else None
+    cpu_ms = {}
+    if c0 is not None and c1 is not None and c1[0] > c0[0]:
+        cpu_ms = {k: 1000 * (v - c0[1].get(k, 0.0)) / (c1[0] - c0[0]) for k, v in c1[1].items()}
+    cpu_total = sum(cpu_ms.values()) or float("nan")
+    cores = os.cpu_count() or 1
+    print("cpu ms a rollout, by process (10% of the rollouts to the end): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu_ms.items(), key=lambda kv: -kv[1]))
+          + f"; total {cpu_total:.2f}: {cores} cores give at most {1000 * cores / cpu_total:.0f} rollouts/s",
+          file=sys.stderr)
     reducer_growth = last[2] - base[2]
     after = samples[samples.index(last):]  # from the last sample with the reducer alive
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
@@ -413,7 +473,7 @@ def main() -> None:
     print(f"bench_scale: rollouts={total} rollouts_per_s={total / loop_s:.0f} "
           f"driver_rss_growth_mb={driver_growth:.1f} reducer_rss_growth_mb={reducer_growth:.1f} "
           f"resume_open_s={resume_open_s:.2f} resume_open_full_s={resume_full_s:.2f} inspect_s={inspect_s:.2f} group_handout_ms_p99={p99:.0f} "
-          f"reader_resume_s={reader_resume_s:.3f} reducer_alone_per_s={alone:.0f}")
+          f"reader_resume_s={reader_resume_s:.3f} reducer_alone_per_s={alone:.0f} cpu_ms_per_rollout={cpu_total:.2f}")
 
 
 if __name__ == "__main__":
