@@ -414,7 +414,9 @@ def main() -> None:
     # with the reducer alive), by process: what one rollout costs the whole machine
     live = [c for c in cpu if c[1].get("reducer")]
     c0 = next((c for c in live if c[0] >= total // 10), live[0] if live else None)
-    c1 = live[-1] if live else None
+    # the last sample in which every kind of process of the first is still up (the farm's
+    # close stops the sandbox actors before the reducer)
+    c1 = next((c for c in reversed(live) if c0 is not None and set(c0[1]) <= set(c[1])), None)
     cpu_ms = {}
     if c0 is not None and c1 is not None and c1[0] > c0[0]:
         cpu_ms = {k: 1000 * (v - c0[1].get(k, 0.0)) / (c1[0] - c0[0]) for k, v in c1[1].items()}
