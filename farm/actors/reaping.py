@@ -12,6 +12,7 @@ back, else left behind with the command that reaps them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -82,15 +83,22 @@ class Reaper:
         """Kill sandboxes of this run that outlived their actor (an actor that died), on
         every alive node: {sandbox root: sandbox ids reaped there}."""
         reap_remote = ray.remote(num_cpus=0, max_retries=0)(_reap_sandboxes)
+        deadline = time.monotonic() + 120
+        here = None  # the driver's own node, reaped in this process (see _reap_here)
         if self.cfg.sandbox.backend == "local":
-            refs = [
-                reap_remote.options(**placement.on_node(n["NodeID"])).remote(self.cfg.run_id, self.cfg.sandbox, None)
-                for n in placement.alive_nodes()
-            ]
+            nodes = [n["NodeID"] for n in placement.alive_nodes()]
+            if _root_is_fixed(self.cfg.sandbox.local.base_dir) and not ray.util.client.ray.is_connected():
+                here = placement.this_node()
+            here_thread = _reap_here(self.cfg.run_id, self.cfg.sandbox) if here in nodes else None
+            refs = [reap_remote.options(**placement.on_node(n)).remote(self.cfg.run_id, self.cfg.sandbox, None)
+                    for n in nodes if n != here]  # fmt: skip
         else:
+            here_thread = None
             refs = [reap_remote.remote(self.cfg.run_id, self.cfg.sandbox, self.secrets.e2b_api_key)]
         reaped: dict[str, list[str]] = {}
-        deadline = time.monotonic() + 120
+        done_here = here_thread.result(max(1.0, deadline - time.monotonic())) if here_thread else None
+        if done_here is not None:
+            reaped.setdefault(done_here[0], []).extend(done_here[1])
         for ref in refs:  # one by one: a node that fails to reap (or dies now) costs only its own
             try:
                 root, found = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
@@ -121,6 +129,39 @@ class Reaper:
                 self.lost_nodes[node] = (f"died and is not back: its sandboxes under {root} are left behind "
                                          f"(run `farm reap --run-id {self.cfg.run_id}` on it)")
             log.warning("node %s %s", node, self.lost_nodes[node])
+
+
+def _root_is_fixed(base_dir: str) -> bool:
+    """Whether ``base_dir`` names the same directory for every process of a machine (no ``~``
+    or ``$VARS``, which are expanded per node: a raylet's environment may set them)."""
+    return "$" not in base_dir and not base_dir.startswith("~")
+
+
+class _reap_here:  # noqa: N801 - used like a function: the reap of this node, running
+    """The reap of the driver's own node, in this process (a thread: the caller may have an
+    event loop running): a Ray task there would first start a worker process, seconds of CPU
+    at the end of every run, to run what this process can. Only for a sandbox root that does
+    not depend on the process's environment, so it is the directory the node's actors used."""
+
+    def __init__(self, run_id: str, sandbox_cfg: Any) -> None:
+        self._out: tuple[str, list[str]] | None = None  # None: failed (said) or not finished
+        self._thread = threading.Thread(target=self._run, args=(run_id, sandbox_cfg), daemon=True,
+                                        name="farm-reap")  # fmt: skip
+        self._thread.start()
+
+    def _run(self, run_id: str, sandbox_cfg: Any) -> None:
+        try:
+            root, found = _reap_sandboxes(run_id, sandbox_cfg, None)
+            self._out = (root, found or [])  # (None only for a skipped root, never asked here)
+        except Exception as exc:  # noqa: BLE001 - as a failed reap task: said, the others still reaped
+            log.warning("reaping sandboxes of run %s on this node failed: %s", run_id, exc)
+
+    def result(self, timeout: float) -> tuple[str, list[str]] | None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("reaping sandboxes on this node did not finish in %.0f s", timeout)
+            return None
+        return self._out
 
 
 def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,

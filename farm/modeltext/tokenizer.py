@@ -48,10 +48,29 @@ def resolve_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None
 
 def load_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None) -> Any:
     """The HF tokenizer for ``spec`` (see :func:`resolve_tokenizer`)."""
-    from transformers import AutoTokenizer
-
     path = resolve_tokenizer(spec, cache_dir)
     try:
+        if _names_generic_fast(path):
+            # The class AutoTokenizer would pick anyway, without importing its mapping of every
+            # model's config (which imports torch: ~1.2 s and ~300 MB per gateway and worker).
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(path)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load tokenizer {spec!r} ({path}): {exc}") from exc
+
+
+def _names_generic_fast(path: str) -> bool:
+    """A local tokenizer directory whose config names the generic fast tokenizer class
+    (``builtin:`` tokenizers do; a model's own class, or a hub name, goes through AutoTokenizer)."""
+    import json
+
+    try:
+        config = json.loads((Path(path) / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("tokenizer_class") == "PreTrainedTokenizerFast" \
+        and (Path(path) / "tokenizer.json").is_file()

@@ -139,11 +139,9 @@ def tokenizer_spec(data: RunData, override: str | None = None) -> tuple[str, str
 
 @functools.lru_cache(maxsize=4)  # `farm view` re-renders on every change: load once
 def load_tokenizer(spec: str, cache_dir: str | None) -> Any:
-    from transformers import AutoTokenizer
+    from farm.modeltext import tokenizer
 
-    from farm.modeltext.tokenizer import resolve_tokenizer
-
-    return AutoTokenizer.from_pretrained(resolve_tokenizer(spec, cache_dir))
+    return tokenizer.load_tokenizer(spec, cache_dir)  # the gateway's own loading (no torch for a builtin)
 
 
 class Decoder:

@@ -4,6 +4,10 @@ command construction and its clear error when the ``sglang`` package is missing.
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
+import subprocess
+import sys
 
 import aiohttp
 import pytest
@@ -13,7 +17,7 @@ from farm.actors.router import RouterActor, SGLangServerActor
 from farm.engine.config import EngineConfig, LaunchConfig
 from farm.engine.launchers import sglang_server_argv, start_scripted_worker
 from farm.simulator import ScriptedPolicy
-from farm.modeltext.tokenizer import resolve_tokenizer
+from farm.modeltext.tokenizer import load_tokenizer, resolve_tokenizer
 from farm.errors import ConfigError, EngineError
 
 
@@ -91,3 +95,27 @@ def test_tokenizer_specs(tmp_path, tok_path):
     assert built == str(tmp_path / "farm-test") and (tmp_path / "farm-test" / "tokenizer.json").exists()
     with pytest.raises(ConfigError):
         resolve_tokenizer("builtin:nope", tmp_path)
+
+
+def test_a_generic_fast_tokenizer_loads_as_autotokenizer_would_without_torch(tmp_path, tok_path, monkeypatch):
+    """A directory whose config names the generic fast class (the builtin ones) loads that
+    class directly: the same tokenizer AutoTokenizer gives, without importing its mapping of
+    every model (and torch with it) in each gateway and scripted worker."""
+    from transformers import AutoTokenizer
+
+    tok, auto = load_tokenizer(tok_path), AutoTokenizer.from_pretrained(tok_path)
+    assert type(tok) is type(auto) and tok.init_kwargs == auto.init_kwargs and len(tok) == len(auto)
+    text = "héllo <|im_end|> <tool_call>{}</tool_call>"
+    assert tok(text) == auto(text) and tok.decode(range(300)) == auto.decode(range(300))
+    script = "import sys; from farm.modeltext.tokenizer import load_tokenizer; load_tokenizer(sys.argv[1]); " \
+             "print(sorted(m for m in ('torch', 'transformers.models.auto') if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", script, tok_path], capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+    # a model's own class (or anything else) still goes through AutoTokenizer
+    own = tmp_path / "own"
+    shutil.copytree(tok_path, own)
+    config = json.loads((own / "tokenizer_config.json").read_text())
+    (own / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "Qwen2Tokenizer"}))
+    asked = []
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path, **kw: asked.append(path) or auto)
+    assert load_tokenizer(str(own)) is auto and asked == [str(own)]
