@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import ray
@@ -84,21 +85,25 @@ class Reaper:
         every alive node: {sandbox root: sandbox ids reaped there}."""
         reap_remote = ray.remote(num_cpus=0, max_retries=0)(_reap_sandboxes)
         deadline = time.monotonic() + 120
-        here = None  # the driver's own node, reaped in this process (see _reap_here)
+        here: Future[tuple[str, list[str] | None]] | None = None  # this node's, reaped in this process
         if self.cfg.sandbox.backend == "local":
             nodes = [n["NodeID"] for n in placement.alive_nodes()]
-            if _root_is_fixed(self.cfg.sandbox.local.base_dir) and not ray.util.client.ray.is_connected():
-                here = placement.this_node()
-            here_thread = _reap_here(self.cfg.run_id, self.cfg.sandbox) if here in nodes else None
+            mine = placement.this_node() if _reaped_here(self.cfg.sandbox.local.base_dir) else None
+            if mine in nodes:
+                # a Ray task on the driver's own node would first start a worker process
+                # (seconds of CPU at the end of every run) to list what this process can
+                here = _in_thread(_reap_sandboxes, self.cfg.run_id, self.cfg.sandbox, None)
             refs = [reap_remote.options(**placement.on_node(n)).remote(self.cfg.run_id, self.cfg.sandbox, None)
-                    for n in nodes if n != here]  # fmt: skip
+                    for n in nodes if n != mine]  # fmt: skip
         else:
-            here_thread = None
             refs = [reap_remote.remote(self.cfg.run_id, self.cfg.sandbox, self.secrets.e2b_api_key)]
         reaped: dict[str, list[str]] = {}
-        done_here = here_thread.result(max(1.0, deadline - time.monotonic())) if here_thread else None
-        if done_here is not None:
-            reaped.setdefault(done_here[0], []).extend(done_here[1])
+        if here is not None:
+            try:
+                root, found = here.result(timeout=max(1.0, deadline - time.monotonic()))
+                reaped.setdefault(root, []).extend(found or [])
+            except Exception as exc:  # noqa: BLE001 - as a failed reap task: said, the other nodes still reaped
+                log.warning("reaping sandboxes of run %s on this node failed: %s", self.cfg.run_id, exc)
         for ref in refs:  # one by one: a node that fails to reap (or dies now) costs only its own
             try:
                 root, found = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
@@ -131,37 +136,27 @@ class Reaper:
             log.warning("node %s %s", node, self.lost_nodes[node])
 
 
-def _root_is_fixed(base_dir: str) -> bool:
-    """Whether ``base_dir`` names the same directory for every process of a machine (no ``~``
-    or ``$VARS``, which are expanded per node: a raylet's environment may set them)."""
-    return "$" not in base_dir and not base_dir.startswith("~")
+def _reaped_here(base_dir: str) -> bool:
+    """Whether the driver reaps its own node itself: a driver on the cluster (not a Ray
+    client) and a sandbox root that names the same directory for every process of a
+    machine (no ``~`` or ``$VARS``, which are expanded per node: a raylet's environment may
+    set them; such roots are reaped by a task on each node)."""
+    return "$" not in base_dir and not base_dir.startswith("~") and not ray.util.client.ray.is_connected()
 
 
-class _reap_here:  # noqa: N801 - used like a function: the reap of this node, running
-    """The reap of the driver's own node, in this process (a thread: the caller may have an
-    event loop running): a Ray task there would first start a worker process, seconds of CPU
-    at the end of every run, to run what this process can. Only for a sandbox root that does
-    not depend on the process's environment, so it is the directory the node's actors used."""
+def _in_thread(fn: Any, *args: Any) -> Future[Any]:
+    """``fn(*args)`` in a daemon thread (the caller may have an event loop running; a reap
+    stuck on a dead mount must not hold the process's exit, as an executor's thread would)."""
+    fut: Future[Any] = Future()
 
-    def __init__(self, run_id: str, sandbox_cfg: Any) -> None:
-        self._out: tuple[str, list[str]] | None = None  # None: failed (said) or not finished
-        self._thread = threading.Thread(target=self._run, args=(run_id, sandbox_cfg), daemon=True,
-                                        name="farm-reap")  # fmt: skip
-        self._thread.start()
-
-    def _run(self, run_id: str, sandbox_cfg: Any) -> None:
+    def run() -> None:
         try:
-            root, found = _reap_sandboxes(run_id, sandbox_cfg, None)
-            self._out = (root, found or [])  # (None only for a skipped root, never asked here)
-        except Exception as exc:  # noqa: BLE001 - as a failed reap task: said, the others still reaped
-            log.warning("reaping sandboxes of run %s on this node failed: %s", run_id, exc)
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the caller's, through the future
+            fut.set_exception(exc)
 
-    def result(self, timeout: float) -> tuple[str, list[str]] | None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("reaping sandboxes on this node did not finish in %.0f s", timeout)
-            return None
-        return self._out
+    threading.Thread(target=run, name="farm-reap", daemon=True).start()
+    return fut
 
 
 def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,

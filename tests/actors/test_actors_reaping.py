@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from farm.actors.reaping import _root_is_fixed
+from farm.actors.reaping import _reaped_here
 
 
 @pytest.mark.parametrize("base_dir, fixed", [
@@ -15,4 +15,4 @@ from farm.actors.reaping import _root_is_fixed
     ("~/sb", False),  # the process's own home
 ])  # fmt: skip
 def test_only_a_root_that_no_environment_changes_is_reaped_by_the_driver(base_dir, fixed):
-    assert _root_is_fixed(base_dir) is fixed
+    assert _reaped_here(base_dir) is fixed
