@@ -27,13 +27,6 @@ from farm.tasks.model import Task
 
 log = logging.getLogger(__name__)
 
-# The reducer concatenates ~1M-token sessions into fresh arrays: with glibc's default
-# thresholds every such call returns its memory to the kernel and page-faults it back
-# (400-turn linearize 6x slower than 100-turn instead of 4x: scripts/bench_trajectory.py).
-# A resident reducer keeps its arenas instead.
-REDUCER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-
-
 class FarmActors:
     """The actors of one run; ``close()`` stops everything it started."""
 
@@ -69,10 +62,9 @@ class FarmActors:
                 max_restarts=-1,
                 max_task_retries=-1,  # every method is idempotent (exactly once by rollout id)
                 max_concurrency=1000,
-                runtime_env={"env_vars": dict(REDUCER_MALLOC_ENV)},
                 **placement.reducer_options(),
             )
-            .remote(self.cfg)
+            .remote(self.cfg, steady_memory=True)
         )
         ray.get(self.reducer.ready.remote(), timeout=CONTROL_TIMEOUT_S)
         return self.reducer
