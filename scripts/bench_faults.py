@@ -113,6 +113,13 @@ class Scenario:
         self.run_id = f"f-{name}"
         self.injected = 0  # kills / signals delivered (scenarios that inject from outside)
         self.first_exit: int | None = None
+        # each `farm run`'s Ray temp dir: short, under /tmp (Ray's socket paths are limited
+        # to ~107 characters), removed when the scenario ends (``close``)
+        self.ray_tmps: list[str] = []
+
+    def close(self) -> None:
+        for d in self.ray_tmps:
+            shutil.rmtree(d, ignore_errors=True)
 
     def config(self, **over) -> Path:
         cfg = {
@@ -138,7 +145,8 @@ class Scenario:
         return path
 
     def start(self, cfg: Path) -> subprocess.Popen:
-        env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="frb")}
+        self.ray_tmps.append(tempfile.mkdtemp(prefix="frb"))
+        env = {**os.environ, "RAY_TMPDIR": self.ray_tmps[-1]}
         env.pop("RAY_ADDRESS", None)
         log = open(self.root / f"farm-{time.monotonic_ns()}.log", "w")
         return subprocess.Popen([str(BIN / "farm"), "run", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
@@ -298,9 +306,16 @@ def _task_variant(sc: Scenario, **change) -> None:
 
 
 def scenario(name: str, root: Path, tasks: int) -> dict[str, int]:
+    sc = Scenario(name, root, tasks)
+    try:
+        return _run_scenario(sc, name)
+    finally:
+        sc.close()
+
+
+def _run_scenario(sc: Scenario, name: str) -> dict[str, int]:
     from farm.tasks.model import TaskTimeouts
 
-    sc = Scenario(name, root, tasks)
     plain = sc.config()
     if name.startswith("engine_"):
         faults = {"engine_5xx": {"error_rate": 0.3}, "engine_hang": {"hang_rate": 0.2, "hang_s": 30},
