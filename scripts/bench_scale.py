@@ -132,10 +132,8 @@ def cpu_census(root: int) -> dict[str, float]:
                 title = fh.read().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        kind = title[5:].split(".")[0].split()[0] if title.startswith("ray::") else "?"  # ray::SandboxActor.run_many
-        kind = "sandbox actors" if kind == "SandboxActor" else "reducer" if kind == "ReducerActor" else kind
-        if kind not in ("sandbox actors", "reducer", "driver"):
-            kind = "Ray's own"
+        actor = title[5:].split(".")[0].split()[0] if title.startswith("ray::") else ""  # ray::SandboxActor.run_many
+        kind = {"SandboxActor": "sandbox actors", "ReducerActor": "reducer"}.get(actor, "Ray's own")
         out[kind] = out.get(kind, 0.0) + used[pid]
     return out
 

@@ -73,8 +73,8 @@ def steady_malloc() -> bool:
 
 class ReducerActor:
     def __init__(self, cfg: FarmConfig, *, metrics: bool = True, steady_memory: bool = False) -> None:
-        if steady_memory:  # its own process (a Ray actor): see steady_malloc
-            steady_malloc()
+        if steady_memory and not steady_malloc():  # its own process (a Ray actor)
+            log.info("reducer: no glibc mallopt here: the allocator keeps its default thresholds")
         self.cfg = cfg
         self.budgets = RetryBudgets.from_config(cfg)
         self.out_dir = Path(cfg.output.dir)

@@ -28,6 +28,13 @@ def _number(text: str) -> int | None:
     return int(text)
 
 
+def _mark(masks: dict[str, int], task_id: str, bit: int) -> int:
+    """Set ``bit`` in ``task_id``'s mask: 1 if it was not set yet, else 0."""
+    old = masks.get(task_id, 0)
+    masks[task_id] = old | bit
+    return 0 if old & bit else 1
+
+
 class DoneRollouts:
     """Which rollouts of a stream are durable already: ``mask(task_id, epoch)`` has bit ``i``
     set for sample ``i`` of that group; ``len()`` counts every id given once."""
@@ -53,18 +60,13 @@ class DoneRollouts:
             if bit is not None:
                 task_id = known.get(gid)
                 if task_id is not None:  # epoch 0: the group id is the task id
-                    old = first.get(task_id, 0)
-                    first[task_id] = old | bit
-                    groups, fresh = 1, 0 if old & bit else 1
+                    groups, fresh = 1, _mark(first, task_id, bit)
                 if "@" in gid:  # a later epoch's: <task id>@<epoch>
                     base, _, epoch_text = gid.rpartition("@")
                     epoch = _number(epoch_text)
                     task_id = known.get(base) if epoch else None
                     if task_id is not None:
-                        masks = done._masks.setdefault(epoch, {})
-                        old = masks.get(task_id, 0)
-                        masks[task_id] = old | bit
-                        groups, fresh = groups + 1, fresh + (0 if old & bit else 1)
+                        groups, fresh = groups + 1, fresh + _mark(done._masks.setdefault(epoch, {}), task_id, bit)
             if fresh:
                 done.placed += 1
                 done.bits += fresh
@@ -79,6 +81,3 @@ class DoneRollouts:
 
     def __len__(self) -> int:
         return self.placed + self.outside
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
