@@ -148,6 +148,11 @@ def test_a_stop_records_nothing_poisoned_and_the_rerun_runs_exactly_the_interrup
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["by_status"].get("interrupted", 0) >= 1, summary
     assert not _sandboxes_left(tmp_path, "stop") and not _bwrap_of(tmp_path)
+    # The slow first token only kept the first run's rollouts in flight for the stop: the
+    # rerun (the same run, tasks and output; farm resumes across engine settings) gets a
+    # prompt engine, which spares its rollouts ~8 s of waiting each. It still owns the run
+    # for a rollout's length after its first sandbox: the refused invocation takes ~2 s.
+    cfg = _config(tmp_path, "stop", limit=3, concurrency=2)
     rerun = FarmProcess(cfg)
     try:
         # While the rerun owns the run (a rollout in flight), a second invocation of the same
