@@ -116,22 +116,20 @@ def test_duckdb_reads_the_samples(run):
 
 
 @pytest.mark.slow
-def test_ray_data_reads_the_samples(run):
-    ray = pytest.importorskip("ray")
+def test_ray_data_reads_the_samples(run, shared_ray):
+    """On the session's shared local Ray (tests/conftest.py): a Ray of its own cost a start
+    and a shutdown for a few reads."""
+    pytest.importorskip("ray")
     pytest.importorskip("pandas")  # ray.data imports it: users need ray[data]
     out, samples, rows, clean = run
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, namespace="farm-formats")
-    try:
-        import ray.data
+    import ray.data
 
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        ds = ray.data.read_parquet(committed_files(out))
-        schema = ds.schema().base_schema
-        assert all(schema.field(n).type == t for n, t in LIST_TYPES.items())
-        assert_rows_are_samples(ds.take_all(), samples)
-        # a finished run's table directory reads the same (Ray skips dot-files such as temp files)
-        assert ray.data.read_parquet(str(out / "rollouts")).count() == len(rows)
-        assert ray.data.read_parquet(clean).count() == len(samples)
-    finally:
-        ray.shutdown()
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    ds = ray.data.read_parquet(committed_files(out))
+    schema = ds.schema().base_schema
+    assert all(schema.field(n).type == t for n, t in LIST_TYPES.items())
+    assert_rows_are_samples(ds.take_all(), samples)
+    # a finished run's table directory reads the same (Ray skips dot-files such as temp files)
+    assert ray.data.read_parquet(str(out / "rollouts")).count() == len(rows)
+    assert ray.data.read_parquet(clean).count() == len(samples)
 
