@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ def head():
     cluster = start_head(num_cpus=2)
     yield cluster
     cluster.stop()
+    shutil.rmtree(cluster.temp_dir, ignore_errors=True)  # its session logs and sockets
     assert not cluster.processes()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,14 +32,18 @@ def test_train_loop_runs_within_its_staleness_bound_and_logprobs_agree(tmp_path)
     cfg["rollout"].update(concurrency=2, timeout_s=600)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="frt")}
+    ray_tmp = tempfile.mkdtemp(prefix="frt")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     env.pop("RAY_ADDRESS", None)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--config", str(path), "--out", str(out),
-         "--choice", "4", "--steps", "2", "--groups", "1", "--n", "2", "--max-staleness", "1", "--on-stale", "drop"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--config", str(path), "--out", str(out),
+             "--choice", "4", "--steps", "2", "--groups", "1", "--n", "2", "--max-staleness", "1", "--on-stale", "drop"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)  # its Ray's session logs and sockets
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     m = re.fullmatch(r"train_loop: steps=(\d+) groups=(\d+) max_staleness=(\d+) stale_dropped=(\d+) "
