@@ -37,6 +37,7 @@ class FarmActors:
         self.reducer: Any = None
         self.router: Any = None
         self.engine_url: str = ""
+        self._engine_start: Any = None  # the router's start() in flight (start_engine(wait=False))
         self.actors: dict[str, Any] = {}
         self.where: dict[str, Any] = {}  # actor name -> ref of its where(): node id, sandbox root
         self.watch: placement.NodeWatch | None = None  # sandbox nodes joining mid-run (per-node placement)
@@ -92,24 +93,40 @@ class FarmActors:
         self.set_policy_version(update.policy_version)
         return update.policy_version
 
-    def start_engine(self, tasks: list[Task]) -> str:
+    def start_engine(self, tasks: list[Task], *, wait: bool = True) -> str:
+        """Start the router (and the engine behind it). ``wait=False`` returns at once: the
+        sandbox actors started next start beside it (their processes and imports, ~2 s
+        quiet and >10 s on a loaded node, no longer after the engine's own start) and ask
+        the router for its URL when they get ready; ``start_sandbox_actors`` waits for the
+        engine first, so its failure is reported as before. Returns the URL ('' if not waited)."""
         from farm.actors.router import RouterActor
 
-        name = ray_cluster.actor_name(self.cfg.run_id, "router")
+        name = self._router_name()
         ray_cluster.kill_stale(name, self.cfg.ray.namespace)
         self.router = ray.remote(RouterActor).options(
             name=name, num_cpus=0, max_restarts=0, **placement.router_options(self.cfg.placement)
         ).remote(
             self.cfg.engine, tasks=tasks if self.cfg.engine.mode == "scripted" else None
         )
-        self.engine_url = ray.get(self.router.start.remote(), timeout=CONTROL_TIMEOUT_S)
+        self._engine_start = self.router.start.remote()
+        return self.engine_ready() if wait else ""
+
+    def engine_ready(self) -> str:
+        """The engine's URL, once the start in flight is done (raises its failure)."""
+        if self._engine_start is not None:
+            start, self._engine_start = self._engine_start, None
+            self.engine_url = ray.get(start, timeout=CONTROL_TIMEOUT_S)
         return self.engine_url
+
+    def _router_name(self) -> str:
+        return ray_cluster.actor_name(self.cfg.run_id, "router")
 
     def start_sandbox_actors(self, limit: int | None = None) -> dict[str, Any]:
         """Sandbox actors where ``placement`` puts them (at most ``limit``); started and ready."""
         fixed = self.cfg.ray.num_sandbox_actors
         slots = placement.sandbox_slots(self.cfg.placement, fixed=fixed, limit=limit)
         refs = [self._start_sandbox_actor(slot)[1] for slot in slots]
+        self.engine_ready()  # an engine starting beside them: its failure first, as itself
         ray.get(refs, timeout=CONTROL_TIMEOUT_S)
         if fixed is None:
             self.watch = placement.NodeWatch(self.cfg.placement, {s.node for s in slots})
@@ -159,6 +176,7 @@ class FarmActors:
             name,
             secrets=self.secrets,
             parts_factory=self.parts_factory,
+            engine_router=self._router_name() if self._engine_start is not None else None,
         )
         self.actors[name] = actor
         # Small, so kept in this process: still readable after the actor's node died.

@@ -89,6 +89,7 @@ class RouterActor:
         self._policy_version = 0
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
+        self._start_ended = asyncio.Event()  # a start() ended, up or failed (url_when_started)
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> str:
@@ -104,8 +105,17 @@ class RouterActor:
             except BaseException:
                 await self._teardown()
                 raise
+            finally:
+                self._start_ended.set()
             assert self._url is not None
             return self._url
+
+    async def url_when_started(self) -> str:
+        """The base URL once the driver's ``start()`` has brought the engine up (waits for a
+        start in flight; raises EngineError if it failed). Never starts the engine itself:
+        sandbox actors started beside the engine ask this (``FarmActors.start_engine``)."""
+        await self._start_ended.wait()
+        return self.base_url()
 
     async def _start_mode(self) -> None:
         cfg, mode = self.cfg, self.cfg.mode

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.actors.batches import CANCELLED, Answer
-from farm.actors.calls import call  # noqa: F401 - its old home (farm.actors.sandbox.call): one release
+from farm.actors.calls import call  # also its old home (farm.actors.sandbox.call): one release
 from farm.actors.reducer_link import ReducerLink
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
@@ -61,11 +61,15 @@ class SandboxActor:
         secrets: RunSecrets | None = None,
         metrics: bool = True,
         parts_factory: Any = None,
+        engine_router: str | None = None,
     ) -> None:
         self.secrets = secrets or RunSecrets()  # the run's keys, read by the entry point
         self.cfg = cfg
         self.budgets = RetryBudgets.from_config(cfg)
         self.engine_url = engine_url
+        # started while the engine starts: the router actor's name, asked for the URL on
+        # ready() (again after a restart, which runs this with the same arguments)
+        self._engine_router = engine_router
         self.reducer = reducer
         self._reducer_link = ReducerLink(reducer)  # resolves a name once, on first use
         self.name = name
@@ -88,6 +92,8 @@ class SandboxActor:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._pipeline is None:
+                if not self.engine_url and self._engine_router:
+                    self.engine_url = await call(self._engine_router, "url_when_started")
                 self.node = _ray_node()
                 if self._parts_factory is None:
                     from farm.rollout.actor_layers import ActorLayers as factory

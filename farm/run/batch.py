@@ -79,7 +79,7 @@ class _Batch:
             try:
                 if plan:
                     if start_engine and cfg.mode.needs_engine:  # a hosted endpoint needs none
-                        actors.start_engine(session.tasks)
+                        actors.start_engine(session.tasks, wait=False)  # beside the sandbox actors' start
                     actors.start_sandbox_actors(None if plan.total is None else max(1, plan.total))
                     self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, SummaryTally(),
                                                  scale_out=actors.scale_out)

@@ -104,7 +104,7 @@ class Farm:
                 self._reader.poll()
                 self._reader.incomplete.clear()
             if self._parts_factory is None:
-                self._actors.start_engine(session.tasks)
+                self._actors.start_engine(session.tasks, wait=False)  # beside the sandbox actors' start
             self._actors.start_sandbox_actors()
             self._progress = session.progress(0)
             self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, self._progress, SummaryTally(),
