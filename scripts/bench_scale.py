@@ -87,6 +87,25 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def heap_census(actor: object) -> tuple[float, float, int]:
+    """Run in the reducer actor (``__ray_call__``): glibc's heap in use and free in MB, over
+    every arena (``mallinfo2``: what the process holds vs what its allocator keeps), and
+    the Python objects allocated (``sys.getallocatedblocks``). NaNs where there is no glibc."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return float("nan"), float("nan"), sys.getallocatedblocks()
+    mallinfo2.restype = MallInfo2
+    m = mallinfo2()
+    return m.uordblks / 2**20, m.fordblks / 2**20, sys.getallocatedblocks()
+
+
 def find_reducer(root: int) -> int | None:
     """The reducer actor's process: a descendant of this one (the local Ray this run started)
     whose title Ray set to ``ray::ReducerActor``."""
@@ -366,6 +385,18 @@ def main() -> None:
     me = os.getpid()
 
     cpu: list[tuple[int, dict[str, float]]] = []  # (rollouts durable, cpu_census) every 2 s
+    heap: list[tuple[int, tuple[float, float, int]]] = []  # (rollouts durable, heap_census) every ~10 s
+
+    def census_heap(n: int) -> None:
+        import ray
+
+        from farm.actors import ray_cluster
+
+        try:
+            actor = ray.get_actor(ray_cluster.actor_name(cfg.run_id, "reducer"), namespace=cfg.ray.namespace)
+            heap.append((n, ray.get(actor.__ray_call__.remote(heap_census), timeout=10)))
+        except Exception:  # not up yet, or closing: the next sample
+            pass
 
     def sample() -> None:
         reducer = None
@@ -377,6 +408,8 @@ def main() -> None:
             anon.append(rss_mb(reducer, "RssAnon") if reducer else 0.0)
             if k % 4 == 0 and reducer:
                 cpu.append((n, cpu_census(me)))
+            if k % 20 == 0 and reducer and n < total:  # Ray still up (a call after its shutdown would start one)
+                census_heap(n)
             k += 1
             done.wait(0.5)
 
@@ -425,6 +458,12 @@ def main() -> None:
           + f"; total {cpu_total:.2f}: {cores} cores give at most {1000 * cores / cpu_total:.0f} rollouts/s",
           file=sys.stderr)
     reducer_growth = last[2] - base[2]
+    h = [x for x in heap if x[0] >= total // 10]
+    if len(h) >= 2:  # what the reducer holds against what its allocator keeps, over the same window
+        (_, (use0, free0, py0)), (_, (use1, free1, py1)) = h[0], h[-1]
+        print(f"reducer heap (glibc mallinfo2, {h[0][0]} -> {h[-1][0]} rollouts): in use {use0:.1f} -> "
+              f"{use1:.1f} MB, free in the allocator {free0:.1f} -> {free1:.1f} MB; Python blocks {py0} -> {py1}",
+              file=sys.stderr)
     after = samples[samples.index(last):]  # from the last sample with the reducer alive
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
           f"{max(s[1] for s in after):.0f} MB at most; the whole run's peak "
