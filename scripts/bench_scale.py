@@ -387,15 +387,18 @@ def main() -> None:
     cpu: list[tuple[int, dict[str, float]]] = []  # (rollouts durable, cpu_census) every 2 s
     heap: list[tuple[int, tuple[float, float, int]]] = []  # (rollouts durable, heap_census) every ~10 s
 
+    held: list[object] = []  # the reducer actor's handle, once found
+
     def census_heap(n: int) -> None:
         import ray
 
         from farm.actors import ray_cluster
 
         try:
-            actor = ray.get_actor(ray_cluster.actor_name(cfg.run_id, "reducer"), namespace=cfg.ray.namespace)
-            heap.append((n, ray.get(actor.__ray_call__.remote(heap_census), timeout=10)))
-        except Exception:  # not up yet, or closing: the next sample
+            if not held:
+                held.append(ray.get_actor(ray_cluster.actor_name(cfg.run_id, "reducer"), namespace=cfg.ray.namespace))
+            heap.append((n, ray.get(held[0].__ray_call__.remote(heap_census), timeout=10)))
+        except Exception:  # not up yet, or restarting: the next sample
             pass
 
     def sample() -> None:

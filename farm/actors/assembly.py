@@ -95,10 +95,11 @@ class FarmActors:
 
     def start_engine(self, tasks: list[Task], *, wait: bool = True) -> str:
         """Start the router (and the engine behind it). ``wait=False`` returns at once: the
-        sandbox actors started next start beside it (their processes and imports, ~2 s
-        quiet and >10 s on a loaded node, no longer after the engine's own start) and ask
-        the router for its URL when they get ready; ``start_sandbox_actors`` waits for the
-        engine first, so its failure is reported as before. Returns the URL ('' if not waited)."""
+        sandbox actors started next come up beside it (their processes and imports no longer
+        after the engine's own start: 3.7 s of a 2-rollout ``farm run`` here, a GPU engine's
+        model load on a cluster) and ask the router for its URL when they get ready;
+        ``start_sandbox_actors`` waits for the engine first, so its failure is reported as
+        itself. Returns the URL ('' if not waited)."""
         from farm.actors.router import RouterActor
 
         name = self._router_name()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import ray
 import farm_helpers
 from farm.actors.assembly import FarmActors
 from farm.config import FarmConfig
+from farm.engine.processes import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +65,7 @@ def _engine_url_of(actor) -> str:
 
 
 def test_sandbox_actors_start_while_the_engine_does_and_ask_the_router_for_its_url(tmp_path):
+    _Health.release.clear()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -91,15 +94,14 @@ def test_sandbox_actors_start_while_the_engine_does_and_ask_the_router_for_its_u
         victim = actors.actors["farm-beside-sandbox-0"]
         pid = ray.get(victim.__ray_call__.remote(lambda self: __import__("os").getpid()))
         ray.kill(victim, no_restart=False)
-        deadline = 60.0
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if ray.get(victim.__ray_call__.remote(lambda self: __import__("os").getpid()), timeout=30) != pid:
                     break
             except ray.exceptions.RayActorError:
-                pass
-            deadline -= 1
-            assert deadline > 0, "not restarted"
+                time.sleep(0.5)
+            assert time.monotonic() < deadline, "not restarted"
         ray.get(victim.ready.remote(), timeout=60)
         assert _engine_url_of(victim) == url
     finally:
@@ -109,29 +111,13 @@ def test_sandbox_actors_start_while_the_engine_does_and_ask_the_router_for_its_u
 
 
 def test_an_engine_that_fails_to_start_beside_them_is_reported_as_itself(tmp_path):
-    with socket_nobody_listens() as url:
-        actors = FarmActors(_cfg(tmp_path, "nostart", url, 2), parts_factory=UrlParts)
-        try:
-            actors.start_engine([], wait=False)
-            with pytest.raises(Exception, match="is not healthy"):
-                actors.start_sandbox_actors()
-        finally:
-            actors.close()
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    actors = FarmActors(_cfg(tmp_path, "nostart", url, 2), parts_factory=UrlParts)
+    try:
+        actors.start_engine([], wait=False)
+        with pytest.raises(Exception, match="is not healthy"):
+            actors.start_sandbox_actors()
+    finally:
+        actors.close()
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not [n for n in names if n.startswith("farm-nostart-")], names
-
-
-class socket_nobody_listens:
-    """A localhost URL whose port was bound and closed: nothing answers there."""
-
-    def __enter__(self) -> str:
-        import socket
-
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc) -> None:
-        return None
