@@ -467,6 +467,8 @@ def main() -> None:
         print(f"reducer heap (glibc mallinfo2, {h[0][0]} -> {h[-1][0]} rollouts): in use {use0:.1f} -> "
               f"{use1:.1f} MB, free in the allocator {free0:.1f} -> {free1:.1f} MB; Python blocks {py0} -> {py1}",
               file=sys.stderr)
+    else:  # said, not skipped: the census asks every ~10 s while rollouts come in
+        print(f"reducer heap: {len(h)} answer(s) from 10% of the rollouts on, too few to compare", file=sys.stderr)
     after = samples[samples.index(last):]  # from the last sample with the reducer alive
     print(f"run end (summary.json: the directory read back): driver RSS {last[1]:.0f} -> "
           f"{max(s[1] for s in after):.0f} MB at most; the whole run's peak "
