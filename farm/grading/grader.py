@@ -45,7 +45,7 @@ from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import CapturedDiff
 from farm.tasks.model import Task
-from farm.tasks.patches import is_empty, touched_paths
+from farm.tasks.patches import drop_files, is_cache_path, is_empty, touched_paths
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_env, run_command, run_step
 from farm.workspace.prepare import Workspace, prepare_workspace
@@ -97,6 +97,7 @@ async def grade_in_sandbox(
     policy = policy or GradingConfig()
     t0 = time.monotonic()
     text, too_large, size = (patch.patch, patch.too_large, patch.bytes) if isinstance(patch, CapturedDiff) else (patch, False, 0)
+    text, caches = drop_files(text, is_cache_path)  # what tests and tools leave is not the policy's work
     base = {"task_id": task.id, "kind": task.kind}
 
     def done(**fields) -> GradingReport:  # noqa: ANN003 - GradingReport fields
@@ -140,6 +141,7 @@ async def grade_in_sandbox(
         reason = f"the diff is {size} bytes, over tasks.max_diff_bytes"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, setup=ws.setup, timings=timings)
     applied = patch_report(steps, "model", text, tail_chars=runtime.config.output_tail_chars)
+    applied = applied.model_copy(update={"ignored": caches})
     timings["apply_s"] = sum(a.duration_s for a in applied.attempts)
     if applied.strategy is None:
         last = applied.attempts[-1] if applied.attempts else None

@@ -37,6 +37,9 @@ class PatchReport(BaseModel):
     bytes: int = 0
     files: list[str] = Field(default_factory=list)
     attempts: list[CommandReport] = Field(default_factory=list)
+    ignored: list[str] = Field(
+        default_factory=list, description="files of the diff not graded: caches tests and tools leave (__pycache__, ...)"
+    )
 
 
 class GradingReport(BaseModel):
