@@ -16,9 +16,10 @@ on its own: a jailed start costs ~0.05 s, seconds on a CPU-starved node.
   test missing from the output fails) and, R2E-style, every ``expected_test_statuses``
   entry matches exactly. Reward 1/0, or with ``tasks.partial_credit`` the passing
   fraction of FAIL_TO_PASS when no PASS_TO_PASS test broke.
-- **generic tasks**: deletes the reward file, runs every verify command
-  (``$FARM_REWARD_FILE`` set), and takes the reward from the reward file if a verifier
-  wrote a float there, else passed/total. Resolved iff the reward is 1.
+- **generic tasks**: runs every verify command under farm's witness with
+  ``$FARM_REWARD_FILE`` set, and takes the reward the verifier gave through
+  ``farm_verify``, else the float a verifier wrote to the reward file, else passed/total
+  (``farm.grading.reward``). Resolved iff the reward is 1.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_rest
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flags
 from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
-from farm.grading.probe import Probe, ProbeReport, add_probe_steps, read_probe, write_probe
+from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
+from farm.grading.reward import add_reward_steps, grade_generic
+from farm.grading.witness import Witness
 from farm.grading.steps import StepResults, StepScript
 from farm.grading.rigged import static_comparison_flags
 from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
@@ -159,19 +162,19 @@ async def grade_in_sandbox(
     check_restores(steps, "surface")
     if task.kind == "swe":
         attempt = Attempt(text, surface, baseline)
-        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps, probe))
-    return done(**await _grade_generic(sandbox, task, ws, runtime, common))
+        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps,
+                                       probe if isinstance(probe, Probe) else None))
+    assert isinstance(probe, Witness)  # generic tasks: the verifiers' witness
+    return done(**await grade_generic(sandbox, task, ws, runtime, common, probe, _read_optional))
 
 
 async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: Workspace,
-                          policy: GradingConfig) -> Probe | None:  # fmt: skip
+                          policy: GradingConfig) -> Probe | Witness | None:  # fmt: skip
     """The steps after the diff and the surface restore, before the task's own commands:
     SWE: the test patch's files reset, the test patch, a stale report removed, the probe;
-    generic: the reward file removed (the model's diff may have brought one)."""
+    generic: the verifiers' witness, the reward file removed (``farm.grading.reward``)."""
     if task.kind != "swe":
-        if (path := reward_path(task, ws.workdir)) is not None:
-            script.add("reward.remove", f"rm -f -- {shlex.quote(path)}")
-        return None
+        return await add_reward_steps(script, sandbox, task, ws)
     if task.test_patch:
         await add_restore(script, sandbox, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
         await add_apply(script, sandbox, "test", task.test_patch, scratch=ws.scratch)
@@ -179,7 +182,8 @@ async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: 
         script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")
     if not policy.probe:
         return None
-    probe = await write_probe(sandbox)
+    tests = [*task.fail_to_pass, *task.pass_to_pass, *task.expected_test_statuses]
+    probe = await write_probe(sandbox, probe_config(ws.workdir, tests, touched_paths(task.test_patch or "")))
     add_probe_steps(script, probe, ws.workdir)
     return probe
 
@@ -211,9 +215,9 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     assert task.test_command is not None  # Task validation guarantees it for SWE tasks
     t0 = time.monotonic()
     test, res = await run_command(
-        sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
-        env=probe.env(dict(task.env)) if probe else task.env, path_prefix=runtime.path_prefix_for(task),
-        tail_chars=cfg.output_tail_chars,
+        sandbox, probe.command(task.test_command) if probe else task.test_command, cwd=ws.workdir,
+        timeout=task.timeouts.test_s, env=probe.env(dict(task.env)) if probe else task.env,
+        path_prefix=runtime.path_prefix_for(task), tail_chars=cfg.output_tail_chars, label=task.test_command,
     )  # fmt: skip
     common["timings"]["test_s"] = time.monotonic() - t0
     fields = {**common, "test": test, "log_parser": task.log_parser}
@@ -328,57 +332,6 @@ async def _read_optional(sandbox: Sandbox, path: str | None) -> str | None:
     except SandboxFileNotFound:
         return None
     return data[:_MAX_REPORT_BYTES].decode("utf-8", errors="replace")
-
-
-def reward_path(task: Task, workdir: str) -> str | None:
-    if not task.reward_file:
-        return None
-    return task.reward_file if posixpath.isabs(task.reward_file) else posixpath.join(workdir, task.reward_file)
-
-
-async def _grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict) -> dict:
-    if not task.verify_commands:
-        return {**common, "status": GradeStatus.ERROR, "reason": "the task has no verify commands"}
-    path = reward_path(task, ws.workdir)
-    env = dict(task.env)
-    if path:
-        env["FARM_REWARD_FILE"] = path  # removed by the grader's script (the model's diff may have brought one)
-    t0 = time.monotonic()
-    verify: list[CommandReport] = []
-    for command in task.verify_commands:
-        verify.append(
-            await run_step(
-                sandbox, command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=env,
-                path_prefix=runtime.path_prefix_for(task), tail_chars=runtime.config.output_tail_chars,
-            )
-        )
-    common["timings"]["test_s"] = time.monotonic() - t0
-    passed = sum(c.ok for c in verify)
-    value: float | None = None
-    note = ""
-    text = await _read_optional(sandbox, path)
-    if text is not None:
-        try:
-            value = float(text.strip())
-            if not math.isfinite(value):
-                raise ValueError("not finite")
-        except ValueError:
-            value, note = None, f"reward file holds {text.strip()[:40]!r}, not a float; using passed/total"
-    reward = value if value is not None else passed / len(verify)
-    resolved = reward >= 1.0 - 1e-9
-    reason = note
-    if not resolved and not reason:
-        failing = next((c for c in verify if not c.ok), None)
-        reason = f"reward {reward:g}" + (f"; {failing.describe()}" if failing else "")
-    return {
-        **common,
-        "status": GradeStatus.RESOLVED if resolved else GradeStatus.UNRESOLVED,
-        "resolved": resolved,
-        "reward": reward,
-        "reason": reason,
-        "verify": verify,
-        "reward_file_value": value,
-    }
 
 
 def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, diff: str) -> GradingReport:

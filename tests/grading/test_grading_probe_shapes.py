@@ -16,6 +16,7 @@ import pytest
 from farm.grading.hacks import rigged_by_diff
 from farm.grading.parsers import TestStatus, get_parser
 from farm.grading.probe import plugin_source
+from farm.grading.witness import INSIDE
 from farm.testing.hack_tricks import REPORT_PATCH
 from farm.testing.probe_run import run_with_probe
 
@@ -51,8 +52,11 @@ def _project(root: Path, lib: str = LIB) -> Path:
 
 
 def test_the_plugin_is_python_3_6():
-    """It runs in the task's environment, which may be as old as SWE-bench's oldest."""
+    """It runs in the task's environment, which may be as old as SWE-bench's oldest (as do
+    the witness and the verifier's helper)."""
     ast.parse(plugin_source(), feature_version=(3, 6))
+    for path in INSIDE.glob("*.py"):
+        ast.parse(path.read_text(), feature_version=(3, 6))
 
 
 def test_every_test_shape_is_seen_running(tmp_path):
@@ -66,6 +70,9 @@ def test_every_test_shape_is_seen_running(tmp_path):
              "tests/test_shapes.py::test_generated[1]", "tests/test_shapes.py::TestUnit::test_subtests"}  # fmt: skip
     assert kinds <= set(probe.statuses)
     assert probe.body_not_run == [] and probe.raised_but_passed == [] and probe.not_judged == []
+    # none of these honest shapes reaches for the runner, registers a plugin at run time or leaves the fixed code
+    assert probe.reaches == [] and probe.plugins == [] and probe.code_replaced == [] and not probe.forged_lines
+    assert not probe.silenced and not probe.after_end
     # the tests' own always-equal helper is seen, and is the tests' (not the diff's) to have
     (found,) = probe.rigged
     assert found.test.endswith("::test_helper_that_equals_anything") and found.type.endswith("Anything")
