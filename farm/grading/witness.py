@@ -122,6 +122,10 @@ def read_witness(text: str | None, key: bytes) -> WitnessRecord:
     rec.valid = True
     conns = rec.connections
     for raw in body.splitlines():
+        if raw.startswith("L\t"):  # a line that continued its connection's chain
+            _, cid_text, line = raw.split("\t", 2)
+            conns[int(cid_text)].lines.append(line)
+            continue
         event = json.loads(raw)
         kind, cid = event.get("e"), event.get("c")
         if kind == "start":

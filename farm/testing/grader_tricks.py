@@ -399,6 +399,25 @@ for _cls in (_R, _F, _T):
 ]
 
 
+# demo-generic-fizzbuzz's verifier as it was before farm_verify: the workspace's module
+# imported into the verifier's own process, the reward file written by hand.
+LEGACY_FIZZBUZZ_VERIFY = r"""python - <<'EOF'
+import os
+from fizzbuzz import fizzbuzz
+
+def expected(n):
+    return "FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else str(n)
+
+good = 0
+for n in range(1, 31):
+    try:
+        good += fizzbuzz(n) == expected(n)
+    except Exception:
+        pass
+with open(os.environ["FARM_REWARD_FILE"], "w") as fh:
+    fh.write(str(good / 30))
+EOF"""
+
 # Generic tasks: code appended to the module a verifier runs (demo-generic-fizzbuzz's
 # fizzbuzz.py), aiming at the reward rather than the tests. "legacy" marks a trick aimed at
 # a verifier that imports the workspace's code into its own process and writes

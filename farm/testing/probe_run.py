@@ -30,17 +30,26 @@ def install_probe(scratch: Path, project: Path, tests: list[str]) -> Probe:
     return Probe(witness=Witness(directory=str(directory), key=key))
 
 
-def run_with_probe(project: Path, args: list[str], *, python: str = sys.executable, scratch: Path,
-                   timeout: float = 300, tests: list[str] | None = None, env: Mapping[str, str] | None = None,
-                   ) -> tuple[subprocess.CompletedProcess[str], ProbeReport]:  # fmt: skip
+def run_probe(project: Path, args: list[str], *, python: str = sys.executable, scratch: Path, timeout: float = 300,
+              tests: list[str] | None = None, env: Mapping[str, str] | None = None,
+              ) -> tuple[subprocess.CompletedProcess[str], Probe]:  # fmt: skip
     """``python -m pytest -rA -p no:cacheprovider ARGS`` in ``project`` under the witness,
-    with the probe fixing ``tests`` (default: the test files among ``args``)."""
+    with the probe fixing ``tests`` (default: the test files among ``args``): the run, and
+    the probe (its report is at ``probe.report_path``, signed under ``probe.key``)."""
     tests = [a for a in args if a.endswith(".py") and "test" in os.path.basename(a)] if tests is None else tests
     probe = install_probe(scratch, project, tests)
     base = dict(env) if env is not None else {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
     command = [python, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *args]
     witness = [sys.executable, "-S", "-E", "-s", str(Path(probe.directory) / SCRIPT), probe.directory, "--", *command]
     res = subprocess.run(witness, cwd=project, env=probe.env(base), capture_output=True, encoding="utf-8",
-                         errors="replace", timeout=timeout)
+                         errors="replace", timeout=timeout)  # fmt: skip
+    return res, probe
+
+
+def run_with_probe(project: Path, args: list[str], *, python: str = sys.executable, scratch: Path,
+                   timeout: float = 300, tests: list[str] | None = None, env: Mapping[str, str] | None = None,
+                   ) -> tuple[subprocess.CompletedProcess[str], ProbeReport]:  # fmt: skip
+    """``run_probe``, and what farm reads of its report."""
+    res, probe = run_probe(project, args, python=python, scratch=scratch, timeout=timeout, tests=tests, env=env)
     report = Path(probe.report_path)
     return res, read_probe(report.read_text() if report.exists() else None, probe.key)

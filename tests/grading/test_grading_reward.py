@@ -13,26 +13,9 @@ import pytest
 from farm.grading import GradeStatus, grade, grading_spec
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
-from farm.testing.grader_tricks import REWARD
+from farm.testing.grader_tricks import LEGACY_FIZZBUZZ_VERIFY, REWARD
 
-# The demo verifier before farm_verify: the workspace's module imported in-process, the
-# reward file written by hand.
-LEGACY_VERIFY = r"""python - <<'EOF'
-import os
-from fizzbuzz import fizzbuzz
-
-def expected(n):
-    return "FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else str(n)
-
-good = 0
-for n in range(1, 31):
-    try:
-        good += fizzbuzz(n) == expected(n)
-    except Exception:
-        pass
-with open(os.environ["FARM_REWARD_FILE"], "w") as fh:
-    fh.write(str(good / 30))
-EOF"""
+LEGACY_VERIFY = LEGACY_FIZZBUZZ_VERIFY
 
 
 @pytest.fixture

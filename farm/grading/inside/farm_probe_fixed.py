@@ -96,26 +96,6 @@ def _visit(node, inside):
     return node
 
 
-def _fill_locations(node, lineno=1, col=0):
-    stack = [(node, lineno, col)]
-    while stack:
-        n, lineno, col = stack.pop()
-        if "lineno" in n._attributes:
-            if not hasattr(n, "lineno"):
-                n.lineno = lineno
-            lineno = n.lineno
-            if not hasattr(n, "col_offset"):
-                n.col_offset = col
-            col = n.col_offset
-            if "end_lineno" in n._attributes and getattr(n, "end_lineno", None) is None:
-                n.end_lineno, n.end_col_offset = lineno, col
-        for field in n._fields:
-            value = getattr(n, field, None)
-            for child in value if isinstance(value, list) else [value]:
-                if isinstance(child, _ast.AST):
-                    stack.append((child, lineno, col))
-
-
 def _compile(source, path, rewrite_asserts=None, config=None, _compile=compile):
     """The module's code: parsed, asserts rewritten by pytest (when given), comparisons
     rewritten, compiled as pytest / importlib would."""
@@ -128,8 +108,7 @@ def _compile(source, path, rewrite_asserts=None, config=None, _compile=compile):
             import py
 
             rewrite_asserts(tree, py.path.local(path), config)
-    _walk(tree, False)
-    _fill_locations(tree)
+    _walk(tree, False)  # the new nodes take the locations of the comparisons they replace
     return _compile(tree, path, "exec", 0, True)
 
 
@@ -254,7 +233,9 @@ def install(snapshot, check, current):
     def ask(query, _send=vault.send):
         return _send(query)
 
-    def _cmp(op, a, b):
+    plain = frozenset({int, float, str, bytes, bool, type(None)})
+
+    def _cmp(op, a, b, _type=type):
         if op == "==":
             answer = a == b
         elif op == "!=":
@@ -263,7 +244,7 @@ def install(snapshot, check, current):
             answer = a in b
         else:
             answer = a not in b
-        if current[0] is not None:
+        if current[0] is not None and (_type(a) not in plain or _type(b) not in plain):
             check(op, a, b)
         return answer
 

@@ -17,8 +17,9 @@ anyone else does not continue the chain and is marked), whether the peer was sti
 when its connection closed (a channel closed or replaced by the code under test), the
 writes to the reward file (``--watch``: inotify; its own write of the verifier's reward
 excepted), how COMMAND ended. When COMMAND has ended and every connection is closed (or
-after a grace), it writes ``DIR/report.jsonl``: those records and, last, an HMAC of all of
-them under the key; then it exits as COMMAND did.
+after a grace), it writes ``DIR/report.jsonl``: those records (one JSON object a line; a
+line that continued its chain as ``L<tab>connection<tab>line``) and, last, an HMAC of all
+of them under the key; then it exits as COMMAND did.
 """
 
 import hashlib
@@ -135,7 +136,11 @@ def main(argv):
 
     def note(**fields):
         fields["t"] = int((time.monotonic() - t0) * 1000)
-        records.append(fields)
+        records.append(json.dumps(fields, sort_keys=True))
+
+    def note_line(cid, body):
+        """A line that continues its chain: ``L<tab>connection<tab>body`` (the body as sent)."""
+        records.append("L\t%d\t%s" % (cid, body))
 
     sock_path = os.path.join(directory, "w.sock")
     try:
@@ -180,7 +185,10 @@ def main(argv):
         ok = hmac.compare_digest(mac, expect.hex())
         if ok:
             conn.chain = expect
-        note(e="line", c=conn.cid, ok=ok, b=body if ok else text[:4000])
+        if ok:
+            note_line(conn.cid, body)
+        else:
+            note(e="line", c=conn.cid, ok=False, b=text[:4000])
         if ok and conn.role == "verify" and body.startswith('{"reward"'):
             write_reward(conn, body)
 
@@ -269,7 +277,7 @@ def main(argv):
     except OSError:
         pass
     note(e="end", open=sorted(c.cid for c in conns.values()))
-    body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    body = "".join(r + "\n" for r in records)
     sig = hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
     tmp = os.path.join(directory, "report.tmp")
     with open(tmp, "w") as fh:
