@@ -17,6 +17,17 @@ from farm.testing.grader_tricks import (COMPARISONS, LIB_WRAP, TRICK_F2P, TRICK_
 from farm.testing.probe_run import run_with_probe
 
 FIXED_LIB = TRICK_LIB.replace("a - b", "a + b").replace("x * 2.5", "x * 2.0")
+# What else each trick leaves behind, seen from outside the test process: the plugin it
+# registered at run time, the gc walk that found pytest's Config, the channel it closed.
+ALSO = {
+    "plugin_from_gc": {"runtime:plugin_registered", "runtime:runner_tampered"},
+    "obj_wrapped_swallowing": {"runtime:plugin_registered"},
+    "code_swapped": {"runtime:plugin_registered", "runtime:runner_tampered"},
+    "fake_reports": {"runtime:plugin_registered"},
+    "probe_emit": {"runtime:runner_tampered", "runtime:report_missing"},
+    "raw_socket": {"runtime:report_missing"},
+    "silenced": {"runtime:report_missing"},
+}
 ARGS = ["tests/test_a.py", "tests/test_lib.py", "-p", "no:asyncio", "-p", "no:hypothesispytest"]
 TESTS = ["tests/test_lib.py"]
 
@@ -54,3 +65,6 @@ def test_each_trick_fools_pytest_and_farm_names_it(tmp_path, name, code, finding
     # the trick works on pytest: the run claims success
     assert res.returncode == 0 or all(printed.get(t) == "PASSED" for t in TRICK_F2P), (name, res.stdout[-3000:])
     assert finding in flags, (name, flags, probe.reaches, probe.plugins, res.stderr[-2000:])
+    assert ALSO.get(name, set()) <= set(flags), (name, flags)
+    if finding == "runtime:always_equal":  # seen in each shape: assert, all(...), assertAlmostEqual, assertTrue(a == b)
+        assert {r.test for r in probe.rigged} == set(TRICK_F2P), probe.rigged

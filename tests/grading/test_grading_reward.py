@@ -72,3 +72,12 @@ async def test_a_reward_given_twice_is_a_finding(fizzbuzz, grader):
     task = fizzbuzz.model_copy(update={"verify_commands": [twice, twice]})
     report = await grader(task, fizzbuzz.gold_patch)
     assert "runtime:reward_written_twice" in report.flags and report.reward == 0.0, (report.flags, report.verify)
+
+
+async def test_the_reward_file_written_after_the_channels_reward_is_a_finding(fizzbuzz, grader):
+    """The verifier gives 0.5 through the channel; a later command writes 1.0 to the file."""
+    task = fizzbuzz.model_copy(update={"verify_commands": [
+        "python -c 'import farm_verify; farm_verify.reward(0.5)'", 'echo 1.0 > "$FARM_REWARD_FILE"']})
+    report = await grader(task, fizzbuzz.gold_patch)
+    assert "runtime:reward_file_rewritten" in report.flags and report.reward == 0.0, (report.flags, report.verify)
+    assert report.reward_before_hack_policy == 0.5  # the channel's reward, not the file's
