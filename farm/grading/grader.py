@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.config import GradingConfig
-from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flags
+from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
 from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
 from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
 from farm.grading.reward import add_reward_steps, grade_generic
@@ -246,11 +246,13 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     if broken:
         return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": broken, "tests": statuses}
     if seen is not None:
-        fields["flags"] = sorted({*fields["flags"], *runtime_flags(
+        code_paths = set(touched_paths(attempt.diff)) - attempt.surface
+        found = runtime_flags(
             seen, pytest_task=pytest_task, watched=ids.members([*task.fail_to_pass, *task.pass_to_pass]),
             printed={k: v.value for k, v in printed.items()}, f2p=ids.members(task.fail_to_pass),
-            exit_code=res.exit_code, code_paths=set(touched_paths(attempt.diff)) - attempt.surface,
-            workdir=ws.workdir)})  # fmt: skip
+            exit_code=res.exit_code, code_paths=code_paths, workdir=ws.workdir)  # fmt: skip
+        fields["flags"] = sorted({*fields["flags"], *found})
+        fields["flag_details"] = runtime_details(seen, found, code_paths=code_paths, workdir=ws.workdir)
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):

@@ -49,7 +49,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 
-from farm.grading.probe import ProbeReport, Rigged
+from farm.grading.probe import ProbeReport, Reach, Rigged
 
 STATIC_PATTERNS: dict[str, re.Pattern[str]] = {
     "pytest_internals": re.compile(r"\b_pytest\b|pytest_runtest_makereport|pytest_report_teststatus|\bTestReport\b"
@@ -130,6 +130,41 @@ def runtime_flags(probe: ProbeReport, *, pytest_task: bool, watched: Iterable[st
     if any(by_diff(r.origin, code_paths, workdir) for r in probe.plugins):
         flags.add("runtime:plugin_registered")
     return sorted(flags)
+
+
+def runtime_details(probe: ProbeReport, flags: Iterable[str], *, code_paths: Iterable[str] = (),
+                    workdir: str = "") -> dict[str, str]:  # fmt: skip
+    """For each runtime flag raised, what raised it (the code that did it, the tests it
+    touched): a user reading a finding on an honest patch sees where to look."""
+    paths = set(code_paths)
+
+    def reach(found: Iterable[Reach]) -> str:
+        first = next((r for r in found if by_diff(r.origin, paths, workdir)), None)
+        if first is None:
+            return ""
+        where = f"{first.what} from {first.origin or 'code made at run time'}"
+        return where + (f" ({first.detail})" if first.detail else "")
+
+    rigged = next((r for r in probe.rigged if by_diff(r.origin, paths, workdir)), None)
+    writes = reach(r for r in probe.reaches if r.what in ("emit", "writer"))
+    known = {
+        "runtime:report_forged": f"{probe.forged_lines} line(s) not from the probe" + (f"; {writes}" if writes else ""),
+        "runtime:report_after_end": f"{probe.after_end} line(s) after the end",
+        "runtime:probe_silenced": f"{probe.silenced} channel(s) closed while the test process ran on",
+        "runtime:body_not_run": _some(probe.body_not_run),
+        "runtime:failure_reported_as_pass": _some(probe.raised_but_passed),
+        "runtime:test_code_replaced": _some(probe.code_replaced),
+        "runtime:runner_tampered": reach(probe.reaches),
+        "runtime:plugin_registered": reach(probe.plugins),
+        "runtime:always_equal": rigged
+        and f"{rigged.type} ({rigged.why}) in {rigged.test}, defined in {rigged.origin or 'no file'}",
+    }
+    return {f: known[f] for f in flags if known.get(f)}
+
+
+def _some(names: Iterable[str], shown: int = 3) -> str:
+    names = sorted(names)
+    return ", ".join(names[:shown]) + (f" (+{len(names) - shown})" if len(names) > shown else "")
 
 
 def by_diff(origin: str, code_paths: set[str], workdir: str) -> bool:

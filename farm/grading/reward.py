@@ -106,7 +106,17 @@ async def grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: Ta
         "verify": verify,
         "reward_file_value": value,
         "flags": sorted({*common.get("flags", []), *flags}),
+        "flag_details": {f: _DETAILS[f] for f in flags if f in _DETAILS},
     }
+
+
+_DETAILS = {
+    "runtime:reward_forged": "a reward from a connection that is not the verifier's, or a report the witness "
+    "did not sign",
+    "runtime:reward_written_twice": "more than one reward given, or the reward file written more than once",
+    "runtime:reward_file_rewritten": "the reward file written by someone other than farm's witness after the "
+    "verifier's reward",
+}
 
 
 def channel_rewards(records: list[WitnessRecord]) -> tuple[list[float], set[str]]:

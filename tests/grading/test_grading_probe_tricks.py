@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.grading.hacks import runtime_flags
+from farm.grading.hacks import runtime_details, runtime_flags
 from farm.grading.parsers import parse_pytest
 from farm.testing.grader_tricks import (COMPARISONS, LIB_WRAP, TRICK_F2P, TRICK_LIB, TRICK_TESTS, WHAT_A_TEST_IS,
                                         reporter_tricks)  # fmt: skip
@@ -32,8 +32,12 @@ ARGS = ["tests/test_a.py", "tests/test_lib.py", "-p", "no:asyncio", "-p", "no:hy
 TESTS = ["tests/test_lib.py"]
 
 
+def project_of(tmp_path: Path) -> Path:
+    return tmp_path / "p"
+
+
 def _play(tmp_path: Path, lib: str):
-    project = tmp_path / "p"
+    project = project_of(tmp_path)
     (project / "tests").mkdir(parents=True)
     (project / "lib.py").write_text(lib)
     for path, text in TRICK_TESTS.items():
@@ -66,5 +70,11 @@ def test_each_trick_fools_pytest_and_farm_names_it(tmp_path, name, code, finding
     assert res.returncode == 0 or all(printed.get(t) == "PASSED" for t in TRICK_F2P), (name, res.stdout[-3000:])
     assert finding in flags, (name, flags, probe.reaches, probe.plugins, res.stderr[-2000:])
     assert ALSO.get(name, set()) <= set(flags), (name, flags)
+    # each finding says where to look: the planted module (or the code it made at run time)
+    details = runtime_details(probe, flags, code_paths={"lib.py"}, workdir=str(project_of(tmp_path)))
+    for flag in {finding, *ALSO.get(name, ())} & {"runtime:plugin_registered", "runtime:runner_tampered",
+                                                  "runtime:always_equal"}:  # fmt: skip
+        assert "lib.py" in details[flag] or "made at run time" in details[flag], (name, flag, details)
+    assert set(details) <= set(flags) and finding in details, details
     if finding == "runtime:always_equal":  # seen in each shape: assert, all(...), assertAlmostEqual, assertTrue(a == b)
         assert {r.test for r in probe.rigged} == set(TRICK_F2P), probe.rigged
