@@ -206,7 +206,8 @@ class SandboxActor:
         ``farm.rollout.retry.decide`` says it runs again (or is dropped), its summary not
         durable, carrying that decision for the dispatcher."""
         result = await self.execute(spec)
-        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping)
+        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping,
+                          deterministic=result.deterministic)  # fmt: skip
         if decision.verdict is Verdict.DROP:
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
             why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"

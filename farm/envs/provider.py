@@ -33,7 +33,12 @@ log = logging.getLogger(__name__)
 
 
 class EnvBuildFailed(SetupCommandFailed):
-    """The task's environment failed to build (once, recorded): its setup report rides along."""
+    """The task's environment failed to build (once, recorded): its setup report rides along.
+    Deterministic: every later attempt reads the same recorded failure back (until
+    ``farm envs rm --failed``)."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message, report, deterministic=True)
 
 
 class EnvProvider:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm.errors import TaskError
+from farm.errors import RequirementUnmet
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import Task
 from farm.tasks.repos import RepoCache
@@ -88,7 +88,7 @@ def _pyenv_roots() -> list[str]:
 
 def find_python(version: str) -> str:
     """An interpreter of ``version`` ("3.9", "3.11.7") on this machine: pyenv's versions
-    (newest patch release first), then ``python3.X`` on PATH. TaskError if none."""
+    (newest patch release first), then ``python3.X`` on PATH. RequirementUnmet if none."""
     parts = version.split(".")
     candidates: list[str] = []
     for root in _pyenv_roots():
@@ -102,7 +102,7 @@ def find_python(version: str) -> str:
     for exe in candidates:
         if _version_of(exe).startswith(version):
             return exe
-    raise TaskError(f"no python {version} on this machine (looked in pyenv {_pyenv_roots()} and PATH)")
+    raise RequirementUnmet(f"no python {version} on this machine (looked in pyenv {_pyenv_roots()} and PATH)")
 
 
 @functools.lru_cache(maxsize=64)
