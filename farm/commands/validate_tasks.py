@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"tasks.format={args.format}")
     try:
         cfg = load_config(args.config, overrides)
-        loaded = load_task_file(cfg.tasks)  # a row farm cannot grade (its log_parser) is reported here
+        loaded = load_task_file(cfg)  # a row farm cannot grade (its log_parser) is reported here
     except (ConfigError, TaskLoadError) as exc:
         console.print(f"[red]validate-tasks: {exc}[/red]")
         return 2

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TaskFormat = Literal["auto", "farm", "swebench", "swegym", "swesmith", "r2e"]
 
@@ -53,10 +54,14 @@ class TasksConfig(BaseModel):
     )
     python: str = Field(
         default="auto",
-        description="interpreter whose directory is put first on PATH for setup, test and verify commands, so "
-        "`python -m pytest` finds pytest: 'auto' = the interpreter running farm (local sandboxes see the host "
-        "read-only; on E2B the path does not exist and the template's python is used), 'none' = leave PATH alone, "
-        "or an absolute path of a python inside the sandbox",
+        description="interpreter whose directory is put first on PATH for setup, test and verify commands and the "
+        "agent (a row's own `python` or its recipe's wins): 'auto' = the interpreter running farm (local sandboxes "
+        "see the host read-only; on E2B the path does not exist and the template's python is used), but a "
+        "SWE-bench / SWE-Gym / SWE-smith row that nothing gives an environment (no recipe, no setup commands, no "
+        "image) is refused at load rather than run on it; 'host' = the same interpreter, and such rows run their "
+        "tests on it (knowingly: they get its packages, not their repository's); a version ('3.11': pyenv, then "
+        "python3.X on PATH) or an absolute path of a python inside the sandbox; 'none' = leave PATH alone. Any "
+        "value but 'auto' says where tests run, so no row is refused for lacking an environment",
     )
     max_diff_bytes: int = Field(
         default=4 << 20, ge=1024, description="largest model diff captured; a larger one is graded as patch_failed"
@@ -67,3 +72,10 @@ class TasksConfig(BaseModel):
         description="SWE reward = fraction of FAIL_TO_PASS tests passing (0 if any PASS_TO_PASS fails) instead of 1/0",
     )
     git_timeout_s: float = Field(default=900.0, gt=0, description="host-side git clone/fetch/archive budget")
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str) -> str:
+        if value in ("auto", "host", "none") or value.startswith("/") or re.fullmatch(r"\d+(\.\d+){0,2}", value):
+            return value
+        raise ValueError(f"expected auto, host, none, a version ('3.11') or an absolute path, got {value!r}")

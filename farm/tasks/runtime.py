@@ -26,13 +26,14 @@ from farm.tasks.model import Task
 from farm.tasks.repos import RepoCache
 
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+HOST = ("auto", "host")  # tasks.python values meaning the interpreter running farm (farm.tasks.config)
 
 
 def python_path_prefix(python: str) -> str | None:
     """The directory to put first on PATH for ``tasks.python`` (None: leave PATH alone)."""
     if python == "none":
         return None
-    exe = sys.executable if python == "auto" else python
+    exe = sys.executable if python in HOST else python
     return os.path.dirname(exe) or None
 
 
@@ -147,7 +148,7 @@ class TaskRuntime:
     def _resolve(self, spec: str) -> PythonChoice:
         if spec == "none":
             return PythonChoice(spec=spec, exe=None)
-        if spec == "auto":
+        if spec in HOST:
             return PythonChoice(spec=spec, exe=sys.executable, version=_version_of(sys.executable))
         if _VERSION.match(spec):
             exe = find_python(spec)
