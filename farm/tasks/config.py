@@ -48,9 +48,10 @@ class TasksConfig(BaseModel):
         description="host cache: repos fetched from their URL, per-commit workspace tarballs, the demo set",
     )
     fetch: bool = Field(
-        default=True,
-        description="when no mirror has a repo, clone it from its url (or https://github.com/<owner>/<repo>.git) "
-        "into cache_dir once; False: a missing repo is a task error",
+        default=False,
+        description="opt-in network fetch: when no mirror has a repo, clone it from its url (or "
+        "https://github.com/<owner>/<repo>.git) into cache_dir once; False (the default, what air-gapped clusters "
+        "need): a missing repo is a task error naming where farm looked, reported once, never retried",
     )
     python: str = Field(
         default="auto",

@@ -6,11 +6,13 @@ Where a repository comes from, in order:
    mirrors; clusters without GitHub access only need these);
 2. the task's ``url`` when it is a path on this host;
 3. ``<cache_dir>/repos/<owner>__<repo>.git``, cloned once from the task's ``url`` (or
-   ``https://github.com/<owner>/<repo>.git``) when ``fetch`` is on.
+   ``https://github.com/<owner>/<repo>.git``) when ``fetch`` is on (``tasks.fetch``: off
+   unless asked).
 
 A missing repository or base commit is a ``TaskError`` naming the task's repo and where
 farm looked (``RepositoryNotFound`` / ``CommitNotFound``: deterministic, never retried; a
-failed clone is not known to be, so it is).
+failed clone is not known to be, so it is). A SWE-smith row's repository is
+``swesmith/<owner>__<repo>.<commit>``: its mirror is ``swesmith__<owner>__<repo>.<commit>.git``.
 
 Each (repository, base commit[, pre-patch]) becomes one **workspace tarball** in
 ``<cache_dir>/workspaces/``: a fresh repo holding *only* the objects reachable from the
@@ -130,7 +132,7 @@ class RepoCache:
         *,
         cache_dir: str | Path,
         mirror_dirs: Sequence[str | Path] = (),
-        fetch: bool = True,
+        fetch: bool = False,
         git_timeout_s: float = 900.0,
     ) -> None:
         self.cache_dir = Path(os.path.expanduser(str(cache_dir)))
