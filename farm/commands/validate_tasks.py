@@ -114,9 +114,12 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
             mark += f" {escape(short(result.reason, 160))}"
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
 
-    return await validate_tasks(
+    results = await validate_tasks(
         tasks, runtime=runtime, new_sandbox=new_sandbox, concurrency=concurrency, labels=labels, on_result=progress
     )
+    if runtime.envs is not None:  # a build only a cancelled grading asked for: finished, not cut as the loop closes
+        await runtime.envs.settle()
+    return results
 
 
 def _cell(report) -> str:  # noqa: ANN001 - GradingReport | None

@@ -103,6 +103,13 @@ class EnvProvider:
             fut.add_done_callback(lambda _f, k=ident.key: self._builds.pop(k, None))
         return await asyncio.shield(fut)
 
+    async def settle(self) -> None:
+        """Wait for the builds still running (shielded from their waiters' cancellation, a build
+        can outlive every rollout that asked for it): published before the event loop closes,
+        never cancelled there mid-command."""
+        while self._builds:
+            await asyncio.gather(*list(self._builds.values()), return_exceptions=True)
+
     def _published(self, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord | None:
         """The usable record of ``ident`` (an instance whose base is not the one given,
         e.g. removed and rebuilt since, is not)."""
