@@ -64,7 +64,7 @@ def environment_error(task: Task, *, python: str, convention_images: bool = Fals
     at = f" {version}" if version else ""
     return (
         f"no environment for this row: nothing provides {repo}{at}'s dependencies, so its tests would run on "
-        "farm's own Python. Provide one: a recipe for it (tasks.recipes: the book has none), setup commands in "
+        "farm's own Python. Provide one: a recipe for it (tasks.recipes), setup commands in "
         f"the row (setup_commands / base_setup_commands), or an image the row names ({' / '.join(IMAGE_FIELDS)}); "
         "or, to run its tests on the host's Python knowingly, set tasks.python: host"
     )
