@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from farm.config import FarmConfig
 from farm.run.tasks import load_task_file
 from farm.tasks.config import TasksConfig
@@ -92,3 +94,25 @@ def test_farm_rows_and_the_demo_set_run_with_tasks_python_as_documented(tmp_path
     row = {"id": "calc-divide", "instruction": "fix it", "workspace": {"type": "git", "url": str(tmp_path), "base_commit": "a" * 40},
            "test_command": "python -m pytest -rA test_calc.py", "fail_to_pass": ["test_calc.py::test_divide"]}  # fmt: skip
     assert load_task_file(run_config(write(tmp_path, [row]))).ok
+
+
+async def test_a_swesmith_row_finds_its_mirror_and_nothing_is_fetched_unasked(tmp_path: Path) -> None:
+    """A SWE-smith row's repository (swesmith/<owner>__<repo>.<commit>) is looked up as
+    swesmith__<owner>__<repo>.<commit>.git in tasks.mirror_dir; without it, nothing is fetched
+    (tasks.fetch is off unless asked) and the error says where farm looked."""
+    import subprocess
+
+    from farm.errors import RepositoryNotFound
+    from farm.tasks.runtime import TaskRuntime
+
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "init", "-q", "--bare", str(mirrors / "swesmith__getmoto__moto.694ce1f4.git")], check=True)
+    cfg = TasksConfig(path=str(write(tmp_path, [smith_row(image_name="swesmith.x86_64.getmoto__moto.694ce1f4")])),
+                      mirror_dir=str(mirrors), cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    (task,) = load_tasks(cfg).tasks
+    runtime = TaskRuntime.from_config(cfg)
+    assert await runtime.repos.locate(task.workspace) == mirrors / "swesmith__getmoto__moto.694ce1f4.git"
+    other = task.workspace.model_copy(update={"repo": "swesmith/getmoto__moto.0000aaaa"})
+    with pytest.raises(RepositoryNotFound, match=r"swesmith__getmoto__moto.0000aaaa.git.*fetching is off \(tasks.fetch\)"):
+        await runtime.repos.locate(other)
+    assert not (tmp_path / "cache" / "repos").exists()  # no clone was tried
