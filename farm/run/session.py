@@ -198,7 +198,7 @@ class RunSession:
     def progress(self, total: int) -> RunProgress:
         """The progress display (and the loggers' metrics), told what resuming found."""
         progress = RunProgress(self.console or Console(quiet=True), total, run_id=self.cfg.run_id,
-                               loggers=self.loggers)  # fmt: skip
+                               out_dir=str(self.out_dir), loggers=self.loggers)  # fmt: skip
         if self.recovery:
             progress.note(f"recovered {self.out_dir}: " + " | ".join(self.recovery))
         if self.skipped:
