@@ -46,6 +46,7 @@ class RunData:
     summary_json: dict[str, Any] | None
     run_config: dict[str, Any]
     skipped: list[str] = field(default_factory=list)  # damaged shards left out, with why
+    invocations: list[dict[str, Any]] = field(default_factory=list)  # invocations.jsonl: the commands that wrote it
 
 
 def load_run(out: Path) -> RunData:
@@ -70,7 +71,7 @@ def load_run(out: Path) -> RunData:
                 "artifacts": artifacts_view(out, r["rollout_id"]),
             }  # fmt: skip
     return RunData(out, rows, extra, output.summary(), output.run_config(),
-                   [f"{e.shard}: {why}" for e, why in reader.skipped])  # fmt: skip
+                   [f"{e.shard}: {why}" for e, why in reader.skipped], output.invocations())  # fmt: skip
 
 
 def artifacts_view(out: Path, rollout_id: str) -> dict[str, Any] | None:

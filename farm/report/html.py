@@ -22,7 +22,7 @@ from typing import Any
 
 from farm.report.data import Decoder, iter_trajectories, load_run, load_tokenizer, summarize, test_results, tokenizer_spec
 from farm.report.plots import run_plots
-from farm.report.stats import TOTAL_LABELS, fidelity_rows, group_spread
+from farm.report.stats import TOTAL_LABELS, fidelity_rows, group_spread, invocations_wall
 from farm.report.task import TaskLookup
 
 GROUPS_OPEN = 50  # the groups table starts folded above this many groups
@@ -50,9 +50,13 @@ def _cards(s: dict[str, Any], groups: list[dict[str, Any]]) -> str:
              ("turns", s["turns"]), ("prompt tokens", f"{s['prompt_tokens']:,}"),
              ("output tokens", f"{s['output_tokens']:,}"),
              ("duration p50 / p95 / max", f"{s['duration_p50_s']}s / {s['duration_p95_s']}s / {s['duration_max_s']}s"),
-             ("wall time (busy / first start to last end)", f"{_duration(s['wall_busy_s'])} / {_duration(s['wall_span_s'])}"),
-             ("rollouts / min", f"{s['rollouts_per_min']:g}"), ("turns / s", f"{s['turns_per_s']:g}"),
-             ("output tokens / s", f"{s['output_tokens_per_s']:g}"),
+             ("busy time (rollouts running)", _duration(s["busy_s"])),
+             ("first start to last end", _duration(s["span_s"])),
+             (f"wall time (start-up to exit, {s['invocations']} command{'s' * (s['invocations'] != 1)})",
+              _duration(s["wall_s"]) if s["invocations"] else "-"),
+             ("rollouts / min (over busy time)", f"{s['rollouts_per_min']:g}"),
+             ("turns / s (over busy time)", f"{s['turns_per_s']:g}"),
+             ("output tokens / s (over busy time)", f"{s['output_tokens_per_s']:g}"),
              ("groups with reward spread (GRPO signal)", f"{sum(not g['flat'] for g in signal)} / {len(signal)}")]  # fmt: skip
     cards += [(f"status {k}", v) for k, v in s["by_status"].items()]
     return "".join(f'<div class="card"><div class="cv">{escape(str(v))}</div><div class="ck">{escape(k)}</div></div>'
@@ -107,7 +111,7 @@ def render_report(out: str | Path, *, tokenizer: str | None = None, artifacts_ba
     data = load_run(out)
     spec, cache_dir = tokenizer_spec(data, tokenizer)
     dec = Decoder(load_tokenizer(spec, cache_dir))
-    summary = summarize(data.rows)
+    summary = {**summarize(data.rows), **invocations_wall(data.invocations)}
     groups = group_spread(data.rows)
     index = {r["rollout_id"]: i for i, r in enumerate(data.rows)}
     task_refs = _task_refs(out, data)
