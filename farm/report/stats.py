@@ -50,6 +50,15 @@ def invocations_wall(lines: list[dict[str, Any]]) -> dict[str, Any]:
     return {"invocations": len(spans), "wall_s": round(sum(max(0.0, x) for x in spans), 1)}
 
 
+def flag_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Rollouts per grading flag (a rollout counts once per flag it has), most frequent first."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        for f in set(r.get("flags") or ()):
+            counts[f] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def group_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per group (``group_id``), over its policy outcomes: n, mean, std (population, as
     GRPO normalizes), min, max, ``flat`` (every reward equal: no signal); ``excluded``:

@@ -28,6 +28,13 @@ def test_report_holds_every_rollout_and_its_trajectory(real_run):
     # summary over policy outcomes: the sandbox_error is counted but not in the resolved rate
     assert ">1 / 2<" in html and ">50.0%<" in html and ">status sandbox_error<" in html
     assert "<svg" in html and "mean reward by task" in html
+    # the grading's flags: on every row, counted on the first page, each a filter
+    assert [r["flags"] for r in rows] == [[], ["diff_touches_tests", "static:sys_modules"], []]
+    assert ">1 / 3<" in html and "flagged rollouts (grading flags)" in html
+    flags = html[html.index('<section id="flags">'):html.index("</section>", html.index('<section id="flags">'))]
+    assert re.findall(r'data-flag="([^"]+)">[^<]*<b>(\d+)</b>', flags) == [
+        ("*", "1"), ("diff_touches_tests", "1"), ("static:sys_modules", "1")]
+    assert '<option value="static:sys_modules">static:sys_modules (1)</option>' in html
     assert not re.search(r'<(script|link|img)[^>]+(src|href)=', html)  # nothing fetched at view time
     d = data["r0"]
     assert d["diff"] == DIFF  # whole, "</script>" included
