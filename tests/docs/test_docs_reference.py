@@ -1,5 +1,5 @@
-"""The reference pages' hand-written tables name exactly what the code has: the Samples
-columns, the rollouts columns, the grading report's fields, the CLI's commands. (The
+"""The reference pages' tables name exactly what the code has: the Samples columns
+(generated), the rollouts columns, the grading report's fields, the CLI's commands. (The
 configuration reference is generated: tests/test_config_reference.py.)"""
 
 from __future__ import annotations
@@ -21,11 +21,18 @@ def _table_names(section: str) -> set[str]:
     return {n for cell in re.findall(r"^\| (.+?) \|", section, re.M) for n in re.findall(r"`(\w+)`", cell)}
 
 
-def test_samples_table_lists_every_column():
+def test_the_samples_column_table_is_what_the_schema_says():
+    """docs/reference/trajectories.md's column table is generated from SAMPLE_SCHEMA (names,
+    types, nullability) and farm.trajectory.columns' descriptions: the committed page is it."""
     from farm.trajectory import SAMPLE_SCHEMA
+    from farm.trajectory.columns import GENERATE, render_page
 
-    listed = _table_names(_section("reference/formats.md", "Samples (`SAMPLE_SCHEMA`)", "Rollouts ("))
-    assert listed == set(SAMPLE_SCHEMA.names), "docs/reference/formats.md's Samples table is stale"
+    page = (DOCS / "reference" / "trajectories.md").read_text()
+    assert page == render_page(page), f"docs/reference/trajectories.md's column table is stale: run `{GENERATE}`"
+    listed = _table_names(_section("reference/trajectories.md", "## Columns", "## How a session"))
+    assert listed == set(SAMPLE_SCHEMA.names)
+    # the other pages link to it rather than keep a table of their own
+    assert "trajectories.md#columns" in (DOCS / "reference" / "formats.md").read_text()
 
 
 def test_rollouts_columns_are_all_named():
