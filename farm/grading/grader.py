@@ -327,7 +327,8 @@ def _status(test_id: str, statuses: dict[str, str], ids: TestIds) -> str:
     if not ids.statuses:
         return f"{test_id}: {MISSING}, the run reported no tests"
     near = ids.closest(test_id)
-    return (f"{test_id}: {MISSING} (the run reported {len(ids.statuses)} tests; "
+    n = len(ids.statuses)
+    return (f"{test_id}: {MISSING} (the run reported {n} test{'s' * (n != 1)}; "
             + (f"closest: {', '.join(near)})" if near else "none close to it)"))
 
 
