@@ -67,6 +67,7 @@ def test_the_quickstarts_sample_output_is_what_farm_run_prints():
     names the run id configs/local.yaml gives and the directory, its progress lines have the
     driver's shape, and its table's rows are the summary table's, in its order."""
     from farm.config import load_config
+    from farm.output.groups import GROUPS_OF_ONE
     from farm.output.rows import RolloutSummary
     from farm.run.summary import CumulativeSummary, SummaryTally, summary_table
 
@@ -76,6 +77,7 @@ def test_the_quickstarts_sample_output_is_what_farm_run_prints():
     block = block[:block.index("```\n")].splitlines()
     cfg = load_config(DOCS.parent / "configs" / "local.yaml")
     assert re.fullmatch(rf"farm run {cfg.run_id}: \d+ rollouts to run into {cfg.output.dir}", block[0]), block[0]
+    assert cfg.rollout.n_samples == 1 and block[1] == f"note: {GROUPS_OF_ONE}"  # the demo's groups of one, said
     progress = [ln for ln in block if ln.startswith("[")]
     assert progress and all(re.fullmatch(r"\[\d+/\d+\] \S+\.\d+ completed reward=1 turns=\d+ [\d.]+s \| in flight \d+, "
                                          r"\d+s elapsed, completed=\d+", ln) for ln in progress), progress  # fmt: skip
