@@ -39,11 +39,14 @@ def checksum(data: pa.Buffer | bytes | memoryview, algorithm: str = DEFAULT_ALGO
 
 
 class StreamChecksum:
-    """The checksum of bytes handed over in pieces, in order, computed in a thread of its
-    own: a shard's bytes are hashed while they are written and fsynced, not in a pass
-    before or after (xxhash and hashlib let go of the GIL on large pieces). The pieces
-    are hashed as they are when hashed: the caller keeps them unchanged until
-    ``hexdigest``."""
+    """The checksum of bytes handed over in pieces, in order. From the first large piece on
+    it is computed in a thread of its own, so a shard's bytes are hashed while they are
+    written and fsynced, not in a pass before or after (xxhash and hashlib let go of the
+    GIL on large pieces); small pieces before it are hashed at once (a small shard starts
+    no thread). A piece is hashed as it is when hashed: the caller keeps it unchanged
+    until ``hexdigest``."""
+
+    THREAD_FROM = 1 << 20  # bytes: a piece this large is hashed beside its writing
 
     def __init__(self, algorithm: str = DEFAULT_ALGORITHM) -> None:
         if algorithm == "xxh3_128":
@@ -54,19 +57,24 @@ class StreamChecksum:
             raise ShardError(f"unknown checksum algorithm {algorithm!r}")
         self.algorithm = algorithm
         self._pieces: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="shard-checksum", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     def _run(self) -> None:
         while (piece := self._pieces.get()) is not None:
             self._hash.update(piece)
 
     def update(self, piece: memoryview) -> None:
-        self._pieces.put(piece)
+        if self._thread is None:
+            if piece.nbytes < self.THREAD_FROM:
+                self._hash.update(piece)
+                return
+            self._thread = threading.Thread(target=self._run, name="shard-checksum", daemon=True)
+            self._thread.start()
+        self._pieces.put(piece)  # in order after the pieces before: the thread hashes them all from here
 
     def close(self) -> None:
         """Wait for the pieces handed over so far (idempotent)."""
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._pieces.put(None)
             self._thread.join()
 

@@ -76,21 +76,41 @@ def write_shard_bytes(table: pa.Table, fmt: ShardFormat, compression: str | None
 
 class _ShardFile:
     """The temporary shard file as the Arrow and Parquet writers write it (through
-    ``pa.PythonFile``): each piece goes straight to the file and to the checksum, so the
-    shard's bytes are never put together in memory (the table's columns are written as
-    they are, the kernel's copy into the page cache is the only one)."""
+    ``pa.PythonFile``): the pieces go to the file and to the checksum as they come, so a
+    shard's bytes are never put together in memory (a large piece is the table's own
+    buffer: the kernel's copy into the page cache is its only one). Small pieces (headers,
+    padding, a short table's buffers) are gathered into one write (``finish`` writes the
+    last of them)."""
+
+    GATHER_BELOW = 64 << 10
 
     def __init__(self, fd: int, digest: StreamChecksum) -> None:
         self.fd, self.digest, self.size, self.closed = fd, digest, 0, False
+        self._small = bytearray()
 
     def write(self, data: bytes | pa.Buffer) -> int:
         view = memoryview(data).cast("B")
-        self.digest.update(view)
         n = len(view)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        if n < self.GATHER_BELOW:
+            self._small += view
+            if len(self._small) >= self.GATHER_BELOW:
+                self.finish()
+        else:
+            self.finish()
+            self._write(view)
         self.size += n
         return n
+
+    def finish(self) -> None:
+        """Write the small pieces gathered so far."""
+        if self._small:
+            piece, self._small = memoryview(bytes(self._small)), bytearray()  # hashed as is, maybe in a thread
+            self._write(piece)
+
+    def _write(self, view: memoryview) -> None:
+        self.digest.update(view)
+        while view:
+            view = view[os.write(self.fd, view) :]
 
     def flush(self) -> None:
         pass
@@ -371,6 +391,7 @@ class ShardWriter:
             try:
                 sink = _ShardFile(fd, digest)
                 write_shard_bytes(table, self.format, self.compression, pa.PythonFile(sink, mode="w"))
+                sink.finish()
                 os.fsync(fd)
             finally:
                 os.close(fd)

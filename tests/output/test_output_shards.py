@@ -254,8 +254,11 @@ def test_a_shard_is_the_bytes_its_format_writer_makes_checksummed_as_written(tmp
 
     from farm.output.integrity import checksum
 
-    _shard_files_only(monkeypatch, lambda real, fd, data: real(fd, bytes(memoryview(data)[:5])))  # 5 bytes a call
+    _shard_files_only(monkeypatch, lambda real, fd, data: real(fd, bytes(memoryview(data)[:4096])))  # short writes
     tables = [samples_for(f"r{i}", n_turns=i + 1) for i in range(3)]
+    long = TurnTree("s-long")  # a 1.2 MB token column: pieces hashed in the checksum's thread
+    add(long, None, list(range(1000)), [7] * 300_000, output_logprobs=[-0.5] * 300_000)
+    tables.append(samples_to_table(linearize(long, RolloutInfo(rollout_id="long", reward=1.0))))
     with ShardWriter(tmp_path, SAMPLE_SCHEMA, format=fmt, compression=compression) as w:
         for i, t in enumerate(tables):
             w.write_rollout(f"r{i}", t)
@@ -270,8 +273,8 @@ def test_a_shard_is_the_bytes_its_format_writer_makes_checksummed_as_written(tmp
     else:
         pq.write_table(table, sink, compression="none")
     assert data == sink.getvalue().to_pybytes()
-    assert entry.bytes == len(data) and entry.checksum == checksum(data) and entry.rows == 3
-    assert open_sample_reader(tmp_path, verify=True).read_table().num_rows == 3
+    assert entry.bytes == len(data) and entry.checksum == checksum(data) and entry.rows == 4
+    assert open_sample_reader(tmp_path, verify=True).read_table().num_rows == 4
 
 
 def test_a_shard_write_that_fails_lists_nothing_keeps_the_rows_and_leaves_no_thread(tmp_path, monkeypatch):
@@ -280,12 +283,17 @@ def test_a_shard_write_that_fails_lists_nothing_keeps_the_rows_and_leaves_no_thr
     import errno
 
     before = set(threading.enumerate())
+    written = [0]
 
-    def full(real, fd, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(real, fd, data):  # the disk fills up after 1 MiB of the shard
+        if written[0] + memoryview(data).nbytes > 1 << 20:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, data)
+        written[0] += n
+        return n
 
-    w = ShardWriter(tmp_path, KV, name="kv")
-    w.write_rollout("a", kv("a", 3))
+    w = ShardWriter(tmp_path, KV, name="kv", max_rows=1 << 20)
+    w.write_rollout("a", kv("a", 200_000))  # a 1.6 MB column: its checksum runs in a thread
     with monkeypatch.context() as m:
         _shard_files_only(m, full)
         with pytest.raises(OSError, match="No space left"):
@@ -294,4 +302,4 @@ def test_a_shard_write_that_fails_lists_nothing_keeps_the_rows_and_leaves_no_thr
     assert not (tmp_path / "kv.manifest.jsonl").exists() and not w.is_durable("a") and w.pending_ids == ["a"]
     assert w.flush() == ["a"]
     w.close()
-    assert ShardReader(tmp_path, name="kv", verify=True).read_table().num_rows == 3
+    assert ShardReader(tmp_path, name="kv", verify=True).read_table().num_rows == 200_000
