@@ -40,7 +40,8 @@ view_copy_s=… instances=8 layered_disk_mb=… one_instance_disk_mb=… layered
 one_instance_build_s=…``. Targets: ready_p50_s <= 1.0, group8_speedup
 >= 4, rollout_disk_mb <= changed_mb + 20; layered_disk_mb <= 1.5 x one_instance_disk_mb,
 layered_build_s <= 1.5 x one_instance_build_s.
-``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -265,8 +266,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--layers-only", action="store_true", help="only the layered environments part (no farm run)")
     ap.add_argument("--quick", action="store_true",
-                    help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): 2 rollouts, "
-                         "2 instances, no packages but pytest; its figures mean nothing")
+                    help="the smallest size, which the test suite runs (2 rollouts, 2 instances, no packages "
+                         "but pytest): its figures mean nothing")
     args = ap.parse_args()
     deps, instances = DEPS, INSTANCES
     if args.quick:

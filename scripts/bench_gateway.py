@@ -28,7 +28,8 @@
 Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=...
 concurrent_2000_errors=... fuzz_5xx=... fuzz_not_4xx=... hostile_max_s=... hostile_peak_rss_mb=...
 forward_overhead_ms=... forward_overhead_fresh_ms=...``
-``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -365,7 +366,8 @@ def main() -> int:
     parser.add_argument("--forward-requests", type=int, default=400, help="requests per network path")
     parser.add_argument("--tokenizer", default="builtin:farm-test")
     parser.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built")
-    parser.add_argument("--quick", action="store_true", help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): its figures mean nothing")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest size, which the test suite runs: its figures mean nothing")
     args = parser.parse_args()
     if args.client:
         print(json.dumps(asyncio.run(client_main(json.loads(sys.stdin.read())))))

@@ -86,8 +86,8 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="the run's output directory (default: a temporary one)")
     ap.add_argument("--set", action="append", default=[], help="config overrides passed on")
     ap.add_argument("--quick", action="store_true",
-                    help="the smallest size, which the test suite runs (tests/farm/test_train_loop_example.py): 2 steps "
-                         "of one group of 2, no plot; its rewards mean nothing")
+                    help="the smallest size, which the test suite runs (2 steps of one group of 2, no "
+                         "plot): its rewards mean nothing")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.groups, args.n, args.window, args.plot = 2, 1, 2, 1, ""

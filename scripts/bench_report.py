@@ -14,8 +14,9 @@ time, the render time, the report's size, the open times and a last ``name=value
 
     python scripts/bench_report.py [--rollouts 1000] [--turns 6]
 
-``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``). Last line: ``bench_report: rollouts=… report_s=… report_mb=… open_table_s=…
-open_rollout_s=…`` (the open times ``na`` where Chromium or Playwright is missing).
+Last line: ``bench_report: rollouts=… report_s=… report_mb=… open_table_s=… open_rollout_s=…``
+(the open times ``na`` where Chromium or Playwright is missing). ``--quick``: the smallest
+size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=1000)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--cache-dir", default=None, help="where the builtin tokenizer is built (default: farm's cache)")
-    ap.add_argument("--quick", action="store_true", help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): its figures mean nothing")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
     if args.quick:
         args.rollouts, args.turns = 8, 2

@@ -14,7 +14,9 @@ like SWE-bench's (``owner__repo-12345``); each from the same pickled reply:
   bits_build_s    seconds ``DoneRollouts.of`` takes (untraced; best of 3)
   plan_skip_s     seconds a finite stream's ``count()`` and its first group take on it
 
-Run: ``.venv/bin/python scripts/bench_resume.py --rollouts 1000000``. ``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
+Run: ``.venv/bin/python scripts/bench_resume.py --rollouts 1000000``.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 Last line: ``bench_resume: rollouts=… ids_held_mb=… bits_held_mb=… ids_peak_mb=… bits_peak_mb=…
 bits_build_s=… plan_skip_s=…``.
 """
@@ -57,7 +59,8 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=1_000_000)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): its figures mean nothing")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
     if args.quick:
         args.rollouts = 1_000

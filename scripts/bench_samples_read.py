@@ -13,7 +13,8 @@ on short rows (``--rows`` Samples of 2 turns, ~200 tokens: the control-plane ben
 long ones (64 Samples of 30 turns, ~20K tokens). Both must give the same Samples.
 Last line: ``bench_samples_read: short_per_row_us=… short_columns_us=… long_per_row_us=…
 long_columns_us=… speedup_short=…`` (microseconds a row).
-``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=8192, help="short Samples in the table")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--quick", action="store_true", help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): its figures mean nothing")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
     long_rows = 64
     if args.quick:

@@ -25,7 +25,8 @@ The final line reports the second set. Last line:
 bench_trajectory: linearize_1M_ms=<float> speedup_vs_prefix_compare=<float> scaling_400_over_100=<float>
 shard_write_MBps=<float> read_MBps=<float> read_verified_MBps=<float> verify_overhead_pct=<float>
 verify_overhead_warm_pct=<float> (read_*, verify_overhead_pct: from disk; _warm: from the page cache)
-``--quick``: the smallest size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def main() -> int:
     ap.add_argument("--shard-reps", type=int, default=5)
     ap.add_argument("--turns", type=int, default=200, help="turns of the session (x 5K tokens); scaling: half vs twice")
     ap.add_argument("--quick", action="store_true",
-                    help="the smallest size, run by the test suite (tests/scripts/test_scripts_benches.py): its figures mean nothing")
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
     if args.quick:
         args.turns, args.reps, args.baseline_reps, args.shard_reps = 8, 1, 1, 1
@@ -220,7 +221,8 @@ def main() -> int:
           f"(x{default['t400'] / default['t100']:.2f})")  # fmt: skip
     label = "steady allocator (mallopt)" if tuned_ok else "allocator unchanged (mallopt unavailable)"
     print(f"  {label}: record+linearize {r['farm']:.2f} / {r['farm_med']:.2f} ms; "
-          f"{args.turns // 2} turns {r['t100']:.2f} / {r['m100']:.2f} ms, {args.turns * 2} turns {r['t400']:.2f} / {r['m400']:.2f} ms "
+          f"{args.turns // 2} turns {r['t100']:.2f} / {r['m100']:.2f} ms, "
+          f"{args.turns * 2} turns {r['t400']:.2f} / {r['m400']:.2f} ms "
           f"(x{r['t400'] / r['t100']:.2f}, linear = 4)")  # fmt: skip
     print(f"  baseline prefix-compare alignment (plain lists): {base_ms:.2f} / {base_med:.2f} ms "
           f"(x{base_ms / r['farm']:.1f} slower)")  # fmt: skip
@@ -230,8 +232,9 @@ def main() -> int:
         sh = bench_shards(Path(tmp), inputs, args.shard_reps)
     cold = (sh["cold_plain"] / sh["cold_xxh3_128"] - 1) * 100  # extra read time with the default verification
     warm = (sh["warm_plain"] / sh["warm_xxh3_128"] - 1) * 100
-    print(f"shards: {sh['bytes'] / 1e6:.0f} MB per run in {sh['shards']} shard(s); write {sh['write']:.0f} MB/s (median "
-          f"{sh['write_med']:.0f}; one record batch written to the file, xxh3_128 beside; fsync + rename + manifest)")  # fmt: skip
+    print(f"shards: {sh['bytes'] / 1e6:.0f} MB per run in {sh['shards']} shard(s); write {sh['write']:.0f} MB/s "
+          f"(median {sh['write_med']:.0f}; one record batch written to the file, xxh3_128 beside; fsync + rename "
+          "+ manifest)")  # fmt: skip
     for cache, label in (("cold", "from disk (pages evicted)"), ("warm", "from the page cache")):
         base = sh[f"{cache}_plain"]
         print(f"  read {label}, every token/mask/logprob touched: {base:.0f} MB/s unverified; "
