@@ -26,6 +26,8 @@ and mean |train - rollout| logprob over every trained token of the run (target
 ``docs/learning_curve.svg`` by default). Last line::
 
     bench_learning: shuffle_rewards=0|1 steps=… groups_per_step=… chance=… reward_first=… reward_last=… logprob_diff_max=… logprob_diff_mean=… seconds=…
+
+``--quick``: the smallest size, which the test suite runs (``tests/farm/test_train_loop_example.py``).
 """
 
 from __future__ import annotations
@@ -94,9 +96,14 @@ def main() -> int:
                     help="the control: rewards permuted within each group before training (must stay at chance)")
     ap.add_argument("--out", default=None, help="the run's output directory (default: a temporary one)")
     ap.add_argument("--set", action="append", default=[], help="config overrides passed on")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs (2 steps of one group of 2, no "
+                         "plot): its rewards mean nothing")
     args = ap.parse_args()
     if args.plot is None:
         args.plot = "" if args.shuffle_rewards else str(ROOT / "docs" / "learning_curve.svg")
+    if args.quick:
+        args.steps, args.groups, args.n, args.window, args.plot = 2, 1, 2, 1, ""
 
     out = Path(args.out or tempfile.mkdtemp(prefix="farm-bench-learning-"))
     cmd = [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--config", args.config, "--out", str(out),
