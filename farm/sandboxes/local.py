@@ -25,6 +25,7 @@ import os
 import pwd
 import shlex
 import shutil
+import stat
 import sys
 import time
 import uuid
@@ -36,7 +37,8 @@ from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
 from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
-from farm.sandboxes.hostview import user_files
+from farm.sandboxes.hostrt import HELPERS, HostRuntime
+from farm.sandboxes.hostview import ImageUser, image_user, user_files
 from farm.sandboxes.local_files import LocalFiles
 from farm.sandboxes.local_net import LocalNetwork
 from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
@@ -92,6 +94,10 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._view_map: tuple[str, str] | None = None  # (host dir, mount path) once made
         if self.view is not None and not self._isolated:
             raise SandboxError("a sandbox started from an environment snapshot needs sandbox.local.isolation: bwrap")
+        self.image = self.view is not None and self.view.root  # its root is a container image's file system
+        self._image_user: ImageUser | None = None  # who its commands run as (the image's User), once mounted
+        self._runtime: HostRuntime | None = HostRuntime(cfg.runtime_dir) if self.image else None
+        self._runtime_dir = ""
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
@@ -207,10 +213,27 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 upper = Path(self.view.upper) if self.view.upper else None
                 host = str(mount_view(self.view.layers, self.dir / "view", self.view_mode, upper=upper))
             self._view_map = (host, self.view.mount)
+            if self.image:
+                self._image_user = image_user(host, self.view.user)
+                if self._image_user.home:
+                    self.home = self._image_user.home
+                assert self._runtime is not None
+                helpers = [self._runtime.helper(h) for h in HELPERS]
+                self._runtime_dir = str(self._runtime.ensure([*helpers, *self._spec.host_programs]))
             self.view_ready_s = time.monotonic() - t0
 
     # --- commands ------------------------------------------------------------
+    def host_program(self, path: str) -> str | None:
+        """Where the host executable ``path`` runs inside: the path itself (the host is shown
+        read-only), or in a container image's sandbox its relinked copy (None unless it is one
+        of the spec's ``host_programs``: only those are relinked)."""
+        if self._runtime is None:
+            return path
+        return self._runtime.in_jail(path) if path in self._spec.host_programs else None
+
     def _uid(self, user: str | None) -> int | None:
+        if user is None and self._image_user is not None:
+            return self._image_user.uid if self._cfg.unshare_user else None
         if user is None:
             return self._cfg.uid if self._isolated and self._cfg.unshare_user else None
         if self._isolated and self._cfg.unshare_user:
@@ -232,9 +255,20 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         """What the sandbox sees of the host beyond the system runtime, read-only: farm's
         own Python environment (tasks run their tests with the interpreter running farm,
         ``tasks.python: auto``), the spec's binds (the harness CLI's package) and config's."""
-        binds = [sys.prefix, sys.base_prefix, *self._spec.ro_binds]
+        binds = [] if self.image else [sys.prefix, sys.base_prefix, *self._spec.ro_binds]  # an image has its own
         binds += [os.path.expanduser(p) for p in self._cfg.ro_binds]
         return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
+
+    def _in_jail(self, host_path: str) -> str:
+        """A host helper's path as the jail runs it (relinked in a container image's)."""
+        return self._runtime.in_jail(host_path) if self._runtime is not None else host_path
+
+    def _host_mounts(self) -> HostMounts:
+        if not self.image:
+            return HostMounts.of(self._etc_dir, self._ro_binds())
+        assert self._view_map is not None
+        etc = [p for p in ("/etc/resolv.conf", "/etc/hosts") if _plain_file_or_absent(self._view_map[0] + p)]
+        return HostMounts.of_image(self._runtime_dir, etc, self._ro_binds())
 
     # --- limits --------------------------------------------------------------
     @property
@@ -272,6 +306,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             "LANG": "C.UTF-8",
             MARKER_ENV: self.id,
         }
+        if self.view is not None:
+            merged.update(self.view.env)  # a container image's (its Env, activated)
         merged.update(self._spec.env)
         merged.update(env or {})
         return merged
@@ -286,16 +322,19 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             raise SandboxError("exec: empty command")
         workdir = os.path.normpath(os.path.join(self.root, cwd or self.root))
         inner_env = self._env(env)
-        rlimits = prlimit_prefix(self._prlimit, self._cfg.limits, memory_per_process=self._cgroup is None)
-        limited = [*rlimits, *argv] if self._prlimit else argv
+        prlimit = self._in_jail(self._prlimit) if self._prlimit else None
+        rlimits = prlimit_prefix(prlimit, self._cfg.limits, memory_per_process=self._cgroup is None) if prlimit else []
+        limited = [*rlimits, *argv]
         if self._isolated:
             assert self._bwrap is not None
             isolated = self._net_isolated()
             if isolated and self._forwards:
                 assert self._socat is not None
-                limited = [*forwarder_prefix(self._socat, self._forwards), *limited]
+                tools = {"grep": self._in_jail(shutil.which("grep") or "grep"),
+                         "sleep": self._in_jail(shutil.which("sleep") or "sleep")} if self.image else {}  # fmt: skip
+                limited = [*forwarder_prefix(self._in_jail(self._socat), self._forwards, **tools), *limited]
             if self._host is None:
-                self._host = HostMounts.of(self._etc_dir, self._ro_binds())
+                self._host = self._host_mounts()
             full = bwrap_argv(
                 bwrap=self._bwrap,
                 root=self.root,
@@ -307,6 +346,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 env=inner_env,
                 argv=limited,
                 uid=self._uid(user),
+                gid=self._image_user.gid if self._image_user is not None and user is None else None,
                 unshare_user=self._cfg.unshare_user,
                 unshare_net=isolated,
             )
@@ -396,6 +436,14 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
 
     def __repr__(self) -> str:
         return f"LocalSandbox(id={self.id!r}, root={self.root!r}, isolation={self._cfg.isolation!r})"
+
+
+def _plain_file_or_absent(path: str) -> bool:
+    """The host may bind its file over an image's ``path`` (not over a symlink or a directory)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def _is_under(path: str, parent: str) -> bool:

@@ -75,7 +75,7 @@ class Workspace(BaseModel):
 
 def workdir_of(sandbox: Sandbox, task: Task) -> str:
     view = getattr(sandbox, "view", None)  # an environment snapshot's tree (farm.envs): the workdir
-    if view is not None:
+    if view is not None and not view.root:  # (a container image's is the whole root: the task says where)
         return view.mount
     return task.workdir if posixpath.isabs(task.workdir) else posixpath.join(sandbox.root, task.workdir)
 
