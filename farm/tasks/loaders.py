@@ -20,7 +20,8 @@ from farm.errors import TaskFileErrors, TaskLoadError
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
-from farm.tasks.recipes import RecipeError, apply_recipe, load_book
+from farm.tasks.image_rows import with_environment
+from farm.tasks.recipes import RecipeError, load_book
 
 _JSONL = (".jsonl", ".ndjson", ".jsonl.gz")
 _CONFIG = object()  # load_tasks' recipes / check_requirements default: the TasksConfig's (or its default)
@@ -140,7 +141,7 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
-                task = apply_recipe(task, book, check_requirements=requirements)
+                task = with_environment(task, row, fmt, images=cfg.images, book=book, check_requirements=requirements)
                 if check is not None:
                     check(task)
             except RowError as exc:
