@@ -21,12 +21,15 @@ directory. The uncompressed stream's sha256 is checked against the config's ``di
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
+import queue
 import shutil
 import stat
 import tarfile
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,65 +56,129 @@ class LayerReport:
 
 
 class _Inflating:
-    """A read() stream of ``raw`` decompressed, its uncompressed bytes hashed and counted."""
+    """A read() stream of ``raw`` decompressed, its uncompressed bytes hashed and counted.
+
+    A thread of its own reads, decompresses and hashes (zlib and hashlib let go of the GIL):
+    the caller's thread meanwhile parses the tar and writes files, so the two overlap on two
+    cores. Decompressed chunks are kept whole and handed out by offset: a read copies only what
+    it returns (tarfile asks 512 bytes for each header: shifting one buffer per read cost 5x
+    the decompression itself)."""
 
     def __init__(self, raw: BinaryIO, compression: str, what: str) -> None:
         self.what = what
         self.hasher = hashlib.sha256()
         self.count = 0
-        self._raw = raw
-        self._buf = bytearray()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._off = 0  # into the first chunk
+        self._avail = 0
         self._eof = False
-        if compression == "gzip":
-            self._z: object = zlib.decompressobj(wbits=31)
-        elif compression == "zstd":
+        if compression == "zstd":
             try:
                 import zstandard
             except ImportError:
                 raise ImageMalformed(f"{what}: a zstd layer needs the 'zstandard' package (pip install zstandard)") from None
-            self._raw = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-            self._z = None
-        elif compression == "":
-            self._z = None
-        else:
+            raw = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        elif compression not in ("gzip", ""):
             raise ImageMalformed(f"{what}: unknown compression {compression!r}")
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=16)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, args=(raw, compression == "gzip"), daemon=True,
+                                        name="farm-layer-inflate")  # fmt: skip
+        self._thread.start()
 
-    def _fill(self, want: int) -> None:
-        while len(self._buf) < want and not self._eof:
-            chunk = self._raw.read(_CHUNK)
-            if not chunk:
-                if self._z is not None and not self._z.eof:  # type: ignore[attr-defined]
-                    raise ImageMalformed(f"{self.what}: the gzip stream ends early (truncated, or empty)")
-                self._eof = True
-                break
-            if self._z is None:
-                out = chunk
-            else:
-                try:
-                    out = self._z.decompress(chunk)  # type: ignore[attr-defined]
-                    while self._z.eof and self._z.unused_data:  # type: ignore[attr-defined]
-                        rest = self._z.unused_data  # type: ignore[attr-defined]
-                        self._z = zlib.decompressobj(wbits=31)
-                        out += self._z.decompress(rest)
-                except zlib.error as exc:
-                    raise ImageMalformed(f"{self.what}: corrupt gzip data: {exc}") from None
-            self._buf += out
+    def _produce(self, raw: BinaryIO, gzip: bool) -> None:
+        z = _gunzip() if gzip else None
+        try:
+            while not self._stop.is_set():
+                chunk = raw.read(_CHUNK)
+                if not chunk:
+                    if z is not None and not z.eof:
+                        raise ImageMalformed(f"{self.what}: the gzip stream ends early (truncated, or empty)")
+                    break
+                if z is None:
+                    out = chunk
+                else:
+                    try:
+                        out = z.decompress(chunk)
+                        while z.eof and z.unused_data:  # a multi-member gzip stream
+                            rest = z.unused_data
+                            z = _gunzip()
+                            out += z.decompress(rest)
+                    except _GZIP_ERRORS as exc:
+                        raise ImageMalformed(f"{self.what}: corrupt gzip data: {exc}") from None
+                if out:
+                    self.hasher.update(out)
+                    self.count += len(out)
+                    self._put(out)
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, raised there
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _more(self) -> None:
+        item = self._queue.get()
+        if item is None:
+            self._eof = True
+        elif isinstance(item, BaseException):
+            self._eof = True
+            raise item
+        else:
+            self._chunks.append(item)
+            self._avail += len(item)
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
-            while not self._eof:
-                self._fill(len(self._buf) + _CHUNK)
-            n = len(self._buf)
-        self._fill(n)
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        self.hasher.update(out)
-        self.count += len(out)
-        return out
+            n = 1 << 62
+        while self._avail < n and not self._eof:
+            self._more()
+        pieces = []
+        need = min(n, self._avail)
+        self._avail -= need
+        while need:
+            first = self._chunks[0]
+            left = len(first) - self._off
+            if need < left:
+                pieces.append(first[self._off : self._off + need])
+                self._off += need
+                break
+            pieces.append(first[self._off :] if self._off else first)
+            self._chunks.popleft()
+            self._off = 0
+            need -= left
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def drain(self) -> None:
-        while self.read(_CHUNK):
-            pass
+        """Read to the end (the digest covers the whole stream)."""
+        while not self._eof:
+            self._more()
+            self._chunks.clear()
+            self._avail = self._off = 0
+        self._thread.join()
+
+    def close(self) -> None:
+        """Stop the thread (also when the unpack failed midway)."""
+        self._stop.set()
+        self._thread.join()
+
+
+try:  # ISA-L's inflate: the same gzip, ~2x zlib's speed (python-isal); zlib where it is missing
+    from isal import isal_zlib as _inflate
+
+    _GZIP_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
+except ImportError:  # pragma: no cover - isal is a dependency; a platform without its wheel
+    _inflate = zlib  # type: ignore[assignment]
+    _GZIP_ERRORS = (zlib.error,)
+
+
+def _gunzip():  # noqa: ANN202 - a zlib-compatible decompress object
+    return _inflate.decompressobj(wbits=31)
 
 
 def _clean(name: str, what: str) -> str:
@@ -194,11 +261,18 @@ def _tar_errors(what: str) -> Iterator[None]:
 def unpack_layer(raw: BinaryIO, compression: str, dest: Path, *, what: str, diff_id: str | None = None) -> LayerReport:
     """Unpack the layer read from ``raw`` into ``dest`` (an empty directory)."""
     stream = _Inflating(raw, compression, what)
+    try:
+        return _unpack(stream, dest, what, diff_id)
+    finally:
+        stream.close()
+
+
+def _unpack(stream: _Inflating, dest: Path, what: str, diff_id: str | None) -> LayerReport:
     tree = _Tree(dest, what)
     report = LayerReport()
     deleted: list[str] = []
     try:
-        tar = tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK)  # type: ignore[call-overload]
+        tar = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]
     except tarfile.TarError as exc:
         raise ImageMalformed(f"{what}: not a valid tar stream: {exc}") from None
     with tar, _tar_errors(what):
