@@ -229,3 +229,36 @@ def demo_rows(cache_dir: str | Path) -> tuple[dict[str, dict], Path]:
 
 def mirror_of(mirrors: Path, demo: dict) -> Path:
     return mirrors / (demo["workspace"]["repo"].replace("/", "__") + ".git")
+
+
+SWEGYM_TEMPLATE = "farmgym/sweb.eval.x86_64.{instance_id_docker}:latest"  # tasks.images.datasets.swegym.name
+
+
+def publish_demo_images(host: str, layout_dir: Path, demo_cache: str | Path) -> dict[str, dict]:
+    """Images of five demo tasks in four datasets' layouts, pushed to the registry at ``host``;
+    the rows that name them, by kind: ``swebench_eval`` (graded by its eval script),
+    ``swebench`` (farm's grader), ``swesmith``, ``swerebench`` (``docker_image``), ``swegym``
+    (names no image: ``SWEGYM_TEMPLATE`` under ``tasks.images.registry`` = ``host``)."""
+    base = base_layers()
+    demos, mirrors = demo_rows(demo_cache)
+    layout = OciLayout(layout_dir)
+
+    def publish(demo: dict, name: str, commit: str | None = None) -> str:
+        push_image(layout, base, mirror_of(mirrors, demo), commit or demo["workspace"]["base_commit"], f"{host}/{name}")
+        return f"{host}/{name}"
+
+    romans, slugs, intervals, wordfreq, lru = (demos[f"demo-{n}"] for n in
+                                               ("romans", "slugs", "intervals", "wordfreq", "lrucache"))  # fmt: skip
+    fix = intervals["metadata"]["fix_commit"]
+    gym = SWEGYM_TEMPLATE.format(instance_id_docker=wordfreq["id"].replace("__", "_1776_").lower())
+    publish(wordfreq, gym)
+    return {
+        "swebench_eval": swebench_row(romans, image=publish(romans, "swebench/sweb.eval.x86_64.demo-romans:latest"),
+                                      eval_script=True),
+        "swebench": swebench_row(slugs, image=publish(slugs, "swebench/sweb.eval.x86_64.demo-slugs:latest")),
+        "swesmith": swesmith_row(intervals, publish(intervals, f"swesmith/swesmith.x86_64.acme_1776_intervals.{fix[:8]}",
+                                                    fix)),
+        "swerebench": swebench_row(lru, image=publish(lru, "swerebench/sweb.eval.x86_64.demo-lrucache:latest"),
+                                   image_field="docker_image"),
+        "swegym": swebench_row(wordfreq),
+    }  # fmt: skip

@@ -4,9 +4,12 @@ commands in the image's environment, farm's jail as for every local sandbox."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +68,51 @@ async def test_the_clis_run_on_an_image_without_a_c_library(registry, layout, pr
         assert "cgroup" in sb.limits_policy["enforced_by"] or "rlimits" in sb.limits_policy["enforced_by"]
     assert not list((tmp_path / "sb").glob("img/*"))
     assert shutil.disk_usage(tmp_path).free > 0
+
+
+NO_USERNS = """
+import asyncio, json, sys
+from farm.errors import SandboxError
+from farm.sandboxes.base import SandboxSpec
+from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
+from farm.sandboxes.factory import create_sandbox
+from farm.sandboxes.views import SnapshotView
+
+async def main():
+    view = SnapshotView.model_validate_json(sys.argv[1])
+    for unshare_user in (True, False):
+        cfg = SandboxConfig(local=LocalSandboxConfig(base_dir=sys.argv[2], unshare_user=unshare_user))
+        try:
+            async with await create_sandbox(cfg, SandboxSpec(view=view, labels={"run_id": "nouserns"})) as sb:
+                res = await sb.exec(["sh", "-c", "echo $IMAGE_SAYS; ls /bin/busybox"])
+                print(json.dumps([unshare_user, "ok", res.stdout]))
+        except SandboxError as exc:
+            print(json.dumps([unshare_user, "error", str(exc)]))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(BUSYBOX) or shutil.which("unshare") is None, reason="busybox-static, unshare")
+async def test_where_user_namespaces_are_disabled(registry, layout, provider_for_images, tmp_path):
+    """Inside a user namespace of ours whose ``max_user_namespaces`` is 0 (what a host with
+    unprivileged user namespaces disabled gives: bwrap cannot make its own), an image sandbox
+    fails to create with the reason and the way out; with ``unshare_user: false`` and the
+    capabilities of the namespace farm runs in (a privileged pod), it runs in the image."""
+    layout.add_image("v1", [layout.add_layer(busybox_layer())], env=["PATH=/bin", "IMAGE_SAYS=hello"])
+    push(layout, "v1", f"{registry.host}/farm/busybox:nouserns")
+    provider = provider_for_images()
+    rec = await provider.ensure_base(image_task(f"{registry.host}/farm/busybox:nouserns"))
+    view = SnapshotView(key=rec.key, layers=tuple(provider.store.view_layers(rec)), mount="/", env=rec.env)
+    script = tmp_path / "nouserns.py"
+    script.write_text(NO_USERNS)
+    inner = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} {script} '{view.model_dump_json()}' {tmp_path / 'sb'}"
+    res = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inner], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
+    if "unshare failed" in res.stderr or "Operation not permitted" in res.stderr:
+        pytest.skip(f"no user namespace for the test here: {res.stderr.strip()}")
+    (with_userns, without) = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")]
+    assert with_userns[1] == "error" and "Creating new namespace failed" in with_userns[2]
+    assert "if user namespaces are disabled here, try sandbox.local.unshare_user: false" in with_userns[2]
+    assert without == [False, "ok", "hello\n/bin/busybox\n"], res.stderr[-2000:]
