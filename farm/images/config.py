@@ -39,6 +39,13 @@ class DatasetImages(BaseModel):
         "...) is every command's in its sandboxes, the agent's tool calls included; None: the image's own Env",
     )
 
+    held_out_tests: str | None = Field(
+        default=None,
+        description="a directory of the image holding the tests the row is graded with, kept out of the repository "
+        "(R2E-Gym's /r2e_tests): linked into the workdir under its name for each test run only, as the dataset's "
+        "harness does",
+    )
+
     @field_validator("name")
     @classmethod
     def _known_fields(cls, value: str | None) -> str | None:
@@ -58,7 +65,8 @@ class ImageDatasets(BaseModel):
     swesmith: DatasetImages = Field(default_factory=DatasetImages, description="SWE-smith's (one per repository)")
     swerebench: DatasetImages = Field(default_factory=DatasetImages, description="SWE-rebench's (SWE-bench's layout)")
     r2e: DatasetImages = Field(
-        default_factory=lambda: DatasetImages(activate=None), description="R2E-Gym's (rows name their docker_image)"
+        default_factory=lambda: DatasetImages(activate=None, held_out_tests="/r2e_tests"),
+        description="R2E-Gym's (rows name their docker_image; its Python environment is the repository's .venv)",
     )
 
 

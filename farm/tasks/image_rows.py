@@ -17,7 +17,9 @@ without the venv it activates: the image has its own environment).
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 from typing import Any
 
 from farm.images.config import DatasetImages, ImagesConfig
@@ -105,6 +107,12 @@ def in_image(task: Task, image: str, layout: DatasetImages, dataset: str) -> Tas
     update: dict[str, Any] = {"workspace": workspace, "metadata": metadata}
     if not isinstance(src, ImageSource):
         update["workdir"] = layout.workdir
+    if layout.held_out_tests and task.test_command:
+        # as R2E-Gym's runtime: the held-out tests reachable from the repository for the test run only (a
+        # directory of that name the diff made is removed first: the tests that run are the image's)
+        link = shlex.quote(posixpath.basename(layout.held_out_tests.rstrip("/")))
+        update["test_command"] = (f"rm -rf {link} && ln -s {shlex.quote(layout.held_out_tests)} {link} && "
+                                  f"{{ {task.test_command}\n}}; rc=$?; rm -f {link}; exit $rc")  # fmt: skip
     script = task.metadata.get("eval_script")
     if isinstance(script, str) and script.strip():
         # SWE-bench's own (activates, applies the test patch, runs, restores), its xtrace and output in one

@@ -262,3 +262,48 @@ def publish_demo_images(host: str, layout_dir: Path, demo_cache: str | Path) -> 
                                    image_field="docker_image"),
         "swegym": swebench_row(wordfreq),
     }  # fmt: skip
+
+
+R2E_RUN_TESTS = ".venv/bin/python -W ignore -m pytest -rA r2e_tests\n"
+
+
+def publish_r2e_image(host: str, layout_dir: Path, demo_cache: str | Path, demo_id: str = "demo-tinymatrix") -> dict:
+    """An image in R2E-Gym's layout (its runtime's: the repository at ``/testbed`` at the commit,
+    its Python environment at ``/testbed/.venv``, ``run_tests.sh`` in the repository running
+    ``pytest -rA r2e_tests``, the held-out tests at ``/r2e_tests``), pushed; the row naming it
+    (``docker_image``, ``expected_output_json``: every held-out test's status after the fix)."""
+    base = base_layers()
+    demos, mirrors = demo_rows(demo_cache)
+    demo = demos[demo_id]
+    layout = OciLayout(layout_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        testbed_tree(tree, mirror_of(mirrors, demo), demo["workspace"]["base_commit"])
+        repo = tree / "testbed"
+        venv = repo / ".venv"
+        (venv / "bin").mkdir(parents=True)
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\nversion = 3.11\n")
+        for name in ("python", "python3"):
+            (venv / "bin" / name).symlink_to("/usr/bin/python3")
+        (repo / "run_tests.sh").write_text(R2E_RUN_TESTS)
+        # the held-out tests: the test files as the fix's commit has them
+        subprocess.run(["git", "-C", str(repo), "apply", "-"], input=demo["test_patch"], text=True, check=True,
+                       capture_output=True)  # fmt: skip
+        held = tree / "r2e_tests"
+        held.mkdir()
+        (held / "__init__.py").write_text("")
+        for rel in sorted({t.split("::")[0] for t in demo["fail_to_pass"] + demo.get("pass_to_pass", [])}):
+            shutil.copy2(repo / rel, held / Path(rel).name)
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "--", "."], check=True)
+        subprocess.run(["git", "-C", str(repo), "clean", "-qfd", "--", "tests"], check=True)
+        layer = layout.add_layer(tar_of_tree(tree))
+    name = f"{host}/namanjain12/{demo_id.removeprefix('demo-')}_final:{demo['workspace']['base_commit'][:12]}"
+    tag = hashlib.sha256(name.encode()).hexdigest()[:12]
+    layout.add_image(tag, [*base.into(layout)[:1], layer], workdir="/testbed", cmd=["/bin/bash"])
+    push(layout, tag, name)
+    expected = {t.split("::", 1)[1].replace("::", "."): "PASSED" for t in demo["fail_to_pass"] + demo.get("pass_to_pass", [])}
+    return {
+        "repo_name": demo["workspace"]["repo"].split("/")[1], "docker_image": name,
+        "commit_hash": demo["workspace"]["base_commit"], "problem_statement": demo["instruction"],
+        "patch": demo["gold_patch"], "expected_output_json": json.dumps(expected),
+    }  # fmt: skip

@@ -1,5 +1,6 @@
 """`farm validate-tasks` on rows as the datasets ship them, their images pulled from a real
-registry: the gold patch resolves and the empty one does not, in each row's image; a row
+registry (SWE-bench's, SWE-Gym's and R2E-Gym's layouts): the gold patch resolves and the empty
+one does not, in each row's image; a row
 whose image tag is missing is reported invalid with the registry's answer while the others
 are validated (nothing lost)."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.testing.dataset_images import SWEGYM_TEMPLATE
+from farm.testing.dataset_images import SWEGYM_TEMPLATE, publish_r2e_image
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,14 @@ def test_validate_rows_in_their_images(tmp_path: Path, dataset_images):
     host, rows = dataset_images
     swebench = {**rows["swebench"], "log_parser": "parse_log_pytest"}  # SWE-bench's parser, by its name
     missing = {**rows["swebench"], "instance_id": "acme__gone-1", "image_name": f"{host}/swebench/gone:latest"}
-    results = validate(tmp_path, [swebench, missing], name="swebench")
+    # R2E-Gym's layout (the layout held out while farm's image support was built): its own venv in the
+    # repository, its held-out tests at /r2e_tests, graded against expected_output_json
+    r2e = publish_r2e_image(host, tmp_path / "r2e-layout", tmp_path / "demo")
+    results = validate(tmp_path, [swebench, missing, r2e], name="auto")
+    (r2e_id,) = [k for k in results if k.startswith("r2e-")]
+    assert results[r2e_id]["valid"], results[r2e_id]
+    assert results[r2e_id]["empty"]["status"] == "unresolved" and "differ from the expected statuses" in \
+        results[r2e_id]["empty"]["reason"]  # fmt: skip
     assert results["demo-slugs"]["valid"], results["demo-slugs"]
     assert results["demo-slugs"]["gold"]["status"] == "resolved" and results["demo-slugs"]["empty"]["status"] == "unresolved"
     assert not results["acme__gone-1"]["valid"]
@@ -48,5 +56,5 @@ def test_validate_rows_in_their_images(tmp_path: Path, dataset_images):
     assert gym["demo-wordfreq"]["valid"], gym["demo-wordfreq"]
     # the shared layers were unpacked once into the store both runs used
     metas = [json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json")]
-    layers = [m for m in metas if m["kind"] == "layer"]
-    assert len(layers) == 4 and sorted(m["kind"] for m in metas if m["kind"] == "image") == ["image", "image"]
+    layers = [m for m in metas if m["kind"] == "layer"]  # Debian, conda's layout, and one per instance
+    assert len(layers) == 5 and sorted(m["kind"] for m in metas if m["kind"] == "image") == ["image"] * 3

@@ -97,3 +97,6 @@ def test_farm_rows_and_r2e_rows_keep_their_own_sources(tmp_path: Path):
     farm_task, r2e_task = load(tmp_path, [farm_row, r2e])
     assert farm_task.workspace == ImageSource(image="mine:1") and farm_task.workdir == "/src"
     assert r2e_task.workspace == ImageSource(image="namanjain12/aiohttp_final:abc") and r2e_task.workdir == "/testbed"
+    # R2E-Gym's held-out tests are linked into the repository for the test run only, as its runtime does
+    assert r2e_task.test_command == ("rm -rf r2e_tests && ln -s /r2e_tests r2e_tests && { bash run_tests.sh\n}; "
+                                     "rc=$?; rm -f r2e_tests; exit $rc")  # fmt: skip
