@@ -189,7 +189,9 @@ class RegistryClient:
         other outcome is raised as the farm error it means."""
         scope = f"repository:{repository}:pull"
         authed = False
-        for attempt in range(self.cfg.retries + 1):
+        attempt = -1
+        while attempt < self.cfg.retries:
+            attempt += 1
             auth = self._auth_header(scope)
             try:
                 resp = await self._session.request(method, url, headers={**headers, **auth}, allow_redirects=True)
@@ -207,6 +209,7 @@ class RegistryClient:
             if resp.status == 401 and not authed:
                 authed = True
                 await self._authenticate(resp.headers.get("WWW-Authenticate", ""), scope, what)
+                attempt -= 1  # the same request again, with the credentials it asked for: not a retry
                 continue
             if resp.status in (401, 403):
                 raise RegistryAuthError(self._auth_message(resp.status, repository, said))

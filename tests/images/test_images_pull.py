@@ -165,7 +165,7 @@ async def test_the_token_flow_of_docker_hub(tmp_path: Path, layout, provider_for
         layout.add_image("v1", [layout.add_layer(tar_of_entries(BASE))])
         for repo in ("farm/public", "farm/private"):
             push(layout, "v1", f"{reg.host}/{repo}:v1", creds="farm:pw")
-        p = provider_for_images(docker_config=None)
+        p = provider_for_images(docker_config=None, retries=0)  # the request again with a token is no retry
         assert (await p.ensure_base(image_task(f"{reg.host}/farm/public:v1"))).ok
         assert {"user": "", "scope": "repository:farm/public:pull", "service": "farm-test-registry"} in reg.tokens.requests
         with pytest.raises(RegistryAuthError, match="refused anonymous access to farm/private"):
