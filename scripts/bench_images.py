@@ -15,8 +15,9 @@ repositories) are pushed to a fresh registry, then, in one process:
 - ``create_p50_ms``: a sandbox for the image with a warm pool (``sandbox.pool``, 2 per
   environment, refilled between acquires) beside ``cold_create_p50_ms`` (no pool);
 - ``disk_ratio``: the store holding all 8 images' environments / holding one (layers shared);
-- ``rollouts`` / ``resolved``: ``farm run`` on the 8 rows (Claude Code, the scripted oracle
-  engine behind the real router, local sandboxes from the images).
+- ``rollouts`` / ``resolved``: the 8 rows' rollouts through ``farm.Rollouts`` in this process
+  (the actors and pipeline of ``farm run``; Claude Code, the scripted oracle engine behind the
+  real router, local sandboxes from the images).
 
 Last line: ``bench_images: image_mb=… pull_s=… unpack_mb_s=… first_create_s=… create_p50_ms=…
 instances=8 disk_ratio=… rollouts=… resolved=…`` (side figures before it). Targets on this
@@ -165,20 +166,20 @@ async def environments(rows: list[dict], work: Path, creates: int) -> dict[str, 
     return out
 
 
-def rollouts(rows: list[dict], work: Path, n: int) -> dict[str, int]:
+async def rollouts(rows: list[dict], work: Path, n: int) -> dict[str, int]:
+    """The rows' rollouts through farm.Rollouts in this process (the same actors and pipeline as
+    `farm run`, no Ray: its start needs a quiet node), Claude Code, the scripted oracle engine."""
+    import farm
+
     tasks_file = work / "rollout_rows.jsonl"
     tasks_file.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
-    argv = [sys.executable, "-m", "farm", "run", str(ROOT / "configs/local.yaml"), "--set", f"tasks.path={tasks_file}",
-            "--set", f"envs.cache_dir={work / 'envs'}", "--set", f"sandbox.local.base_dir={work / 'sb'}",
-            "--set", f"output.dir={work / 'out'}", "--set", "run_id=bench-images", "--set", "rollout.n_samples=1",
-            "--set", f"tasks.cache_dir={work / 'tc'}"]  # fmt: skip
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    summary = work / "out" / "summary.json"
-    if not summary.is_file():
-        print(res.stdout[-3000:], res.stderr[-3000:], file=sys.stderr)
-        return {"rollouts": 0, "resolved": 0}
-    data = json.loads(summary.read_text())
-    return {"rollouts": int(sum(data.get("by_status", {}).values())), "resolved": int(data.get("resolved", 0))}
+    overrides = [f"tasks.path={tasks_file}", f"envs.cache_dir={work / 'envs'}", f"sandbox.local.base_dir={work / 'sb'}",
+                 f"output.dir={work / 'out'}", "run_id=bench-images", f"tasks.cache_dir={work / 'tc'}",
+                 f"rollout.concurrency={min(n, 4)}"]  # fmt: skip
+    async with farm.Rollouts(ROOT / "configs/local.yaml", overrides=overrides, placement="local") as service:
+        handles = [await service.start(r["instance_id"], harness="claude_code") for r in rows[:n]]
+        results = [await h.finalize() for h in handles]
+    return {"rollouts": len(results), "resolved": sum(1 for r in results if r.get("reward") == 1.0)}
 
 
 def main() -> None:
@@ -195,7 +196,7 @@ def main() -> None:
             print(f"bench_images: 8 images built and pushed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             figures = asyncio.run(pull_and_unpack(rows[0]["image_name"], work / "pull"))
             figures |= asyncio.run(environments(rows, work, 3 if args.quick else 10))
-            figures |= rollouts(rows, work, 2 if args.quick else INSTANCES)
+            figures |= asyncio.run(rollouts(rows, work, 2 if args.quick else INSTANCES))
     finally:
         if args.work is None:
             subprocess.run(["umount", "-R", "-l", str(work / "sb")], capture_output=True)

@@ -56,6 +56,11 @@ async def test_the_clis_run_on_an_image_without_a_c_library(registry, layout, pr
             assert inside.startswith(f"{RT_MOUNT}/bin/") and inside.endswith(os.path.basename(host_cli))
             res = await sb.exec([inside, "--version"], env={"HOME": "/tmp"}, timeout=120)
             assert res.exit_code == 0 and harness.package.version in res.stdout, (harness.name, res)
+        # farm's own file calls: the sandbox's root is its own directory; elsewhere, the image's view (its upper)
+        await sb.write_file(f"{sb.root}/.farm/note", "mine")
+        await sb.write_file("/etc/farm-note", "in the image")
+        both = await sb.exec(["sh", "-c", f"cat {sb.root}/.farm/note /etc/farm-note"])
+        assert both.stdout == "minein the image" and await sb.read_file("/etc/farm-note") == b"in the image"
         # what the CLI's tools run is the image's (nothing of farm's loader leaks into their environment)
         env = await sb.exec(["env"])
         assert "LD_LIBRARY_PATH" not in env.stdout and "/.farm" not in env.stdout
