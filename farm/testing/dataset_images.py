@@ -186,18 +186,20 @@ def _id(row: dict) -> str:
 def swebench_row(demo: dict, *, image: str | None = None, eval_script: bool = False, image_field: str = "image_name") -> dict:
     """A demo task as SWE-bench ships a row (the image named in ``image_field`` when given;
     ``eval_script``: the row carries its harness's script, as SWE-bench's newer exports do)."""
+    from farm.tasks.formats import test_files_of_patch
+
     base = demo["workspace"]["base_commit"]
+    files = set(test_files_of_patch(demo["test_patch"]))
+    p2p = [t for t in demo.get("pass_to_pass", []) if t.split("::")[0] in files]  # SWE-bench runs those files only
     row = {
         "instance_id": demo["id"], "repo": demo["workspace"]["repo"], "base_commit": base,
         "problem_statement": demo["instruction"], "patch": demo["gold_patch"], "test_patch": demo["test_patch"],
-        "FAIL_TO_PASS": json.dumps(demo["fail_to_pass"]), "PASS_TO_PASS": json.dumps(demo.get("pass_to_pass", [])),
+        "FAIL_TO_PASS": json.dumps(demo["fail_to_pass"]), "PASS_TO_PASS": json.dumps(p2p),
         "version": "0.1", "environment_setup_commit": base, "created_at": "2026-01-01T00:00:00Z",
     }  # fmt: skip
     if image:
         row[image_field] = image
     if eval_script:
-        from farm.tasks.formats import test_files_of_patch
-
         files = " ".join(test_files_of_patch(demo["test_patch"]))
         row["eval_script"] = EVAL_SCRIPT.format(base=base, files=files, test_patch=demo["test_patch"].rstrip("\n"),
                                                 test_cmd=f"pytest -rA -p no:cacheprovider {files}")  # fmt: skip
