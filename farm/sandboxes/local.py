@@ -25,7 +25,6 @@ import os
 import pwd
 import shlex
 import shutil
-import stat
 import sys
 import time
 import uuid
@@ -37,8 +36,8 @@ from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
 from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
-from farm.sandboxes.hostrt import HELPERS, HostRuntime
-from farm.sandboxes.hostview import ImageUser, image_user, user_files
+from farm.sandboxes.hostview import user_files
+from farm.sandboxes.local_image import LocalImage
 from farm.sandboxes.local_files import LocalFiles
 from farm.sandboxes.local_net import LocalNetwork
 from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
@@ -66,7 +65,7 @@ def _describe(cmd: str | list[str]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
+class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
     """A sandbox on this machine. Build with ``await LocalSandbox.create(cfg, spec)``."""
 
     def __init__(
@@ -94,10 +93,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._view_map: tuple[str, str] | None = None  # (host dir, mount path) once made
         if self.view is not None and not self._isolated:
             raise SandboxError("a sandbox started from an environment snapshot needs sandbox.local.isolation: bwrap")
-        self.image = self.view is not None and self.view.root  # its root is a container image's file system
-        self._image_user: ImageUser | None = None  # who its commands run as (the image's User), once mounted
-        self._runtime: HostRuntime | None = HostRuntime(cfg.runtime_dir) if self.image else None
-        self._runtime_dir = ""
+        self._init_image(cfg.runtime_dir)
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
@@ -214,26 +210,14 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 host = str(mount_view(self.view.layers, self.dir / "view", self.view_mode, upper=upper))
             self._view_map = (host, self.view.mount)
             if self.image:
-                self._image_user = image_user(host, self.view.user)
-                if self._image_user.home:
-                    self.home = self._image_user.home
-                assert self._runtime is not None
-                helpers = [self._runtime.helper(h) for h in HELPERS]
-                self._runtime_dir = str(self._runtime.ensure([*helpers, *self._spec.host_programs]))
+                self._image_ready(host)
             self.view_ready_s = time.monotonic() - t0
 
     # --- commands ------------------------------------------------------------
-    def host_program(self, path: str) -> str | None:
-        """Where the host executable ``path`` runs inside: the path itself (the host is shown
-        read-only), or in a container image's sandbox its relinked copy (None unless it is one
-        of the spec's ``host_programs``: only those are relinked)."""
-        if self._runtime is None:
-            return path
-        return self._runtime.in_jail(path) if path in self._spec.host_programs else None
-
     def _uid(self, user: str | None) -> int | None:
-        if user is None and self._image_user is not None:
-            return self._image_user.uid if self._cfg.unshare_user else None
+        ids = self._image_ids(user, self._cfg.unshare_user)
+        if ids is not None:
+            return ids[0]
         if user is None:
             return self._cfg.uid if self._isolated and self._cfg.unshare_user else None
         if self._isolated and self._cfg.unshare_user:
@@ -259,16 +243,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         binds += [os.path.expanduser(p) for p in self._cfg.ro_binds]
         return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
 
-    def _in_jail(self, host_path: str) -> str:
-        """A host helper's path as the jail runs it (relinked in a container image's)."""
-        return self._runtime.in_jail(host_path) if self._runtime is not None else host_path
-
     def _host_mounts(self) -> HostMounts:
-        if not self.image:
-            return HostMounts.of(self._etc_dir, self._ro_binds())
-        assert self._view_map is not None
-        etc = [p for p in ("/etc/resolv.conf", "/etc/hosts") if _plain_file_or_absent(self._view_map[0] + p)]
-        return HostMounts.of_image(self._runtime_dir, etc, self._ro_binds())
+        return self._image_mounts(self._ro_binds()) if self.image else HostMounts.of(self._etc_dir, self._ro_binds())
 
     # --- limits --------------------------------------------------------------
     @property
@@ -330,9 +306,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             isolated = self._net_isolated()
             if isolated and self._forwards:
                 assert self._socat is not None
-                tools = {"grep": self._in_jail(shutil.which("grep") or "grep"),
-                         "sleep": self._in_jail(shutil.which("sleep") or "sleep")} if self.image else {}  # fmt: skip
-                limited = [*forwarder_prefix(self._in_jail(self._socat), self._forwards, **tools), *limited]
+                limited = [*forwarder_prefix(self._in_jail(self._socat), self._forwards, **self._helper_tools()),
+                           *limited]  # fmt: skip
             if self._host is None:
                 self._host = self._host_mounts()
             full = bwrap_argv(
@@ -346,7 +321,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 env=inner_env,
                 argv=limited,
                 uid=self._uid(user),
-                gid=self._image_user.gid if self._image_user is not None and user is None else None,
+                gid=(self._image_ids(user, self._cfg.unshare_user) or (None, None))[1],
                 unshare_user=self._cfg.unshare_user,
                 unshare_net=isolated,
             )
@@ -436,14 +411,6 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
 
     def __repr__(self) -> str:
         return f"LocalSandbox(id={self.id!r}, root={self.root!r}, isolation={self._cfg.isolation!r})"
-
-
-def _plain_file_or_absent(path: str) -> bool:
-    """The host may bind its file over an image's ``path`` (not over a symlink or a directory)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return True
 
 
 def _is_under(path: str, parent: str) -> bool:
