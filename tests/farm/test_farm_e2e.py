@@ -162,12 +162,15 @@ def check_image_rollouts(tmp_path: Path, rows: list[dict], row: dict) -> None:
     assert image["image"]["name"] == (row.get("image_name") or row.get("docker_image"))
     assert image["env"]["CONDA_DEFAULT_ENV"] == "testbed" and image["env"]["PATH"].startswith("/opt/miniconda3/envs/testbed/bin:")
     assert [records[k]["kind"] for k in image["layers"]] == ["layer"] * 3
+    from farm.output.artifacts import read_text
+
     for r in mine:
         report = json.loads(r["grading"])
         assert report["resolved"] and not [f for f in report["flags"] if f.startswith(("runtime:", "static:"))]
+        # the agent's own test run passed: its tool calls found `python` (the image has only python3: the
+        # activated conda env's bin came first on their PATH, whatever the CLI's shell did at start-up)
+        assert " passed in " in read_text(tmp_path / "out", r["rollout_id"], "agent.stdout")
         if "eval_script" in row:  # its own script graded it: SWE-bench's markers are in its log
-            from farm.output.artifacts import read_text
-
             assert ">>>>> Start Test Output" in read_text(tmp_path / "out", r["rollout_id"], "test.log")
 
 
