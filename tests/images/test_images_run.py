@@ -4,6 +4,7 @@ commands in the image's environment, farm's jail as for every local sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -70,6 +71,23 @@ async def test_the_clis_run_on_an_image_without_a_c_library(registry, layout, pr
         await sb.isolate_network()
         net = await sb.exec(["sh", "-c", "cat /proc/net/dev | wc -l; wget -q -T 2 -O- http://127.0.0.1:1/ 2>&1; echo rc=$?"])
         assert net.stdout.splitlines()[0].strip() == "3" and "rc=0" not in net.stdout  # loopback only
+        # the one forwarded port (the gateway's way in), relayed by farm's relinked socat
+        sock = await sb.forward_port(18080)
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 15\r\n\r\nhello from host")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_unix_server(answer, path=sock)
+        try:
+            # (busybox's nc: its static wget resolves names through glibc's NSS, which crashes where no libc is)
+            got = await sb.exec(["sh", "-c", "(printf 'GET / HTTP/1.0\\r\\n\\r\\n'; sleep 2) | nc 127.0.0.1 18080"],
+                                timeout=60)  # fmt: skip
+        finally:
+            server.close()
+        assert got.stdout.endswith("hello from host"), got
         assert "cgroup" in sb.limits_policy["enforced_by"] or "rlimits" in sb.limits_policy["enforced_by"]
     assert not list((tmp_path / "sb").glob("img/*"))
     assert shutil.disk_usage(tmp_path).free > 0
