@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from farm.engine.config import EngineConfig
 from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
-from farm.gateway.config import GatewayConfig
+from farm.gateway.config import GatewayConfig, url_fields
 from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, RolloutMode
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
@@ -25,6 +25,15 @@ from farm.run.config import StreamConfig
 from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
 
+
+# Why a gateway URL per sandbox actor, and how to give one (config validation and the actors' start).
+ONE_URL_PER_ACTOR = (
+    "every sandbox actor hosts its own gateway, and sandboxes that reach it by this URL (E2B) would all reach the "
+    "one behind it, which knows none of the other actors' sessions. Give each its own: a template naming the node "
+    "and the gateway's port, e.g. 'http://{node_ip}:{port}' (nodes the sandboxes can reach), or "
+    "'https://gw-{hostname}.example.com' (one tunnel per node, gateway.port fixed, "
+    "placement.sandbox_actors_per_node: 1); or run one sandbox actor (ray.num_sandbox_actors: 1)"
+)
 
 # `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time
 # rollouts never land in `farm run`'s runs/local (its resume, summary and groups are one task
@@ -165,6 +174,28 @@ class FarmConfig(BaseModel):
         if self.endpoint != FARM_ENDPOINT and self.endpoint not in self.endpoints:
             known = ", ".join(sorted({FARM_ENDPOINT, *self.endpoints}))
             raise ValueError(f"endpoint {self.endpoint!r} is not in the endpoints catalog (known: {known})")
+        return self
+
+    @model_validator(mode="after")
+    def _a_gateway_url_per_actor(self) -> "FarmConfig":
+        """Every sandbox actor hosts its own gateway: sandboxes reaching it by ``gateway.public_url``
+        (E2B) need a URL per actor. What the config alone shows is refused here; what only the
+        started actors show (a fixed URL on a cluster of several nodes) when they start
+        (``farm.actors.assembly``)."""
+        url = self.gateway.public_url
+        if not url:
+            return self
+        fields, per_node = url_fields(url), self.placement.sandbox_actors_per_node
+        several = (self.ray.num_sandbox_actors or 1) > 1 or per_node > 1
+        if not fields and several:
+            what = (f"ray.num_sandbox_actors: {self.ray.num_sandbox_actors}" if (self.ray.num_sandbox_actors or 1) > 1
+                    else f"placement.sandbox_actors_per_node: {per_node}")  # fmt: skip
+            raise ValueError(f"gateway.public_url {url!r} is one fixed URL, but the run starts several sandbox actors "
+                             f"({what}): {ONE_URL_PER_ACTOR}")  # fmt: skip
+        if fields and "port" not in fields and per_node > 1:
+            raise ValueError(f"gateway.public_url {url!r} names no {{port}}, but placement.sandbox_actors_per_node: "
+                             f"{per_node} puts several sandbox actors on one node, which would share that URL: "
+                             f"{ONE_URL_PER_ACTOR}")  # fmt: skip
         return self
 
     @property

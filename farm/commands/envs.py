@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         from farm.run.tasks import load_task_file  # with `farm run`'s row checks (log_parser)
 
         try:
-            loaded = load_task_file(cfg.tasks)
+            loaded = load_task_file(cfg)
         except TaskLoadError as exc:
             print(f"farm envs build: {exc}", file=sys.stderr)
             return 2

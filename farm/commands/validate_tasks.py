@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"tasks.format={args.format}")
     try:
         cfg = load_config(args.config, overrides)
-        loaded = load_task_file(cfg.tasks)  # a row farm cannot grade (its log_parser) is reported here
+        loaded = load_task_file(cfg)  # a row farm cannot grade (its log_parser) is reported here
     except (ConfigError, TaskLoadError) as exc:
         console.print(f"[red]validate-tasks: {exc}[/red]")
         return 2
@@ -117,12 +117,15 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
 
     try:
-        return await validate_tasks(
+        results = await validate_tasks(
             tasks, runtime=runtime, new_sandbox=new_sandbox, concurrency=concurrency, labels=labels, on_result=progress
         )
+        if runtime.envs is not None:  # a build only a cancelled grading asked for: finished, not cut as the loop closes
+            await runtime.envs.settle()
+        return results
     finally:
         if runtime.envs is not None:
-            await runtime.envs.close()
+            await runtime.envs.close()  # its registry connections
 
 
 def _cell(report) -> str:  # noqa: ANN001 - GradingReport | None

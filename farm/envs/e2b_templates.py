@@ -32,7 +32,7 @@ from typing import Any
 
 from farm.envs.identity import EnvIdentity, setup_commit
 from farm.envs.store import EnvRecord, EnvStore
-from farm.errors import TaskError
+from farm.errors import TaskError, TaskSourceError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_env
@@ -118,7 +118,7 @@ async def template_for(
     else:
         builder = builder.run_cmd(f"mkdir -p {mount} && cd {mount} && export {git} && {_INIT}")
     if task.pre_patch and not isinstance(src, (GitSource, ImageSource)):
-        raise TaskError(f"task {task.id}: a pre_patch on a tarball workspace cannot be built into an E2B template")
+        raise TaskSourceError(f"task {task.id}: a pre_patch on a tarball workspace cannot be built into an E2B template")
     builder = builder.set_workdir(ident.mount)
     if task.env:  # (the interpreter is the template's own: tasks.python names host paths)
         builder = builder.set_envs(dict(task.env))

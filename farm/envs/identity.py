@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.errors import TaskError
+from farm.errors import TaskSourceError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
 
@@ -74,7 +74,7 @@ async def _workspace_fields(task: Task, runtime: TaskRuntime) -> dict[str, Any]:
     if isinstance(src, TarballSource):
         path = os.path.expanduser(src.path)
         if not os.path.isfile(path):
-            raise TaskError(f"task {task.id}: workspace tarball {src.path} not found")
+            raise TaskSourceError(f"task {task.id}: workspace tarball {src.path} not found")
         return {"type": "tarball", "sha256": _sha256_file(path)}
     if isinstance(src, ImageSource):
         return {"type": "image", "image": src.image, "commit": src.base_commit}

@@ -41,7 +41,12 @@ log = logging.getLogger(__name__)
 
 
 class EnvBuildFailed(SetupCommandFailed):
-    """The task's environment failed to build (once, recorded): its setup report rides along."""
+    """The task's environment failed to build (once, recorded): its setup report rides along.
+    Deterministic: every later attempt reads the same recorded failure back (until
+    ``farm envs rm --failed``)."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message, report, deterministic=True)
 
 
 class EnvProvider:
@@ -135,6 +140,13 @@ class EnvProvider:
             self._builds[ident.key] = fut
             fut.add_done_callback(lambda _f, k=ident.key: self._builds.pop(k, None))
         return await asyncio.shield(fut)
+
+    async def settle(self) -> None:
+        """Wait for the builds still running (shielded from their waiters' cancellation, a build
+        can outlive every rollout that asked for it): published before the event loop closes,
+        never cancelled there mid-command."""
+        while self._builds:
+            await asyncio.gather(*list(self._builds.values()), return_exceptions=True)
 
     def _published(self, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord | None:
         """The usable record of ``ident`` (an instance whose base is not the one given,

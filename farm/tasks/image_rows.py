@@ -23,21 +23,12 @@ import shlex
 from typing import Any
 
 from farm.images.config import DatasetImages, ImagesConfig
+from farm.tasks.formats import named_image
 from farm.tasks.model import GitSource, ImageSource, Task
 from farm.tasks.recipes import RecipeBook, apply_recipe, fill_test_command
 
-IMAGE_FIELDS = ("image", "image_name", "docker_image")
 # the recipe book's test commands run the spec's command in the venv the recipe made
 _VENV_ACTIVATION = re.compile(r"^\s*(?:\.|source)\s+\.venv/bin/activate\s*&&\s*")
-
-
-def named_image(row: dict[str, Any]) -> str | None:
-    """The image a row names itself."""
-    for field in IMAGE_FIELDS:
-        value = row.get(field)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
 
 
 def name_fields(task: Task, row: dict[str, Any]) -> dict[str, str]:

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError
+from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError, TaskSourceError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
@@ -57,6 +57,11 @@ class SetupReport(BaseModel):
     steps: list[CommandReport] = Field(default_factory=list)
     reason: str = ""
     duration_s: float = 0.0
+
+    @property
+    def failed_for_good(self) -> bool:
+        """The step that failed would fail the same way again (``CommandReport.failed_for_good``)."""
+        return not self.ok and bool(self.steps) and self.steps[-1].failed_for_good
 
 
 class Workspace(BaseModel):
@@ -112,7 +117,7 @@ async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdi
         return await _checked(sandbox, "git rev-parse HEAD", cwd=workdir, what=what)  # pre_patch: done in the tarball
     if isinstance(src, TarballSource):
         if not os.path.isfile(os.path.expanduser(src.path)):
-            raise TaskError(f"{what}: workspace tarball {src.path} not found")
+            raise TaskSourceError(f"{what}: workspace tarball {src.path} not found")
         await _upload(sandbox, os.path.expanduser(src.path), workdir, budget)
         res = await sandbox.exec("test -e .git", cwd=workdir, timeout=60)
         if res.exit_code != 0:
@@ -122,7 +127,7 @@ async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdi
         if res.exit_code != 0:
             exists = await sandbox.exec(f"test -d {shlex.quote(workdir)}", cwd=parent, timeout=60)
             if exists.exit_code != 0:
-                raise TaskError(f"{what}: image {src.image} has no workspace at {workdir}")
+                raise TaskSourceError(f"{what}: image {src.image} has no workspace at {workdir}")
             await _checked(sandbox, _INIT_AND_COMMIT, cwd=workdir, what=what)
         else:
             # an unpacked image's files have other inodes and times than its git index recorded:
@@ -272,7 +277,7 @@ async def prepare_workspace(
     if not setup.ok:
         ws = Workspace(task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base, baseline_commit=base, setup=setup)
         if raise_on_setup_failure:
-            raise SetupCommandFailed(f"task {task.id}: {setup.reason}", report=setup)
+            raise SetupCommandFailed(f"task {task.id}: {setup.reason}", report=setup, deterministic=setup.failed_for_good)
         return ws
     baseline = await snapshot(sandbox, workdir, scratch)
     timings = {"materialize_s": t1 - t0, "setup_s": t2 - t1, "snapshot_s": time.monotonic() - t2}

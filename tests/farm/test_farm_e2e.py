@@ -65,14 +65,16 @@ def recorded_outputs(tmp_path: Path) -> dict[str, list[tuple[int, ...]]]:
     return out
 
 
-def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
+def check_output(tmp_path: Path, *, expect_resolved: bool, task_ids: set[str] | None = None) -> tuple[list, list]:
     out = tmp_path / "out"
     rows = ShardReader(out, name=ROLLOUTS_TABLE).read_table().to_pylist()
+    rows = [r for r in rows if task_ids is None or r["task_id"] in task_ids]
     samples = table_to_samples(open_sample_reader(out).read_table())  # validates the invariants
     recorded = recorded_outputs(tmp_path)
     by_rollout = defaultdict(list)
     for s in samples:
         by_rollout[s.rollout_id].append(s)
+    assert set(by_rollout) <= {r["rollout_id"] for r in rows}  # a failed rollout has no Sample
     for row in rows:
         assert row["status"] == "completed", row["reason"]
         report = json.loads(row["grading"])
@@ -174,17 +176,52 @@ def check_image_rollouts(tmp_path: Path, rows: list[dict], row: dict) -> None:
             assert ">>>>> Start Test Output" in read_text(tmp_path / "out", r["rollout_id"], "test.log")
 
 
+def with_deterministic_failures(tmp_path: Path, tasks: dict[str, Path]) -> dict[str, Path]:
+    """The task set plus rows every attempt of which fails the same way: a repository no mirror
+    holds (fetching is off), a base commit the mirror lacks, a setup command that exits with an
+    error of its own, an interpreter this machine lacks."""
+    good = json.loads(tasks["tasks"].read_text().splitlines()[0])
+    rows = [
+        good,
+        {**good, "instance_id": "getmoto__moto-1", "repo": "getmoto/moto", "setup_commands": ["true"]},
+        {**good, "instance_id": "pypi__inflection-nocommit", "base_commit": "0" * 40},
+        {**good, "instance_id": "pypi__inflection-badsetup", "setup_commands": ["echo 'no such package' >&2; exit 3"]},
+        {"id": "needs-python-2.1", "instruction": "say hi", "python": "2.1", "verify_commands": ["true"]},
+    ]
+    path = tmp_path / "tasks-with-failures.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {**tasks, "tasks": path}
+
+
+# each fails deterministically: recorded on its first attempt, once, with its reason (farm.rollout.retry)
+DETERMINISTIC = {
+    "getmoto__moto-1": "fetching is off (tasks.fetch)",  # the default: no network fetch unless asked
+    "pypi__inflection-nocommit": f"base commit {'0' * 40} not found",
+    "pypi__inflection-badsetup": "exited 3: no such package",
+    "needs-python-2.1": "no python 2.1 on this machine",
+}
+
+
 @pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
 def test_farm_run_each_harness(tmp_path, harness, swe_row, dataset_images):
-    host, image_rows = dataset_images
-    image_row = image_rows[IMAGE_ROW[harness]]
-    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, with_image_row(tmp_path, swe_row, image_row))
+    failures = harness == "codex"  # one run also carries rows that can never set up
+    image_row = dataset_images[1][IMAGE_ROW[harness]]  # and each a row that runs in its image
+    tasks = with_deterministic_failures(tmp_path, swe_row) if failures else swe_row
+    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, with_image_row(tmp_path, tasks, image_row))
     if harness == "claude_code":  # MoE routing replay on: the scripted workers simulate a MoE behind the router
         engine = cfg.engine.model_copy(update={"routed_experts": "on", "moe": MoEShape(**MOE)})
         cfg = cfg.model_copy(update={"engine": engine})
     summary = run_farm(cfg, console=Console(quiet=True))
-    assert summary.by_status == {"completed": 4}, summary
-    rows, samples = check_output(tmp_path, expect_resolved=True)
+    if failures:
+        assert summary.by_status == {"completed": 4, "setup_failed": 8} and summary.retried == 0, summary
+        failed = [r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
+                  if r["status"] != "completed"]  # fmt: skip
+        assert sorted(r["rollout_id"] for r in failed) == sorted(f"{t}.{i}" for t in DETERMINISTIC for i in range(2))
+        for row in failed:
+            assert row["attempt"] == 1 and DETERMINISTIC[row["task_id"]] in row["reason"], row
+    else:
+        assert summary.by_status == {"completed": 4}, summary
+    rows, samples = check_output(tmp_path, expect_resolved=True, task_ids={SDIST_TASK, image_row["instance_id"]})
     assert len(rows) == 4 and summary.resolved == 4
     check_image_rollouts(tmp_path, rows, image_row)
     rows = [r for r in rows if r["task_id"] == SDIST_TASK]  # the recipe row's own checks below
@@ -194,8 +231,8 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row, dataset_images):
     # Setup ran once for the whole group: one environment was built, and every agent and
     # grading sandbox worked from it (the setup report each grading used is the build's).
     (env,) = [m for m in (json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json"))
-              if m["task_ids"] == [SDIST_TASK]]  # fmt: skip
-    assert env["ok"] and len(env["setup"]["steps"]) == 3
+              if m["ok"] and m["task_ids"] == [SDIST_TASK]]  # fmt: skip
+    assert len(env["setup"]["steps"]) == 3
     for row in rows:
         report = json.loads(row["grading"])
         assert report["setup"] == env["setup"] and json.loads(row["sandbox_policy"])["env_key"] == env["key"]

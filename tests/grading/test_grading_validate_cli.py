@@ -80,3 +80,31 @@ def test_a_flagged_gold_patch_is_named_in_a_valid_tasks_reason() -> None:
     assert valid and reason == "valid, but the gold patch has hack findings (flag): static:sys_modules"
     valid, reason = verdict(report(False, ["runtime:body_not_run"], "zero_reward"), report(True))
     assert not valid and reason.startswith("gold patch does not resolve") and "empty patch resolves" in reason
+
+
+def test_validate_tasks_ends_when_a_repository_is_missing(tmp_path: Path) -> None:
+    """A row whose repository cannot be found (no mirror; its clone refused at once) is
+    INVALID with that reason, and the command still ends: the report written, exit 1. (The
+    gold and empty gradings ask for the repository together: the one left cloning when the
+    other failed was cancelled as the loop closed, mid-spawn, and never ended.)"""
+    row = {
+        "instance_id": "getmoto__moto-5000", "repo": "getmoto/moto", "repo_url": "http://127.0.0.1:9/moto.git",
+        "base_commit": "0123456789abcdef0123456789abcdef01234567", "problem_statement": "fix it",
+        "patch": "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-a\n+b\n",
+        "test_patch": "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-a\n+b\n",
+        "FAIL_TO_PASS": '["t.py::test_a"]', "PASS_TO_PASS": "[]", "setup_commands": ["true"],
+    }  # fmt: skip
+    path = tmp_path / "moto.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    report = tmp_path / "report.json"
+    cmd = [
+        sys.executable, "-m", "farm", "validate-tasks", str(path), "--report", str(report),
+        "--set", f"tasks.mirror_dir={tmp_path / 'mirrors'}", "--set", f"tasks.cache_dir={tmp_path / 'cache'}",
+        "--set", "tasks.fetch=true", "--set", f"envs.cache_dir={tmp_path / 'envs'}",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    data = json.loads(report.read_text())
+    assert (data["total"], data["invalid"]) == (1, 1)
+    reason = data["results"][0]["reason"]
+    assert "repository getmoto/moto not found" in reason and "cloning http://127.0.0.1:9/moto.git failed" in reason
