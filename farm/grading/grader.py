@@ -192,6 +192,22 @@ class Attempt:
     baseline: SandboxMaker | None
 
 
+# SWE-bench's eval scripts print these around the test command's output (its harness reads only that part)
+START_TEST_OUTPUT, END_TEST_OUTPUT = ">>>>> Start Test Output", ">>>>> End Test Output"
+
+
+def between_test_markers(log: str) -> str:
+    """The part of a test run's log its parser reads: between SWE-bench's markers when the log
+    has them (an eval script also prints the diff it applies, which may hold test-like lines)."""
+    start = log.find(START_TEST_OUTPUT)
+    end = log.rfind(END_TEST_OUTPUT)
+    if start < 0 or end < start:
+        return log
+    start = log.find("\n", start)
+    end = log.rfind("\n", 0, end)
+    return log[start + 1 : end + 1] if 0 <= start < end else ""
+
+
 async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict,
                      policy: GradingConfig, attempt: Attempt, steps: StepResults, probe: Probe | None) -> dict:
     cfg = runtime.config
@@ -220,7 +236,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
     fields["test_log"] = res.stdout + ("\n" + res.stderr if res.stderr else "")
     report_text = await _read_optional(sandbox, report_path)
-    printed = fmt.parse(res.stdout + "\n" + res.stderr, report_text)
+    printed = fmt.parse(between_test_markers(res.stdout + "\n" + res.stderr), report_text)
     statuses = printed
     seen = None
     pytest_task = fmt.pytest
