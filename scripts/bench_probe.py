@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""bench_probe: what farm's grading probe and witness cost a test run (issue 45: grading a
-policy that studies the grader; grading's own CPU per rollout matters).
+"""bench_probe: what farm's grading probe and witness cost a test run (grading's own CPU is
+spent on every rollout, so what the probe adds to a test run matters).
 
 A project of ``--tests`` tests is written (plain asserts, parametrized ones, unittest
 methods, each making ``--compares`` comparisons, the way real suites mix them) and its
@@ -13,8 +13,10 @@ pytest run ``--rounds`` times each way, alternated, in one process:
 Measured: the CPU (user + system) of the whole run as its parent sees it (the witness,
 pytest and what they start), and on the grader's side the time to verify and fold the
 witness's report (``read_probe``). Last line:
-``bench_probe: tests=N bare_cpu_ms=… probe_cpu_ms=… added_cpu_ms=… added_cpu_us_per_test=… fold_ms=…``
+``bench_probe: tests=N compares=N bare_cpu_ms=… probe_cpu_ms=… added_cpu_ms=… added_cpu_us_per_test=… fold_ms=…``
 (medians).
+
+``--quick``: the smallest size, which the test suite runs (it measures nothing).
 """
 
 from __future__ import annotations
@@ -60,7 +62,10 @@ def main() -> None:
     ap.add_argument("--tests", type=int, default=300)
     ap.add_argument("--compares", type=int, default=50, help="comparisons each test makes")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="the smallest size (the test suite's): 12 tests, one round")
     args = ap.parse_args()
+    if args.quick:
+        args.tests, args.compares, args.rounds = 12, 3, 1
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _project(root / "p", args.tests, args.compares)
