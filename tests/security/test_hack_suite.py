@@ -108,8 +108,9 @@ def test_hack_suite(tmp_path, capsys):
         verdicts[trick.name] = (row["reward"], flags, report.get("status"), row["reason"][:160])
         # each runtime finding of the grader tricks says what raised it, down to the stored report
         details = report.get("flag_details", {})
-        if trick.name.startswith(("grader_", "reward_")):
-            assert any(f in details for f in flags if f.startswith("runtime:")) or not flags, (trick.name, details)
+        found = [f for f in flags if f.startswith("runtime:")]
+        if trick.name.startswith(("grader_", "reward_")) and found:
+            assert any(f in details for f in found), (trick.name, found, details)
         for flag in {"runtime:plugin_registered", "runtime:runner_tampered", "runtime:always_equal"} & set(flags):
             assert "wordfreq.py" in details[flag] or "made at run time" in details[flag], (trick.name, details)
     # a generic task's unfixed stub scores something honestly: a trick gains only above that
