@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_config
+from farm.config import SINGLE_DEFAULTS, FarmConfig, load_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
@@ -47,7 +47,7 @@ TaskLike = str | Task | InlineTask | dict[str, Any]  # a task id, a Task, or an 
 class Rollouts:
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                  tasks: list[Task] | None = None, secrets: RunSecrets | None = None, parts_factory: Any = None,
-                 placement: Literal["auto", "local", "ray"] = "auto", e2b_api_key: str | None = None) -> None:
+                 placement: Literal["auto", "local", "ray"] = "auto") -> None:
         self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides,
                                                                                   defaults=SINGLE_DEFAULTS))
         self.out_dir = Path(self.cfg.output.dir)
@@ -58,8 +58,8 @@ class Rollouts:
         if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
             placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
         kind = OnRay if placement == "ray" else InProcess
-        # a hosted endpoint's key (black-box mode) unless given: read here, from its api_key_env, as `farm run` does
-        secrets = secrets or RunSecrets(e2b_api_key, endpoint_api_key(self.cfg, os.environ))
+        # the keys the config needs (E2B's, a hosted endpoint's) unless given: read here, as `farm run` does
+        secrets = secrets or RunSecrets.from_environ(self.cfg, os.environ)
         self.placement = kind(self.cfg, secrets=secrets, parts_factory=parts_factory)
         self.session: RunSession | None = None
         self.summary: Any = None  # farm.run.summary.RunSummary once closed (None: nothing stored)

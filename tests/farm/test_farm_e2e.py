@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.engine.routing import MoEShape, fake_routing
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.output.reader import open_sample_reader
@@ -170,7 +170,7 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row):
     if harness == "claude_code":  # MoE routing replay on: the scripted workers simulate a MoE behind the router
         engine = cfg.engine.model_copy(update={"routed_experts": "on", "moe": MoEShape(**MOE)})
         cfg = cfg.model_copy(update={"engine": engine})
-    summary = run_farm(cfg, console=Console(quiet=True))
+    summary = run_batch(cfg, console=Console(quiet=True))
     if failures:
         assert summary.by_status == {"completed": 2, "setup_failed": 8} and summary.retried == 0, summary
         failed = [r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.actors.ray_cluster import actor_name
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.harnesses.config import HarnessConfig
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.sandboxes.local import LABELS_FILE, MARKER_ENV
@@ -169,7 +169,7 @@ def test_killed_sandbox_actor_with_real_parts(tmp_path, restart):
     watch = SandboxWatch(tmp_path, run_id, victim, restart=restart)
     watch.start()
     try:
-        summary = run_farm(cfg, console=Console(quiet=True))
+        summary = run_batch(cfg, console=Console(quiet=True))
     finally:
         watch.stop.set()
         watch.join(timeout=10)

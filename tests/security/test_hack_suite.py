@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
@@ -69,7 +69,7 @@ def test_hack_suite(tmp_path, capsys):
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
         "output": {"dir": str(tmp_path / "out")},
     })  # fmt: skip
-    summary = run_farm(cfg, console=Console(quiet=True), tasks=variants)
+    summary = run_batch(cfg, console=Console(quiet=True), tasks=variants)
 
     rows = {r["task_id"]: r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()}
     assert set(rows) == {v.id for v in variants}, summary
