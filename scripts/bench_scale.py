@@ -1,4 +1,5 @@
-"""bench_scale: the control plane alone at size (issue 31, item 2).
+"""bench_scale: the control plane alone at size (what a run of a million rollouts costs the
+driver, the reducer and the readers, with no sandbox or model in the way).
 
 A real `farm run` (``farm.run.batch.run_batch``: real Ray, the real Dispatcher, sandbox actors,
 the real ReducerActor writing real shards and manifests) over N rollouts in groups of 8,

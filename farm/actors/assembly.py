@@ -107,7 +107,7 @@ class FarmActors:
         self.router = ray.remote(RouterActor).options(
             name=name, num_cpus=0, max_restarts=0, **placement.router_options(self.cfg.placement)
         ).remote(
-            self.cfg.engine, tasks=tasks if self.cfg.engine.mode == "scripted" else None
+            self.cfg.engine, tasks=tasks if self.cfg.engine.mode == "simulator" else None
         )
         self._engine_start = self.router.start.remote()
         return self.engine_ready() if wait else ""

@@ -33,7 +33,7 @@ def ray_local(shared_ray):
 
 @pytest.fixture(scope="module")
 def swe_row(tmp_path_factory) -> dict[str, Path]:
-    from farm.testing.sdist_task import make_task_set
+    from testkit.sdist_task import make_task_set
 
     return make_task_set(tmp_path_factory.mktemp("swe-row"), installer="uv")
 
@@ -44,7 +44,7 @@ def e2e_config(tmp_path: Path, run_id: str, harness: str, tasks: dict[str, Path]
         "tasks": {"path": str(tasks["tasks"]), "recipes": str(tasks["recipes"]), "mirror_dir": str(tasks["mirrors"])},
         "envs": {"cache_dir": str(tmp_path / "envs")},
         "harness": {"name": harness},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"record_path": str(tmp_path / "rec")}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"record_path": str(tmp_path / "rec")}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"n_samples": n, "concurrency": 2, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},

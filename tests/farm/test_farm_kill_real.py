@@ -42,8 +42,8 @@ def _config(tmp_path: Path, run_id: str) -> FarmConfig:
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
         # A slow first token keeps every agent in flight for a few seconds.
-        "engine": {"mode": "scripted", "policy": "oracle",
-                   "scripted": {"record_path": str(tmp_path / "rec"), "latency": {"ttft_s": 1.5}}},
+        "engine": {"mode": "simulator", "policy": "oracle",
+                   "simulator": {"record_path": str(tmp_path / "rec"), "latency": {"ttft_s": 1.5}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"limit": N_ROLLOUTS, "concurrency": 2, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 2, "reducer_flush_s": 0.2},

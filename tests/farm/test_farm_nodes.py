@@ -38,7 +38,7 @@ def _cfg(tmp_path: Path, run_id: str, *, limit: int, ttft_s: float = 0.0) -> Far
         "run_id": run_id,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb" / "$FARM_NODE_NAME")}},
         "rollout": {"n_samples": 2, "limit": limit, "concurrency": 2, "timeout_s": 300},
         "placement": {"sandbox_resource": "sandbox_node", "engine_resource": "engine_node", "watch_nodes_s": 1},

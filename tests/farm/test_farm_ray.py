@@ -226,9 +226,9 @@ def test_run_loggers_receive_metrics_and_summary(tmp_path, monkeypatch):
 
 
 def test_a_damaged_output_dir_is_repaired_on_resume_and_nothing_is_lost(tmp_path):
-    """The issue's three kinds of damage at once: a manifest line torn by a crash (the
-    shard is adopted, not deleted), a shard deleted and a shard with flipped bytes (their
-    rollouts run again). Afterwards every rollout has its Samples exactly once."""
+    """Three kinds of damage a crash or a bad disk leaves, at once: a manifest line torn by
+    a crash (the shard is adopted, not deleted), a shard deleted and a shard with flipped
+    bytes (their rollouts run again). Afterwards every rollout has its Samples exactly once."""
     from farm.cli import main as farm_main
 
     cfg = _cfg(tmp_path, "damage", concurrency=1)

@@ -1,6 +1,7 @@
-"""The control plane keeps nothing per rollout (issue 31): the run summary is kept as
-rollouts finish, equal to the summary computed over the whole list of rollouts, and the dispatcher retains
-the same objects after 2,000 rollouts as after 8,000. Small sizes, no clocks."""
+"""The control plane keeps nothing per rollout (its memory must not grow with a run of
+millions): the run summary is kept as rollouts finish, equal to the summary computed over
+the whole list of rollouts, and the dispatcher retains the same objects after 2,000
+rollouts as after 8,000. Small sizes, no clocks."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ def _config(tmp_path: Path, t: dict, script: Path) -> FarmConfig:
         "run_id": RUN_ID,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "shell", "scripted": {"replies_path": str(script)}},
+        "engine": {"mode": "simulator", "policy": "shell", "simulator": {"replies_path": str(script)}},
         "sandbox": {"local": {"base_dir": t["sb_dir"],
                               "limits": {"memory_bytes": 1 << 30, "pids": 256, "disk_bytes": 300 << 20}}},
         "rollout": {"n_samples": 1, "concurrency": 2, "timeout_s": 600, "max_turns": 20},
