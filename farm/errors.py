@@ -172,6 +172,38 @@ class SetupCommandFailed(SetupError):
         self.deterministic = deterministic
 
 
+# --- container images (farm.images) -----------------------------------------
+class ImageError(FarmError):
+    """A container image could not be pulled or unpacked."""
+
+
+class ImageNotFound(ImageError, TaskError):
+    """The registry has no such repository, tag or digest (the task's: not retried)."""
+
+    deterministic = True
+
+
+class ImageMalformed(ImageError, TaskError):
+    """A name, manifest, config or layer that is not a valid image (the task's: not retried)."""
+
+    deterministic = True
+
+
+class RegistryError(ImageError, SandboxError):
+    """The registry refused or could not be reached (infrastructure: a later try may work)."""
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused the credentials it was given (or wanted some and none were found):
+    the same on every attempt of the run (credentials are read when it starts)."""
+
+    deterministic = True
+
+
+class DigestMismatch(RegistryError):
+    """A downloaded blob or manifest is not what its digest says (removed: never unpacked)."""
+
+
 class GradingError(FarmError):
     """The grader itself failed (not: the model's patch failed the tests)."""
 

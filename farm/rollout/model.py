@@ -167,6 +167,8 @@ class RolloutResult(BaseModel):
             prompt_tokens=self.counts.prompt_tokens,
             output_tokens=self.counts.output_tokens,
             duration_s=self.duration_s,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
             sandbox_id=self.sandbox_id,
             actor=self.actor,
             node=self.node,

@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TaskFormat = Literal["auto", "farm", "swebench", "swegym", "swesmith", "r2e"]
+from farm.images.config import ImagesConfig
+
+TaskFormat = Literal["auto", "farm", "swebench", "swegym", "swesmith", "swerebench", "r2e"]
 
 
 class TasksConfig(BaseModel):
@@ -18,7 +20,9 @@ class TasksConfig(BaseModel):
         description="task file (.jsonl / .json / .parquet) or 'demo' (the built-in demo set, generated into cache_dir)",
     )
     format: TaskFormat = Field(
-        default="auto", description="row format; 'auto' detects it per row (farm, swebench, swegym, swesmith, r2e)"
+        default="auto",
+        description="row format; 'auto' detects it per row (farm, swebench, swesmith, r2e; SWE-Gym and SWE-rebench "
+        "rows read as swebench: name the format to use their datasets' image layout, tasks.images.datasets)",
     )
     recipes: str | list[str] | None = Field(
         default="builtin",
@@ -73,6 +77,11 @@ class TasksConfig(BaseModel):
         description="SWE reward = fraction of FAIL_TO_PASS tests passing (0 if any PASS_TO_PASS fails) instead of 1/0",
     )
     git_timeout_s: float = Field(default=900.0, gt=0, description="host-side git clone/fetch/archive budget")
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig,
+        description="container images as environments (rows that name one, or whose dataset names them by "
+        "convention): registry, mirrors, credentials, pull policy, per-dataset layout (farm.images)",
+    )
 
     @field_validator("python")
     @classmethod

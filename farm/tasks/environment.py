@@ -29,7 +29,7 @@ from __future__ import annotations
 from farm.tasks.model import GitSource, ImageSource, Task
 
 # The formats whose rows expect a docker image as their environment (metadata "source").
-IMAGE_DATASETS = ("swebench", "swegym", "swesmith", "r2e")
+IMAGE_DATASETS = ("swebench", "swegym", "swesmith", "swerebench", "r2e")
 # The fields a dataset row names its image in (SWE-bench / SWE-Gym forks, SWE-smith, R2E-Gym).
 IMAGE_FIELDS = ("image", "image_name", "docker_image")
 # Set in a task's metadata when its docker_image was derived from its id, not named by the row.

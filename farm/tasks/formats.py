@@ -226,6 +226,11 @@ def from_swegym(row: dict[str, Any]) -> Task:
     return from_swebench(row, source="swegym")
 
 
+def from_swerebench(row: dict[str, Any]) -> Task:
+    """SWE-rebench: SWE-bench's format, its own images (``swerebench/sweb.eval.x86_64.<id>``)."""
+    return from_swebench(row, source="swerebench")
+
+
 # --- SWE-smith ----------------------------------------------------------------------------
 def from_swesmith(row: dict[str, Any]) -> Task:
     """SWE-smith: ``patch`` *introduces* the bug. The workspace is the (clean) repo at
@@ -326,6 +331,7 @@ CONVERTERS: dict[str, Callable[[dict[str, Any]], Task]] = {
     "farm": from_farm,
     "swebench": from_swebench,
     "swegym": from_swegym,
+    "swerebench": from_swerebench,
     "swesmith": from_swesmith,
     "r2e": from_r2e,
 }

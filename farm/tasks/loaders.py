@@ -21,7 +21,8 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.environment import environment_error
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
-from farm.tasks.recipes import RecipeError, apply_recipe, load_book
+from farm.tasks.image_rows import with_environment
+from farm.tasks.recipes import RecipeError, load_book
 
 _JSONL = (".jsonl", ".ndjson", ".jsonl.gz")
 _CONFIG = object()  # load_tasks' recipes / check_requirements default: the TasksConfig's (or its default)
@@ -144,7 +145,7 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
-                task = apply_recipe(task, book, check_requirements=requirements)
+                task = with_environment(task, row, fmt, images=cfg.images, book=book, check_requirements=requirements)
                 missing = environment_error(task, python=cfg.python, convention_images=convention_images)
                 if environments and missing:
                     raise RowError("environment", missing)

@@ -22,7 +22,7 @@ from typing import Any
 
 from farm.errors import RequirementUnmet
 from farm.tasks.config import TasksConfig
-from farm.tasks.model import Task
+from farm.tasks.model import ImageSource, Task
 from farm.tasks.repos import RepoCache
 
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
@@ -122,6 +122,7 @@ class TaskRuntime:
     repos: RepoCache
     path_prefix: str | None = None  # tasks.python's (tasks without a python of their own)
     envs: Any = None  # farm.envs.provider.EnvProvider when snapshots are on (set by its owner)
+    no_images: str = ""  # why local sandboxes cannot run from container images here (set with envs)
     _pythons: dict[str, PythonChoice] = field(default_factory=dict)
 
     @classmethod
@@ -139,8 +140,10 @@ class TaskRuntime:
         return cls(config=cfg, repos=repos, path_prefix=python_path_prefix(cfg.python))
 
     def python_for(self, task: Task | None) -> PythonChoice:
-        """The task's interpreter (its own ``python``, else ``tasks.python``), resolved once."""
-        spec = (task.python if task is not None else None) or self.config.python
+        """The task's interpreter (its own ``python``, else ``tasks.python``), resolved once. A
+        task in a container image uses the image's (its PATH, activated) unless it names one."""
+        image = task is not None and isinstance(task.workspace, ImageSource)
+        spec = (task.python if task is not None else None) or ("none" if image else self.config.python)
         if spec not in self._pythons:
             self._pythons[spec] = self._resolve(spec)
         return self._pythons[spec]
@@ -164,6 +167,9 @@ class TaskRuntime:
         """``spec`` (a SandboxSpec) with what ``task`` needs of a sandbox: its interpreter's
         prefix shown read-only, and its environment snapshot (built first if needed)."""
         update: dict[str, Any] = {}
+        if isinstance(task.workspace, ImageSource) and self.envs is None and self.no_images:
+            raise RequirementUnmet(f"task {task.id} runs in the image {task.workspace.image}: local sandboxes run images from "
+                            f"the environment store, which is off here ({self.no_images})")  # fmt: skip
         python = self.python_for(task)
         if python.ro_bind and python.ro_bind not in spec.ro_binds:
             update["ro_binds"] = [*spec.ro_binds, python.ro_bind]

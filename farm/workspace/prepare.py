@@ -80,7 +80,7 @@ class Workspace(BaseModel):
 
 def workdir_of(sandbox: Sandbox, task: Task) -> str:
     view = getattr(sandbox, "view", None)  # an environment snapshot's tree (farm.envs): the workdir
-    if view is not None:
+    if view is not None and not view.root:  # (a container image's is the whole root: the task says where)
         return view.mount
     return task.workdir if posixpath.isabs(task.workdir) else posixpath.join(sandbox.root, task.workdir)
 
@@ -129,8 +129,13 @@ async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdi
             if exists.exit_code != 0:
                 raise TaskSourceError(f"{what}: image {src.image} has no workspace at {workdir}")
             await _checked(sandbox, _INIT_AND_COMMIT, cwd=workdir, what=what)
-        elif src.base_commit:
-            await _checked(sandbox, f"git checkout -q -f {shlex.quote(src.base_commit)}", cwd=workdir, what=what, timeout=budget)
+        else:
+            # an unpacked image's files have other inodes and times than its git index recorded:
+            # refresh it, or `git apply --index` (the pre-patch) finds every file "does not match index"
+            await _checked(sandbox, "git update-index -q --refresh >/dev/null; true", cwd=workdir, what=what, timeout=budget)
+            if src.base_commit:
+                await _checked(sandbox, f"git checkout -q -f {shlex.quote(src.base_commit)}", cwd=workdir, what=what,
+                               timeout=budget)  # fmt: skip
     else:
         res = await sandbox.exec(["mkdir", "-p", workdir], timeout=60)
         if res.exit_code != 0:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.errors import TaskFileErrors, TaskLoadError
+from farm.images.config import CONDA_TESTBED, ImagesConfig
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import detect_format
 from farm.tasks.loaders import load_tasks
@@ -206,7 +207,14 @@ def test_swesmith_rows_reverse_the_bug(tmp_path: Path) -> None:
     result = load_tasks(write_jsonl(tmp_path / "smith.jsonl", [row, bad, no_issue]))
     (task,) = result.tasks
     assert detect_format(row) == "swesmith"
-    assert task.workspace == GitSource(repo="swesmith/acme__thing.abc123", base_commit="HEAD")
+    # it names its image: it runs there (the repository at /testbed, its clean commit as the image has it)
+    assert task.workspace == ImageSource(image="swesmith.x86_64.acme__thing.abc123", activate=CONDA_TESTBED)
+    assert task.workdir == "/testbed" and task.metadata["image_dataset"] == "swesmith"
+    mirror = load_tasks(TasksConfig(path=str(tmp_path / "smith.jsonl"), images=ImagesConfig(prefer="recipe")))
+    assert mirror.tasks[0].workspace == ImageSource(image="swesmith.x86_64.acme__thing.abc123", activate=CONDA_TESTBED)
+    # without it, nothing gives it an environment (no recipe, no setup): refused as it loads (farm.tasks.environment)
+    no_image = load_tasks(write_jsonl(tmp_path / "smith2.jsonl", [{k: v for k, v in row.items() if k != "image_name"}]))
+    assert [e.field for e in no_image.errors] == ["environment"]
     assert task.pre_patch == BUG
     assert task.gold_patch == reverse_patch(BUG)
     assert "+    return a + b" in task.gold_patch
@@ -277,7 +285,14 @@ def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
         swebench_row(instance_id="other__x-1", repo="other/x"),
     ]
     path = write_jsonl(tmp_path / "swe.jsonl", rows)
-    result = load_tasks(path, format="swebench", recipes=recipes)
+    # the first names its image: by default it runs there, graded by its own eval script
+    in_image = load_tasks(path, format="swebench", recipes=recipes).tasks[0]
+    assert in_image.workspace == ImageSource(image="docker.io/acme:1", base_commit="b" * 40, activate=CONDA_TESTBED)
+    assert in_image.test_command == "{\n#!/bin/bash\nrun\n} 2>&1" and in_image.metadata["graded_by"] == "eval_script"
+    assert not in_image.setup_commands and in_image.python is None and in_image.workdir == "/testbed"
+    # with tasks.images.prefer: recipe, the recipe gives its environment instead
+    cfg = TasksConfig(path=str(path), format="swebench", recipes=str(recipes), images=ImagesConfig(prefer="recipe"))
+    result = load_tasks(cfg)
     t1, t2, t3 = result.tasks
     assert t1.log_parser == "parse_log_pytest_v2" and t1.metadata["docker_image"] == "docker.io/acme:1"
     assert t1.metadata["eval_script"].startswith("#!/bin/bash") and t1.metadata["recipe"] == "acme/thing@1.0"
