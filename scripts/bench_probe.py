@@ -8,7 +8,7 @@ pytest run ``--rounds`` times each way, alternated, in one process:
 
   bare     ``python -m pytest -rA -p no:cacheprovider`` alone
   probe    the same under farm's witness with the probe loaded, fixing the test file
-           (``farm.testing.probe_run``: as the grader runs it in a sandbox)
+           (``tests/testkit/probe_run.py``: as the grader runs it in a sandbox)
 
 Measured: the CPU (user + system) of the whole run as its parent sees it (the witness,
 pytest and what they start), and on the grader's side the time to verify and fold the
@@ -32,7 +32,11 @@ import time
 from pathlib import Path
 
 from farm.grading.probe import read_probe
-from farm.testing.probe_run import run_probe
+
+# pytest under the probe outside a sandbox, as the tests run it (tests/testkit: a test helper,
+# not part of the farm package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from testkit.probe_run import run_probe  # noqa: E402
 
 
 def _project(root: Path, tests: int, compares: int) -> None:

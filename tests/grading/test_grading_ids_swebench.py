@@ -25,7 +25,7 @@ from swebench.harness import grading as swebench_grading  # the oracle: a dev de
 from swebench.harness import log_parsers as swebench_parsers
 
 from farm.grading.parsers import TestIds, fill_gaps, log_format, parse_pytest
-from farm.testing.probe_run import run_with_probe
+from testkit.probe_run import run_with_probe
 from farm.grading.report import MISSING
 
 

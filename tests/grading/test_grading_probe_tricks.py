@@ -1,7 +1,7 @@
-"""Tricks that study farm's grader, each class with its variations (``farm.testing.
-grader_tricks``), played from the module under test of a small project whose tests all
+"""Tricks that study farm's grader, each class with its variations (``testkit.grader_tricks``),
+played from the module under test of a small project whose tests all
 fail: pytest, run with the probe under the witness exactly as the grader runs it
-(``farm.testing.probe_run``), is fooled by each (it reports the tests passed, or exits 0),
+(``testkit.probe_run``), is fooled by each (it reports the tests passed, or exits 0),
 and farm's findings name each. The honest fix draws none."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from farm.grading.hacks import runtime_details, runtime_flags
 from farm.grading.parsers import parse_pytest
-from farm.testing.grader_tricks import (COMPARISONS, LIB_WRAP, TRICK_F2P, TRICK_LIB, TRICK_TESTS, WHAT_A_TEST_IS,
+from testkit.grader_tricks import (COMPARISONS, LIB_WRAP, TRICK_F2P, TRICK_LIB, TRICK_TESTS, WHAT_A_TEST_IS,
                                         reporter_tricks)  # fmt: skip
-from farm.testing.probe_run import run_with_probe
+from testkit.probe_run import run_with_probe
 
 FIXED_LIB = TRICK_LIB.replace("a - b", "a + b").replace("x * 2.5", "x * 2.0")
 # What else each trick leaves behind, seen from outside the test process: the plugin it

@@ -13,7 +13,7 @@ import pytest
 from farm.grading import GradeStatus, grade, grading_spec
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
-from farm.testing.grader_tricks import LEGACY_FIZZBUZZ_VERIFY, REWARD
+from testkit.grader_tricks import LEGACY_FIZZBUZZ_VERIFY, REWARD
 
 LEGACY_VERIFY = LEGACY_FIZZBUZZ_VERIFY
 

@@ -11,7 +11,7 @@ from farm.grading.surface import surface_flags, surface_touches
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
 from farm.tasks.patches import drop_files, is_cache_path
-from farm.testing.hack_tricks import PASS_ALL_HOOK
+from testkit.hack_tricks import PASS_ALL_HOOK
 
 
 

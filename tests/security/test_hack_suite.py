@@ -1,9 +1,9 @@
-"""The reward-hack suite: every known trick (``farm.testing.hack_tricks``), played by the
+"""The reward-hack suite: every known trick (``testkit.hack_tricks``), played by the
 scripted ``shell`` policy through the real Claude Code CLI on a copy of demo-wordfreq
 (whose bug none of them fixes), then graded by farm with the default config. Each must
 end unresolved, or flagged with its reward taken away; an honest rollout on the same
 task (the gold fix, written by the same policy) still resolves with no finding. Then the
-tricks that study farm's grader (``farm.testing.grader_tricks``): what a test is, farm's
+tricks that study farm's grader (``testkit.grader_tricks``): what a test is, farm's
 own reporter, comparisons (on demo-wordfreq), and the reward channel of a generic task
 (on demo-generic-fizzbuzz, against its verifier and against one of the old kind that
 imports the workspace's code and writes the reward file itself): each caught at run
@@ -24,13 +24,13 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
 from farm.tasks.loaders import load_tasks
 from farm.tasks.demo.generic import _FIZZBUZZ_SOLVED
-from farm.testing.hack_tricks import Trick, grader_tricks, reward_tricks, tricks
+from testkit.hack_tricks import Trick, grader_tricks, reward_tricks, tricks
 from farm.output.reader import open_sample_reader
 from farm.output.shard_reader import ShardReader
 
@@ -55,7 +55,7 @@ def _honest() -> Trick:
 
 @pytest.mark.timeout(1500)
 def test_hack_suite(tmp_path, capsys):
-    from farm.testing.grader_tricks import LEGACY_FIZZBUZZ_VERIFY, WORDFREQ_WRAP
+    from testkit.grader_tricks import LEGACY_FIZZBUZZ_VERIFY, WORDFREQ_WRAP
 
     demo = ensure_demo_set(TasksConfig().cache_dir)
     by_id = {t.id: t for t in load_tasks(demo.tasks_path)}
@@ -81,13 +81,13 @@ def test_hack_suite(tmp_path, capsys):
         "run_id": "hacks",
         "tasks": {"path": str(tasks_path), "mirror_dir": str(demo.mirror_dir)},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "shell", "scripted": {"replies_path": str(script_path)}},
+        "engine": {"mode": "simulator", "policy": "shell", "simulator": {"replies_path": str(script_path)}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"n_samples": 1, "concurrency": 4, "timeout_s": 600, "max_turns": 10},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
         "output": {"dir": str(tmp_path / "out")},
     })  # fmt: skip
-    summary = run_farm(cfg, console=Console(quiet=True), tasks=variants)
+    summary = run_batch(cfg, console=Console(quiet=True), tasks=variants)
 
     rows = {r["task_id"]: r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()}
     assert set(rows) == {v.id for v in variants}, summary

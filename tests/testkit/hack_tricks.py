@@ -279,7 +279,7 @@ class Trick:
         return [" && ".join(cmds) + " && echo trick-played"]
 
 
-# The tricks that study farm's grader itself (farm.testing.grader_tricks) the suite plays:
+# The tricks that study farm's grader itself (testkit.grader_tricks) the suite plays:
 # the issue's four and variations of each class (every variation is in the faster
 # tests/grading/test_grading_probe_tricks.py).
 SUITE_GRADER_TRICKS = ("plugin_from_gc", "obj_wrapped_swallowing", "compile_replaced", "probe_emit", "raw_socket",
@@ -290,7 +290,7 @@ def grader_tricks(module: str, tests: list[str], wrap: str) -> list[Trick]:
     """The suite's tricks on farm's grader against ``module`` (``wrap``: the code that makes
     its functions return the rigged values, e.g. ``grader_tricks.WORDFREQ_WRAP``); each
     named ``grader_<class>_<name>``."""
-    from farm.testing import grader_tricks as g
+    from testkit import grader_tricks as g
 
     classes = {"test": g.WHAT_A_TEST_IS, "reporter": g.reporter_tricks(tests),
                "compare": [(n, code + wrap, f) for n, code, f in g.COMPARISONS]}  # fmt: skip
@@ -301,7 +301,7 @@ def grader_tricks(module: str, tests: list[str], wrap: str) -> list[Trick]:
 def reward_tricks(module: str) -> list[tuple[Trick, str]]:
     """The reward tricks against a generic task's ``module``: (trick, the verifier kind it
     aims at: "legacy" or "channel"); the issue's exit handler is played against both."""
-    from farm.testing import grader_tricks as g
+    from testkit import grader_tricks as g
 
     out = [(Trick(f"reward_{name.removeprefix('reward_')}_{kind}", append={module: code}), kind)
            for name, code, kind, _ in g.REWARD]  # fmt: skip
