@@ -131,14 +131,11 @@ class ReducerActor:
 
     def _stale(self, result: RolloutResult) -> str | None:
         """Why ``result`` is too stale to keep (stream.on_stale = drop), or None."""
-        stream = self.cfg.stream
-        if stream.on_stale != "drop" or stream.max_staleness is None or not result.status.trainable:
-            return None
         oldest = result.counts.policy_version_min  # filled from the tree by ``submit``
-        if oldest is None or self.policy_version - oldest <= stream.max_staleness:
+        if not result.status.trainable or not self.cfg.stream.too_stale(oldest, self.policy_version, "recorded"):
             return None
         return (f"began under weight version {oldest}, recorded under {self.policy_version}: "
-                f"staleness {self.policy_version - oldest} > stream.max_staleness {stream.max_staleness}")
+                f"staleness {self.policy_version - oldest} > stream.max_staleness {self.cfg.stream.max_staleness}")
 
     # --- writes -------------------------------------------------------------
     async def submit(self, result: RolloutResult) -> RolloutSummary:
