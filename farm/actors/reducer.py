@@ -28,6 +28,7 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult
+from farm.rollout.outcome import writes_samples
 from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
@@ -204,14 +205,9 @@ class ReducerActor:
             fut = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
-                # Only a policy outcome is training data; an infrastructure failure keeps its
-                # row (status, reason, log tail) as evidence, and no Sample.
-                excluded = (result.grading_summary or {}).get("hack_action") == "exclude"  # grading.on_hack
-                # rollout.on_truncated: exclude = DAPO-style overlong filtering (the row stays, graded)
-                excluded = excluded or (result.status is RolloutStatus.TRUNCATED
-                                        and self.cfg.rollout.on_truncated == "exclude")  # fmt: skip
-                # A black-box rollout (a hosted endpoint) has a transcript, no tokens: never a Sample.
-                trains = result.status.trainable and result.mode.writes_samples and not excluded
+                trains = writes_samples(result.status, writes_tokens=result.mode.writes_samples,
+                                        hack_action=(result.grading_summary or {}).get("hack_action"),
+                                        on_truncated=self.cfg.rollout.on_truncated)  # fmt: skip
                 samples = self._linearize(result) if trains else []
                 self.store.add(result, samples)
             except BaseException as exc:
