@@ -82,10 +82,15 @@ def _outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
         return Outcome(status=S.SANDBOX_ERROR, reason=f"sandbox failed during {where}: {_msg(exc)}")
     if isinstance(exc, GradingError):
         return Outcome(status=S.GRADING_ERROR, reason=f"grader failed: {_msg(exc)}")
-    # A bug in farm or an unwrapped third-party error: infrastructure, not the model.
-    return Outcome(
-        status=S.SANDBOX_ERROR, reason=f"internal error during {where}: {type(exc).__name__}: {_msg(exc)}"
-    )
+    # An unwrapped error from the system (a socket, a file): infrastructure, not the model, and
+    # a rerun may meet a better moment.
+    if isinstance(exc, OSError):
+        return Outcome(status=S.SANDBOX_ERROR, reason=f"system error during {where}: {type(exc).__name__}: {_msg(exc)}")
+    # Anything else is a bug in farm (or a library it calls): infrastructure, not the model,
+    # and a rerun would meet the same code: recorded once, never retried (as the dispatcher
+    # treats a bug of its own).
+    return Outcome(status=S.SANDBOX_ERROR, deterministic=True,
+                   reason=f"internal error during {where}: {type(exc).__name__}: {_msg(exc)}")
 
 
 def outcome_for_timeout(phase: Phase, reason: str, *, final_answer_given: bool = False) -> Outcome:

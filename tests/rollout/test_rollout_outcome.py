@@ -52,6 +52,19 @@ def test_internal_error_reason_names_the_type_and_phase():
     assert "KeyError" in out.reason and "capture" in out.reason
 
 
+def test_a_bug_is_recorded_once_a_system_error_retried():
+    """A bug in farm meets the same code on a rerun: deterministic (recorded once, like the
+    dispatcher's own bugs); an OS error (a reset socket, a full disk) may pass: retried."""
+    from farm.rollout.retry import Reruns, RetryBudgets, decide
+
+    budgets = RetryBudgets(infrastructure=2, actor_lost=2, stale=3, backoff_s=0.0)
+    for exc, retried in [(KeyError("bug"), False), (AttributeError("x"), False),
+                         (ConnectionResetError("peer"), True), (OSError(28, "No space left"), True)]:  # fmt: skip
+        out = outcome_for_error(exc, Phase.AGENT)
+        assert out.status is S.SANDBOX_ERROR and out.deterministic is not retried, exc
+        assert decide(out.status, Reruns(), budgets, deterministic=out.deterministic).runs_again is retried, exc
+
+
 def test_agent_end():
     assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=10) is None
     t = outcome_for_agent(exit_code=None, timed_out=True, budget_s=10)
