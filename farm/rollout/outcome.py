@@ -117,7 +117,7 @@ def outcome_for_agent(
     budget_s: float,
     stderr_tail: str = "",
     engine_errors: int = 0,
-    harness_status: str | None = None,
+    harness_status: RolloutStatus | None = None,
     harness_reason: str = "",
     budget_stop: BudgetStop | None = None,
 ) -> Outcome | None:
@@ -127,22 +127,22 @@ def outcome_for_agent(
     (turns, context, output): ``truncated``, whatever the CLI did after it. farm knows
     this from its own gateway, never from the CLI's words; a CLI that then exits with an
     error or hangs is named in the reason, and the policy's data up to the stop is whole.
-    ``harness_status``: a status the harness itself reported (a RolloutStatus value),
+    ``harness_status``: a status the harness itself reported,
     which wins when present. An agent that failed after the engine failed under it is
     an engine error, not an agent error.
     """
     S = RolloutStatus
     if budget_stop is not None:
         then = ""
-        if harness_status not in (None, S.COMPLETED.value):
-            then = f" (then the CLI: {harness_reason or harness_status})"
+        if harness_status not in (None, S.COMPLETED):
+            then = f" (then the CLI: {harness_reason or harness_status.value})"
         elif timed_out:
             then = f" (then the CLI did not end within {budget_s:g} s)"
         elif exit_code not in (0, None):
             then = f" (then the CLI exited {exit_code})"
         return Outcome(status=S.TRUNCATED, reason=budget_stop.reason + then)
-    if harness_status is not None and harness_status != S.COMPLETED.value:
-        status = S(harness_status)
+    if harness_status is not None and harness_status is not S.COMPLETED:
+        status = harness_status
         if status is S.AGENT_ERROR and engine_errors:
             return Outcome(status=S.ENGINE_ERROR, reason=f"{engine_errors} engine error(s); {harness_reason}".strip())
         return Outcome(status=status, reason=harness_reason or f"agent ended with {status.value}")

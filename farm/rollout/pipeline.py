@@ -55,7 +55,7 @@ class AgentEnd:
     log_tail: str = ""
     stdout: str = ""  # the whole streams, for the rollout's artifacts
     stderr: str = ""
-    status: str | None = None  # a RolloutStatus value the harness reported itself, if any
+    status: RolloutStatus | None = None  # a status the harness reported itself, if any
     reason: str = ""
     diff_excludes: list[str] = field(default_factory=list)  # files farm wrote in the workdir: not the agent's diff
 
@@ -63,18 +63,18 @@ class AgentEnd:
     def from_harness(cls, result: HarnessResult) -> AgentEnd:
         return cls(exit_code=result.exit_code, timed_out=result.timed_out, stderr_tail=result.stderr_tail,
                    log_tail=result.stdout_tail, stdout=result.stdout, stderr=result.stderr,
-                   status=result.status.value, reason=result.reason,
+                   status=result.status, reason=result.reason,
                    diff_excludes=list(result.diff_excludes))  # fmt: skip
 
     @classmethod
     def stuck(cls, reason: str) -> AgentEnd:
         """Farm found the CLI stuck and killed it."""
-        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR.value, reason=reason)
+        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR, reason=reason)
 
     @classmethod
     def endpoint_failed(cls, status: str, reason: str) -> AgentEnd:
         """The hosted endpoint failed the session for good (black-box): the CLI was killed."""
-        return cls(exit_code=None, status=status, reason=reason)
+        return cls(exit_code=None, status=RolloutStatus(status), reason=reason)
 
 
 @dataclass

@@ -73,9 +73,9 @@ def test_agent_end():
     assert c.status is S.AGENT_ERROR and "boom" in c.reason
     e = outcome_for_agent(exit_code=1, timed_out=False, budget_s=10, engine_errors=2)
     assert e.status is S.ENGINE_ERROR
-    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status="timeout", harness_reason="r")
+    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status=S.TIMEOUT, harness_reason="r")
     assert (h.status, h.reason) == (S.TIMEOUT, "r")
-    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status="completed") is None
+    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status=S.COMPLETED) is None
 
 
 def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
@@ -86,7 +86,7 @@ def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
     assert clean.trainable and S.TRUNCATED.failure_class.value == "policy"
     # whatever the CLI did after the stop (an error exit, a hang, an error it reported)
     for kw in ({"exit_code": 1}, {"exit_code": None, "timed_out": True},
-               {"exit_code": 0, "harness_status": "agent_error", "harness_reason": "claude_code reported an error"}):
+               {"exit_code": 0, "harness_status": S.AGENT_ERROR, "harness_reason": "claude_code reported an error"}):
         out = outcome_for_agent(**{"timed_out": False, "budget_s": 10, **kw}, budget_stop=stop)
         assert out.status is S.TRUNCATED and "(then the CLI" in out.reason
     # without a stop, the same CLI error is the CLI's
