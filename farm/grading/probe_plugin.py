@@ -163,6 +163,8 @@ def _raised(item, outcome):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item, _getprofile=sys.getprofile, _setprofile=sys.setprofile, _emit=_emit,
                         _thread_profile=threading.setprofile):
+    if __name__ == "farm_probe":
+        _wrap_unittest_once()
     body = _body(item)
     seen = []
     previous = _getprofile()
@@ -343,8 +345,19 @@ def _wrap_unittest():
     wrap("assertNotIn", "not in", lambda a: a[:2])
 
 
-if __name__ == "farm_probe":
-    _wrap_unittest()
+_WRAPPED = [False]
+
+
+def _wrap_unittest_once():
+    """Wrap unittest's assertions once the tests themselves imported it: the probe never imports
+    it first. pytest avoids importing unittest until a test module does, and a run where it was
+    imported up front behaves differently (pytest's own tests of its unittest support, run
+    in-process by pytester: with unittest imported by a plugin, a tearDown that pytest calls for a
+    class skipped under --pdb is not called, and pytest-dev__pytest-10081's FAIL_TO_PASS test passes
+    without the fix)."""
+    if not _WRAPPED[0] and "unittest.case" in sys.modules:
+        _WRAPPED[0] = True
+        _wrap_unittest()
 
 
 # --- pytest's reports ---------------------------------------------------------------------------

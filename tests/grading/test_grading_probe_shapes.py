@@ -101,3 +101,19 @@ def test_failures_reported_as_passes_in_every_shape_are_caught(tmp_path):
     # unittest subTest failures reach pytest as sub-reports, not as the call's exception: not caught this way
     expected = {t for t in probe.statuses if t.rsplit("::", 1)[-1] not in honest | {"test_subtests"}}
     assert set(probe.raised_but_passed) == expected, expected ^ set(probe.raised_but_passed)
+
+
+def test_the_probe_imports_no_module_the_tests_did_not(tmp_path):
+    """pytest 7 and older import unittest only when a test module does, and pytest's own tests
+    of that support (run in-process by pytester) behave differently when a plugin imported it
+    first: pytest-dev__pytest-10081's FAIL_TO_PASS test passed without the fix. The probe wraps
+    unittest's assertions only once the tests imported it (``-p no:unittest`` stands in for such a
+    pytest here: modern pytest imports unittest itself)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "test_x.py").write_text(
+        "import sys\n\n\ndef test_unittest_not_imported():\n    assert 'unittest' not in sys.modules\n"
+    )
+    res, probe = run_with_probe(project, ["-p", "no:unittest", "test_x.py"], scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert probe.finished and probe.statuses == {"test_x.py::test_unittest_not_imported": TestStatus.PASSED}
