@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME", help="these repositories' rows only")
     p.add_argument("--config", default=None, help="farm YAML config (sandbox, envs, tasks.* settings)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--sdist", action="store_true",
+                   help="the rows are built from PyPI sdists (farm.testing.sdist_task), counted apart from published ones")
     p.add_argument("--publish", action="store_true", help=f"write {RESULTS_PATH} and {PAGE_PATH}")
     p.add_argument("--measured", default="", help="--publish: when and where it was measured, in words")
     p.add_argument("--rows-source", default="", help="--publish: where the rows came from, in words")
@@ -95,14 +97,15 @@ def short_reason(validation) -> str:  # noqa: ANN001 - farm.grading.validate.Tas
 class Recorder:
     """Appends each row's result to results.jsonl as it comes (a stopped run loses none)."""
 
-    def __init__(self, path: Path, rows: dict[str, dict], heldout: set[str]) -> None:
-        self.path, self.rows, self.heldout = path, rows, heldout
+    def __init__(self, path: Path, rows: dict[str, dict], heldout: set[str], sdist: bool = False) -> None:
+        self.path, self.rows, self.heldout, self.sdist = path, rows, heldout, sdist
         self.results = read_results(path)
 
     def add(self, row_id: str, outcome: str, reason: str, seconds: float = 0.0, left_out: list[str] | None = None) -> None:
         row = self.rows[row_id]
         result = RowResult(id=row_id, repo=row["repo"], version=str(row.get("version", "")),
-                           part="heldout" if row_id in self.heldout else "fix", outcome=outcome, reason=reason,
+                           part="sdist" if self.sdist else "heldout" if row_id in self.heldout else "fix",
+                           outcome=outcome, reason=reason,
                            seconds=round(seconds, 1), left_out=left_out or [])  # fmt: skip
         self.results[row_id] = result
         with self.path.open("a") as f:
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     heldout = set(split["heldout"])
     chosen = [i for i in all_rows if (args.part == "all" or (i in heldout) == (args.part == "heldout"))
               and (not args.only or i in args.only) and (not args.repo or all_rows[i]["repo"] in args.repo)]  # fmt: skip
-    rec = Recorder(out / "results.jsonl", all_rows, heldout)
+    rec = Recorder(out / "results.jsonl", all_rows, heldout, sdist=args.sdist)
     rerun = {"none": set(), "all": set(chosen),
              "invalid": {i for i, r in rec.results.items() if r.outcome != "valid"}}[args.rerun]  # fmt: skip
     todo = [i for i in chosen if i not in rec.results or i in rerun]

@@ -39,7 +39,9 @@ class RowResult(BaseModel):
     id: str
     repo: str
     version: str
-    part: Literal["fix", "heldout"] = "fix"
+    part: Literal["fix", "heldout", "sdist"] = Field(
+        default="fix", description="the part fixed on, held out, or a row built from a PyPI sdist (counted apart)"
+    )
     outcome: Outcome
     reason: str = ""
     seconds: float = 0.0
@@ -84,7 +86,8 @@ def heldout_figure(rows: Iterable[RowResult]) -> tuple[int, int]:
 
 
 def summary_line(rows: list[RowResult], seconds: float) -> str:
-    """validate_book's last line."""
+    """validate_book's last line (the published rows: those built from sdists are counted apart)."""
+    rows = [r for r in rows if r.part != "sdist"]
     c = counts(rows)
     hv, hn = heldout_figure(rows)
     return (f"validate_book: rows={len(rows)} valid={c['valid']} invalid={c['invalid']} skipped={c['skipped']} "
@@ -126,8 +129,10 @@ def render_markdown(results: BookResults) -> str:
         "| part | rows | valid | invalid | skipped | incomplete mirror | valid of the complete trees |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, part in (("fixed on", "fix"), ("held out", "heldout"), ("all", None)):
-        sel = [r for r in rows if part is None or r.part == part]
+    for name, part in (("fixed on", "fix"), ("held out", "heldout"), ("all published", None), ("from PyPI sdists", "sdist")):
+        sel = [r for r in rows if (r.part != "sdist" if part is None else r.part == part)]
+        if not sel:
+            continue
         c = counts(sel)
         complete = len(sel) - c["incomplete_mirror"]
         out.append(f"| {name} | {len(sel)} | {c['valid']} | {c['invalid']} | {c['skipped']} | {c['incomplete_mirror']} "
@@ -139,7 +144,8 @@ def render_markdown(results: BookResults) -> str:
     out += [
         "",
         "Per repository and version (rows held out in brackets; build times in seconds on this machine: "
-        "the shared base environment, and the median of the rows' instance layers):",
+        "the shared base environment, and the median of the rows' instance layers; a version marked "
+        "*sdist* is a row built from the release's PyPI sdist, for a repository too large to mirror here):",
         "",
         "| repository | version | rows | valid | base env s | instance s | the other rows |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -154,7 +160,8 @@ def render_markdown(results: BookResults) -> str:
         inst = f"{env.instance_s:.0f}" if env and env.instance_s is not None else "-"
         others = "; ".join(f"{r.id}{' (held out)' if r.part == 'heldout' else ''}: {r.outcome}: {r.reason}"
                            for r in sel if r.outcome != "valid" or r.reason)  # fmt: skip
-        out.append(f"| {repo} | {version} | {len(sel)} [{held}] | {valid} [{valid_held}] | {base} | {inst} "
+        shown = f"{version} *sdist*" if all(r.part == "sdist" for r in sel) else version
+        out.append(f"| {repo} | {shown} | {len(sel)} [{held}] | {valid} [{valid_held}] | {base} | {inst} "
                    f"| {_cell(others)} |")  # fmt: skip
     return "\n".join(out) + "\n"
 

@@ -49,7 +49,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from farm.errors import TaskError, TaskLoadError
-from farm.tasks.model import GitSource, Task
+from farm.tasks.model import GitSource, Task, TaskTimeouts
 from farm.tasks.requirements import Requirement, unmet
 from farm.tasks.venvs import expand, prefix_step, step_error
 
@@ -68,6 +68,9 @@ class Recipe(BaseModel):
     base_setup: list[str] = Field(default_factory=list, description="fills Task.base_setup_commands")
     setup: list[str] = Field(default_factory=list, description="fills Task.setup_commands")
     env: dict[str, str] = Field(default_factory=dict)
+    timeouts: TaskTimeouts | None = Field(
+        default=None, description="budgets for a row that leaves its own at the defaults (a long C extension build)"
+    )
     test_command: str | None = Field(default=None, description="may use {test_files} / {test_labels}")
     test_files: list[str] = Field(default_factory=list)
     log_parser: str | None = None
@@ -310,6 +313,8 @@ def apply_recipe(task: Task, book: RecipeBook, *, check_requirements: bool = Tru
             )  # fmt: skip
     if recipe.env:
         update["env"] = {**recipe.env, **task.env}
+    if recipe.timeouts is not None and task.timeouts == TaskTimeouts():
+        update["timeouts"] = recipe.timeouts
     if recipe.test_command and task.metadata.get("test_command_default"):
         files = task.metadata.get("test_files") or recipe.test_files
         update["test_command"] = fill_test_command(recipe.test_command, files)

@@ -117,3 +117,29 @@ def test_the_probe_imports_no_module_the_tests_did_not(tmp_path):
     res, probe = run_with_probe(project, ["-p", "no:unittest", "test_x.py"], scratch=tmp_path)
     assert res.returncode == 0, res.stdout[-2000:]
     assert probe.finished and probe.statuses == {"test_x.py::test_unittest_not_imported": TestStatus.PASSED}
+
+
+def test_the_probe_loads_when_the_test_command_sets_its_own_addopts(tmp_path):
+    """sphinx 3.3's tox.ini sets PYTEST_ADDOPTS for its tests (``--color yes``), replacing the
+    grader's ``-p farm_probe``: without the probe an honest run that passes drew
+    runtime:report_missing (sphinx-doc__sphinx-8120's gold patch). PYTEST_PLUGINS loads it too."""
+    import os
+    import secrets
+    import subprocess
+    import sys
+
+    from farm.grading.probe import PLUGIN, Probe, read_probe
+
+    project = _project(tmp_path / "p")
+    directory = tmp_path / "probe"
+    directory.mkdir()
+    key = secrets.token_bytes(32)
+    (directory / f"{PLUGIN}.py").write_text(plugin_source())
+    (directory / "key").write_bytes(key)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
+    env = {**Probe(directory=str(directory), key=key).env(base), "PYTEST_ADDOPTS": "--color yes"}  # as tox sets it
+    res = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "lib.py", "--doctest-modules"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:]
+    probe = read_probe((directory / "report.jsonl").read_text(), key)
+    assert probe.finished and set(probe.statuses.values()) == {TestStatus.PASSED}

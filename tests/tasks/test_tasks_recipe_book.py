@@ -114,6 +114,14 @@ def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path)
             load_tasks(path, recipes=str(mine))
 
 
+def test_a_recipes_timeouts_fill_a_rows_defaults(tmp_path: Path) -> None:
+    """astropy's install builds C extensions, over the default 10 minutes a setup command gets on
+    a small machine: its recipes give setup an hour (a row with budgets of its own keeps them)."""
+    path = write(tmp_path / "rows.jsonl", row("astropy/astropy", "5.1"), row("psf/requests", "2.31"))
+    astropy, requests = load_tasks(path, check_requirements=False).tasks
+    assert astropy.timeouts.setup_s == 3600 and astropy.timeouts.test_s == 900 and requests.timeouts.setup_s == 600
+
+
 def test_requirement_entries_and_checks() -> None:
     req = Requirement.model_validate({"apt": "graphviz", "check": "command:dot"})
     assert req.check == ["command:dot"] and req.kind == "apt"
