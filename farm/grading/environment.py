@@ -45,6 +45,25 @@ def missing_modules(text: str) -> list[str]:
     return sorted({m.group(1).split(".")[0] for m in _MISSING_MODULE.finditer(text)})
 
 
+_OFFLINE = re.compile(r"Temporary failure in name resolution|Name or service not known|Failed to resolve"
+                      r"|No address associated with hostname|Network is unreachable|nodename nor servname provided"
+                      r"|getaddrinfo failed")  # fmt: skip
+_HOST = re.compile(r"\bhttps?://([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})")
+
+
+def network_note(text: str) -> str:
+    """When a run's output shows its tests failing to reach hosts (names that do not resolve: a
+    sandbox has no network), the sentence that says so, with the hosts; else ''."""
+    found = _OFFLINE.search(text)
+    if found is None:
+        return ""
+    lines = [ln for ln in text.splitlines() if _OFFLINE.search(ln) or "[broken]" in ln or "ConnectionError" in ln]
+    hosts = sorted({h for ln in lines for h in _HOST.findall(ln) if h != "localhost"})
+    where = f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
+    return (f"; its tests reach hosts on the internet{where} ({found.group(0)}): a grading sandbox has no network, "
+            "SWE-bench's harness ran them online")
+
+
 def left_out_note(text: str, left_out: Sequence[str]) -> str:
     """When a run failed on missing modules and its environment's setup left packages out
     (conda-only ones: ``SetupReport.left_out``), the sentence that says so; else ''."""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import FarmError
 from farm.grading.grader import grade, grading_spec
-from farm.grading.environment import missing_modules
+from farm.grading.environment import missing_modules, network_note
 from farm.grading.hacks import HACK_PREFIXES, added_lines
 from farm.grading.report import GradingReport
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -87,6 +87,8 @@ async def validate_task(
             duration_s=time.monotonic() - t0,
         )
     valid, reason = verdict(gold_r, empty_r)
+    if not gold_r.resolved:
+        reason += network_note(gold_r.test_log)
     if not gold_r.resolved and (added := declared_dependencies(gold, missing_modules(gold_r.reason + gold_r.test_log))):
         reason += (f"; the gold patch declares {', '.join(added)} a dependency of the project: SWE-bench's evaluation "
                    "installs the checkout again after the patch, with the network, and farm grades offline in the "
