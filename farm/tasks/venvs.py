@@ -13,11 +13,14 @@ One runs after every recipe's commands that make its venv:
   runs the bare base interpreter without the venv's packages. ``prefix_step`` makes the
   venv self-contained, as a conda environment is.
 
-Two are steps a recipe names where they run, among its own commands (``expand``):
+Three are steps a recipe names where they run, among its own commands (``expand``):
 
 - ``farm-requirements PATH...`` (``requirements_script.py``): the first of the repository's
   requirements files that exists, read as SWE-bench's harness reads it (``-r`` files in
   place, the lines that install the checkout itself dropped, in included files too).
+- ``farm-httpbin`` (``httpbin_script.py``): a local httpbin for tests that call one (requests up
+  to 2.8: ``HTTPBIN_URL``), http and https on one port of the sandbox's loopback, in a venv of
+  its own; a test command starts it (``HTTPBIN_URL``).
 - ``farm-conda-env FILE`` (``conda_env_script.py``): the spec's conda environment file in the
   checkout (xarray's ``ci/requirements/environment.yml``): what PyPI has of it is installed,
   and what it left out is printed, one ``farm-left-out: NAME: WHY`` line each, which
@@ -65,22 +68,39 @@ def requirements_step(paths: Sequence[str]) -> str:
     return _run_with_venv_python(_script("requirements_script.py"), *paths)
 
 
+HTTPBIN = f"{_VENV}/httpbin"
+HTTPBIN_URL = f"$({HTTPBIN}/bin/python {HTTPBIN}/serve.py)"  # a test command's: starts it, prints its URL
+
+
+def httpbin_step() -> str:
+    """The base setup step that makes a local httpbin for the tests (``httpbin_script.py``): a
+    venv of its own in ``.venv/httpbin`` (PyPI's httpbin, apart from the code under test), its
+    script, and a certificate for ``localhost`` (``.venv/httpbin/cert.pem``, for the CA bundle the
+    tests trust). A test command starts it with ``HTTPBIN_URL``'s expansion."""
+    return (f"uv venv -q {HTTPBIN} && uv pip install -q --python {HTTPBIN}/bin/python httpbin==0.10.2 cryptography && "
+            f"cat > {HTTPBIN}/serve.py <<'FARM_PY' && {HTTPBIN}/bin/python {HTTPBIN}/serve.py --make-cert\n"
+            f"{_script('httpbin_script.py').rstrip()}\nFARM_PY")  # fmt: skip
+
+
 # The steps a recipe names among its commands (``farm-requirements requirements_test.txt``),
-# each replaced by the command that carries it out.
-FARM_STEPS = {"farm-requirements": requirements_step, "farm-conda-env": lambda args: conda_env_step(*args)}
+# each replaced by the command that carries it out: (how many arguments, the step).
+FARM_STEPS = {
+    "farm-requirements": ((1, None), requirements_step),
+    "farm-conda-env": ((1, 1), lambda args: conda_env_step(*args)),
+    "farm-httpbin": ((0, 0), lambda args: httpbin_step()),
+}
 
 
 def step_error(command: str) -> str | None:
     """What is wrong with a command that names one of farm's steps (None: nothing, or not one)."""
     if not command.startswith("farm-"):
         return None
-    words = shlex.split(command)
-    if words[0] not in FARM_STEPS:
-        return f"unknown step {words[0]!r} (farm's steps: {', '.join(FARM_STEPS)})"
-    if words[0] == "farm-conda-env" and len(words) != 2:
-        return "farm-conda-env takes one file"
-    if len(words) < 2:
-        return f"{words[0]} takes one or more paths"
+    name, *args = shlex.split(command)
+    if name not in FARM_STEPS:
+        return f"unknown step {name!r} (farm's steps: {', '.join(FARM_STEPS)})"
+    (least, most), _ = FARM_STEPS[name]
+    if len(args) < least or (most is not None and len(args) > most):
+        return f"{name} takes {'no argument' if most == 0 else 'one file' if most == 1 else 'one or more paths'}"
     return None
 
 
@@ -89,7 +109,7 @@ def expand(command: str) -> str:
     if step_error(command) is not None or not command.startswith("farm-"):
         return command
     name, *args = shlex.split(command)
-    return FARM_STEPS[name](args)
+    return FARM_STEPS[name][1](args)
 
 
 def left_out(stdouts: Iterable[str]) -> list[str]:

@@ -108,7 +108,8 @@ def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path)
     mine = tmp_path / "mine.yaml"
     for bad, why in (("farm-requirement x.txt", "unknown step 'farm-requirement'"),
                      ("farm-conda-env a.yml b.yml", "farm-conda-env takes one file"),
-                     ("farm-requirements", "farm-requirements takes one or more paths")):  # fmt: skip
+                     ("farm-requirements", "farm-requirements takes one or more paths"),
+                     ("farm-httpbin 8080", "farm-httpbin takes no argument")):  # fmt: skip
         mine.write_text(f"acme/tool:\n  '1.0': {{base_setup: ['{bad}']}}\n")
         with pytest.raises(TaskLoadError, match=why):
             load_tasks(path, recipes=str(mine))

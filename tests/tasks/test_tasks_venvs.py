@@ -7,6 +7,7 @@ pythons, real packages from PyPI, a real local sandbox."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -151,3 +152,33 @@ def test_a_requirements_file_is_read_as_swebench_reads_it(tmp_path: Path) -> Non
     assert missing.returncode == 0 and not missing.stderr  # no venv in the workdir: nothing to do
     assert _bash(f"uv venv -q .venv && {requirements_step(['a.txt', 'b.txt'])}", tmp_path).stderr.strip() == (
         "none of a.txt b.txt in the checkout")
+
+
+@pytest.mark.slow  # over 10 s: a venv and PyPI's httpbin
+def test_the_local_httpbin_answers_http_and_https_on_one_port(tmp_path: Path) -> None:
+    """requests' tests up to 2.8 call httpbin at HTTPBIN_URL, some of them over https on the same
+    host (test_mixed_case_scheme_acceptable): farm-httpbin serves both on one free port of the
+    loopback, with a certificate for localhost that a client trusting it verifies."""
+    import json
+    import ssl
+    import urllib.request
+
+    from farm.tasks.venvs import HTTPBIN_URL, expand
+
+    (tmp_path / ".venv").mkdir()
+    made = _bash(expand("farm-httpbin"), tmp_path)
+    assert made.returncode == 0, made.stderr
+    started = _bash(f"echo {HTTPBIN_URL}", tmp_path)
+    url = started.stdout.strip()
+    assert started.returncode == 0 and url.startswith("http://localhost:"), started.stderr
+    try:
+        with urllib.request.urlopen(url + "get", timeout=30) as r:
+            assert json.loads(r.read())["url"] == url + "get"
+        trusting = ssl.create_default_context(cafile=str(tmp_path / ".venv/httpbin/cert.pem"))
+        with urllib.request.urlopen(url.replace("http:", "https:") + "status/418", timeout=30, context=trusting) as r:
+            raise AssertionError(f"418 expected, got {r.status}")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 418  # the teapot answered over TLS, its certificate verified
+    finally:
+        port = url.rsplit(":", 1)[1].rstrip("/")
+        os.kill(int((tmp_path / f".venv/httpbin/server-{port}.pid").read_text()), signal.SIGTERM)
