@@ -143,3 +143,36 @@ def test_the_probe_loads_when_the_test_command_sets_its_own_addopts(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:]
     probe = read_probe((directory / "report.jsonl").read_text(), key)
     assert probe.finished and set(probe.statuses.values()) == {TestStatus.PASSED}
+
+
+NESTED = '''import os
+import subprocess
+import sys
+
+import pytest
+
+INNER = "def test_inner_fails():\\n    assert False\\n"
+
+
+def test_runs_pytest_sessions_of_its_own(tmp_path, monkeypatch):
+    (tmp_path / "test_inner.py").write_text(INNER)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)  # as pytest's own pytester fixture does
+    args = ["-p", "no:cacheprovider", "-q", str(tmp_path / "test_inner.py")]
+    assert pytest.main(args) == 1
+    assert subprocess.run([sys.executable, "-m", "pytest", *args], env=dict(os.environ)).returncode == 1
+'''
+
+
+def test_pytest_sessions_the_tests_start_do_not_load_the_probe(tmp_path):
+    """pytest's own suite starts sessions of its own (pytester: in process, or in a
+    subprocess) with PYTEST_ADDOPTS cleared but the environment otherwise inherited: through
+    PYTEST_PLUGINS they loaded the probe too, and wrote their tests and exit status into the
+    report (honest gold patches of pytest-dev/pytest drew runtime:exit_status_disagrees and
+    runtime:report_forged)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "test_nested.py").write_text(NESTED)
+    res, probe = run_with_probe(project, ["test_nested.py"], scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert probe.finished and probe.exitstatus == 0 and probe.forged_lines == 0
+    assert probe.statuses == {"test_nested.py::test_runs_pytest_sessions_of_its_own": TestStatus.PASSED}
