@@ -44,8 +44,7 @@ def row(repo: str, version: str, **extra) -> dict:
         "instance_id": f"{name}-{version}", "repo": repo, "base_commit": "b" * 40, "environment_setup_commit": "c" * 40,
         "version": version, "problem_statement": "it is broken", "patch": "", "test_patch": test_patch,
         "FAIL_TO_PASS": json.dumps(["tests/foo/tests.py::test_y"]), "PASS_TO_PASS": [],
-        "image": f"swebench/sweb.eval.x86_64.{name}:latest",
-    }  # fmt: skip
+    }  # fmt: skip  (no image named: a row naming one runs in it, tasks.images.prefer)
     out.update(extra)
     return out
 
@@ -182,8 +181,9 @@ def test_a_users_file_overrides_the_book_per_repository_version(tmp_path: Path) 
     assert flask.metadata["recipe_source"] == BUILTIN
     # A list is exactly its sources: without "builtin" the book is out; "none" is no recipes at all.
     only = load_tasks(path, recipes=[str(mine)], check_requirements=False)
-    assert [t.id for t in only.tasks] == ["django__django-4.0", "psf__requests-2.31", "pallets__flask-2.0"]
+    assert [t.id for t in only.tasks] == ["django__django-4.0", "psf__requests-2.31"]
     assert "no recipe for django/django version '4.1'" in str(only.errors[0]) and "4.0" in str(only.errors[0])
+    assert only.errors[1].field == "environment" and "pallets/flask" in str(only.errors[1])  # nothing gives it one
     assert all(not t.setup_commands for t in load_tasks(path, recipes="none").tasks)
     assert recipe_sources(None) == [] and recipe_sources(BUILTIN) == [BUILTIN] and TasksConfig().recipes == BUILTIN
     assert recipe_sources("x.yaml") == [BUILTIN, "x.yaml"] and recipe_sources(["x.yaml"]) == ["x.yaml"]
