@@ -397,7 +397,7 @@ def test_test_ids_no_run_can_report_are_dataset_defects(tmp_path: Path) -> None:
                      PASS_TO_PASS=json.dumps(["[100%]", "tests/test_other.py::test_ok"])),
         swebench_row(instance_id="acme__thing-2", FAIL_TO_PASS=json.dumps([theirs])),
     ])  # fmt: skip
-    result = load_tasks(path)
+    result = load_tasks(path, environments=False)  # the conversion alone
     (task,) = result.tasks
     assert task.fail_to_pass == ["tests/test_core.py::test_add"] and task.pass_to_pass == ["tests/test_other.py::test_ok"]
     assert task.metadata["dataset_defects"] == [
