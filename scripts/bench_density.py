@@ -5,7 +5,7 @@ One sandbox actor's rollout path (``ActorLayers`` + ``RolloutPipeline``, in this
 without Ray: what a ``SandboxActor`` runs), real local sandboxes (bubblewrap, cgroups,
 copy-on-write views of the environment snapshots), a real CLI (``--harness``, default
 Codex), graded in fresh sandboxes; the model is the scripted oracle worker (its own
-process) with a realistic per-turn latency: ``engine.scripted.latency.ttft_s`` = the
+process) with a realistic per-turn latency: ``engine.simulator.latency.ttft_s`` = the
 turn time (``--turn-s``, +-20 % jitter), as a GPU engine's turn takes seconds.
 
 ``--n`` slots run rollouts back to back for ``--duration-s`` (then finish what runs), on
@@ -30,8 +30,8 @@ Figures (per mode; the last line is the pool's):
 - ``create_p50_ms``: the create_sandbox phase of the agent sandboxes (pool: an acquire).
 
 Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=… overhead_p95_s=…
-farm_cpu_ms_per_turn=… rss_mb_per_rollout=… create_p50_ms=…``. Full size (the issue's
-target: in_flight >= 64 with slot_utilization >= 0.9 at a 10 s turn, overhead p50 <= 0.5 s,
+farm_cpu_ms_per_turn=… rss_mb_per_rollout=… create_p50_ms=…``. Full size (the target a
+node is sized for: in_flight >= 64 with slot_utilization >= 0.9 at a 10 s turn, overhead p50 <= 0.5 s,
 create_p50_ms <= 50 with the pool): ``--n 64 --turn-s 10``; ``--quick`` for development.
 """
 
@@ -69,7 +69,7 @@ def config(args: argparse.Namespace, work: Path, pool: bool) -> FarmConfig:
         f"run_id=density-{'pool' if pool else 'cold'}",
         "tasks.path=demo",
         f"harness.name={args.harness}",
-        "engine.mode=scripted", "engine.policy=oracle", "engine.tokenizer=builtin:farm-test",
+        "engine.mode=simulator", "engine.policy=oracle", "engine.tokenizer=builtin:farm-test",
         "engine.tool_parser=hermes",
         f"sandbox.local.base_dir={work / 'sandboxes'}",
         # live sandboxes: every rollout's own, the grading ones, the pool's

@@ -231,7 +231,7 @@ def test_a_swebench_row_of_a_book_repository_validates_with_only_a_mirror(tmp_pa
     it, as a SWE-bench row: `farm validate-tasks` with the row's file and a mirror directory
     and nothing else (the book's recipe, real uv setup in a local sandbox): gold resolves,
     the empty patch does not."""
-    from farm.testing.sdist_task import REQUESTS, make_book_task
+    from testkit.sdist_task import REQUESTS, make_book_task
 
     made = make_book_task(tmp_path / "row", REQUESTS)
     # as some published rows have it (pytest-dev__pytest-5227): an id no run reports, a dataset defect
