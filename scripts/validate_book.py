@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="farm YAML config (sandbox, envs, tasks.* settings)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--sdist", action="store_true",
-                   help="the rows are built from PyPI sdists (farm.testing.sdist_task), counted apart from published ones")
+                   help="the rows are built from PyPI sdists (tests/testkit/sdist_task.py), counted apart from published ones")
     p.add_argument("--report-only", action="store_true", help="validate nothing: summarize the results recorded")
     p.add_argument("--publish", action="store_true", help=f"write {RESULTS_PATH} and {PAGE_PATH}")
     p.add_argument("--measured", default="", help="--publish: when and where it was measured, in words")
