@@ -8,8 +8,9 @@ policy does not write and a check of what actually ran:
 
 - the grader creates a fresh directory with a random name outside the workspace, writes
   ``farm_probe.py`` and a random key there, and runs the test command with
-  ``PYTEST_ADDOPTS=-p farm_probe`` and that directory first on ``PYTHONPATH`` (a test
-  command that is not pytest ignores both);
+  ``PYTEST_ADDOPTS=-p farm_probe``, ``PYTEST_PLUGINS=farm_probe`` (kept when a test command
+  sets addopts of its own) and that directory first on ``PYTHONPATH`` (a test command that
+  is not pytest ignores them);
 - the plugin is imported before any conftest or test module: it reads the key, deletes
   the key file, opens its report file, and binds everything it needs as defaults, so a
   module imported later cannot read the key from disk or patch the plugin's helpers;
@@ -71,10 +72,14 @@ class Probe:
         return f"{self.directory}/{REPORT}"
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        """``base`` plus what loads the plugin (kept: the task's own addopts / PYTHONPATH)."""
+        """``base`` plus what loads the plugin (kept: the task's own addopts / plugins / PYTHONPATH).
+        ``PYTEST_PLUGINS`` loads it too, for a test command that sets ``PYTEST_ADDOPTS`` of its own
+        (sphinx 3.3's tox.ini: ``setenv = PYTEST_ADDOPTS = --color yes``): the probe is not lost
+        with the addopts (pytest registers a plugin named twice once)."""
         addopts = " ".join(x for x in (base.get("PYTEST_ADDOPTS", ""), f"-p {PLUGIN}", ASSERT_PASS_OPTION) if x)
+        plugins = ",".join(x for x in (base.get("PYTEST_PLUGINS", ""), PLUGIN) if x)
         path = ":".join(x for x in (self.directory, base.get("PYTHONPATH", "")) if x)
-        return {**base, "PYTEST_ADDOPTS": addopts, "PYTHONPATH": path}
+        return {**base, "PYTEST_ADDOPTS": addopts, "PYTEST_PLUGINS": plugins, "PYTHONPATH": path}
 
 
 async def write_probe(sandbox: Sandbox) -> Probe:

@@ -62,7 +62,24 @@ def _open():
     return key, os.open(os.path.join(_DIR, "report.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
+def _unset_plugins_variable():
+    """Take this plugin out of ``PYTEST_PLUGINS`` once it is loaded (the task's own entries
+    kept): the grader sets it for a test command that replaces ``PYTEST_ADDOPTS`` (a tox.ini's
+    setenv), and pytest sessions the tests start themselves, in process or in a subprocess
+    (pytest's own suite, through its pytester fixture), inherit it where they never see the
+    addopts (pytester clears them): they loaded the probe too and wrote their own exit into
+    the report."""
+    if __name__ != "farm_probe" or "PYTEST_PLUGINS" not in os.environ:
+        return
+    kept = [p for p in os.environ["PYTEST_PLUGINS"].split(",") if p.strip() and p.strip() != __name__]
+    if kept:
+        os.environ["PYTEST_PLUGINS"] = ",".join(kept)
+    else:
+        del os.environ["PYTEST_PLUGINS"]
+
+
 _KEY, _FD = _open()
+_unset_plugins_variable()
 _SECRET = [_KEY]  # a pytest-xdist worker gets it from the controller (its key file is gone)
 _ROLE = ["main"]  # or "controller" (pytest-xdist's: it relays the workers' reports) or "worker"
 _CURRENT = [None]  # node id of the test whose call phase is running
@@ -163,6 +180,8 @@ def _raised(item, outcome):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item, _getprofile=sys.getprofile, _setprofile=sys.setprofile, _emit=_emit,
                         _thread_profile=threading.setprofile):
+    if __name__ == "farm_probe":
+        _wrap_unittest_once()
     body = _body(item)
     seen = []
     previous = _getprofile()
@@ -343,8 +362,19 @@ def _wrap_unittest():
     wrap("assertNotIn", "not in", lambda a: a[:2])
 
 
-if __name__ == "farm_probe":
-    _wrap_unittest()
+_WRAPPED = [False]
+
+
+def _wrap_unittest_once():
+    """Wrap unittest's assertions once the tests themselves imported it: the probe never imports
+    it first. pytest avoids importing unittest until a test module does, and a run where it was
+    imported up front behaves differently (pytest's own tests of its unittest support, run
+    in-process by pytester: with unittest imported by a plugin, a tearDown that pytest calls for a
+    class skipped under --pdb is not called, and pytest-dev__pytest-10081's FAIL_TO_PASS test passes
+    without the fix)."""
+    if not _WRAPPED[0] and "unittest.case" in sys.modules:
+        _WRAPPED[0] = True
+        _wrap_unittest()
 
 
 # --- pytest's reports ---------------------------------------------------------------------------
