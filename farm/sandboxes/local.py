@@ -51,6 +51,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
     socket_dir,
 )
 from farm.sandboxes.process import HostProcess
+from farm.sandboxes.usage import CPUBook
 from farm.sandboxes.views import mount_view, resolve_mode, unmount_under
 from farm.sandboxes.watchdog import Watchdog
 
@@ -100,6 +101,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._forwards: list[int] = []
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
+        self.cpu = CPUBook(None)  # counts once the cgroup exists (_make_dirs)
         self._host: HostMounts | None = None  # at the first command (the dirs exist then)
         self._watchdog = Watchdog(
             path=str(self.dir),
@@ -170,6 +172,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             self._cgroup = SandboxCgroup.create(
                 self.dir.parent.name, self.id, memory_bytes=limits.memory_bytes, pids=limits.pids
             )
+            if self._cgroup is not None and self._cgroup.cpu_s() is not None:
+                self.cpu = CPUBook(self._cgroup.cpu_s)
             if self._cgroup is None and (limits.memory_bytes or limits.pids):
                 log.warning(
                     "sandbox %s: no writable cgroup here: memory is limited per process (RLIMIT_DATA), "
@@ -325,11 +329,16 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             describe=_describe(cmd),
             max_output_bytes=self._max_output,
             kill_grace_s=self._cfg.kill_grace_s,
-            on_exit=self._procs.discard,
+            on_exit=self._exited,
             jailed=self._isolated,
         )
         self._procs.add(proc)
+        self.cpu.started(proc.pid, proc.describe)
         return proc
+
+    def _exited(self, proc: HostProcess) -> None:
+        self._procs.discard(proc)
+        self.cpu.ended(proc.pid)
 
     async def exec(
         self,
@@ -376,6 +385,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         try:
             await self._watchdog.stop()
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
+            self.cpu.freeze()
             if self._cgroup is not None:
                 await asyncio.to_thread(self._cgroup.remove)
             if self._sock_dir:
