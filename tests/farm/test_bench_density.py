@@ -1,0 +1,44 @@
+"""scripts/bench_density.py runs at its smallest size (``--quick``), so a refactor that breaks
+it fails the suite rather than the next measurement: one farm rollout and one bare rollout
+of a demo task, real sandboxes and CLIs, and the last line's figures."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAST = re.compile(
+    r"^bench_density: in_flight=(?P<in_flight>\S+) slot_utilization=(?P<slot_utilization>\S+) "
+    r"overhead_p50_s=(?P<overhead_p50_s>\S+) farm_cpu_ms_per_turn=(?P<farm_cpu_ms_per_turn>\S+) "
+    r"capacity_at_90=(?P<capacity_at_90>\d+) bare_capacity_at_90=(?P<bare_capacity_at_90>\d+) "
+    r"capacity_ratio=(?P<capacity_ratio>\S+) farm_cpu_share=(?P<farm_cpu_share>\S+)$"
+)
+
+
+@pytest.mark.slow
+def test_bench_density_quick_prints_its_figures(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "scripts/bench_density.py", "--quick"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=1200, env={**os.environ, "TMPDIR": str(tmp_path)})
+    out = res.stdout.strip().splitlines()
+    assert res.returncode == 0 and out, res.stderr[-3000:]
+    m = LAST.match(out[-1])
+    assert m, f"last line: {out[-1]!r}\n{res.stdout[-3000:]}\n{res.stderr[-2000:]}"
+    fig = {k: float(v) for k, v in m.groupdict().items()}
+    assert 0 < fig["in_flight"] <= 1.0 and 0 < fig["slot_utilization"] <= 1.0
+    assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
+    assert fig["capacity_ratio"] > 0 or math.isnan(fig["capacity_ratio"])
+    # each way, its one rollout completed: farm's graded, bare's resolved by the oracle
+    assert re.search(r"^  statuses=\{'completed': 1\}$", res.stdout, re.M), res.stdout[-3000:]
+    bare = next(line for line in out if line.startswith("bench_density[bare n=1]:"))
+    assert " rollouts=1 " in bare and " resolved=1 " in bare, bare
+    # the node's CPU by owner: the CLI, its tools, the test command, farm's process, all counted
+    owners = next(line for line in out if line.startswith("  cpu_s_per_rollout=") and "agent.cli" in line)
+    for owner in ("agent.cli", "agent.tools", "agent.jail", "grading.test", "farm.process", "engine"):
+        assert f"'{owner}': " in owners, owners
