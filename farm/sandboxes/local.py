@@ -36,6 +36,7 @@ from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
 from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
+from farm.sandboxes.hostetc import staged_etc
 from farm.sandboxes.hostview import user_files
 from farm.sandboxes.local_files import LocalFiles
 from farm.sandboxes.local_net import LocalNetwork
@@ -102,7 +103,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
         self.cpu = CPUBook(None)  # counts once the cgroup exists (_make_dirs)
-        self._host: HostMounts | None = None  # at the first command (the dirs exist then)
+        self._host: HostMounts | None = None  # with the dirs (_make_dirs)
         self._watchdog = Watchdog(
             path=str(self.dir),
             extra_paths=[self.view.lower if self.view.writable else self.view.upper]
@@ -202,6 +203,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         passwd, group = user_files(self._cfg.uid, self.home)
         Path(self._etc_dir, "passwd").write_text(passwd)
         Path(self._etc_dir, "group").write_text(group)
+        if self._isolated:  # here, in a thread: the first stage of /etc copies a few hundred files
+            self._host = HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
         if self.view is not None:  # after labels.json: reap finds (and unmounts) it
             t0 = time.monotonic()
             self.view_mode = resolve_mode(self._cfg.view)
@@ -299,7 +302,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 assert self._socat is not None
                 limited = [*forwarder_prefix(self._socat, self._forwards), *limited]
             if self._host is None:
-                self._host = HostMounts.of(self._etc_dir, self._ro_binds())
+                self._host = HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
             full = bwrap_argv(
                 bwrap=self._bwrap,
                 root=self.root,
