@@ -10,9 +10,11 @@ The stage lives in ``/tmp/farm-etc-<uid>/<signature>/`` (0700, beside the forwar
 sockets: no jail sees it but through this bind, read-only), shared by every farm process of
 the user on the node whatever its ``base_dir``. The signature is a digest of every staged
 entry's path, type, size, mtime and link target, files inside the staged directories
-included (and empty ``passwd`` and ``group``, where each sandbox binds its own): when the host changes one (``resolv.conf``, a CA bundle), the next check makes
-a new stage. A process checks the host again at most every ``RECHECK_S`` seconds, so a
-change reaches new commands within that; stages are built under a temporary name and
+included (and empty ``passwd`` and ``group``, where each sandbox binds its own): when the host
+changes one (``resolv.conf``, a CA bundle), the next check makes a new stage. A process looks
+at the entries again at most every ``RECHECK_S`` seconds and at every file inside the staged
+directories every ``DEEP_RECHECK_S`` (a few hundred stats), so a change reaches new commands
+within those; stages are built under a temporary name and
 renamed into place (several actors on a node share them) and are never changed after.
 Symlinks into what the jail sees (``/usr``, ``/proc``) stay links; others are copied as
 the file they point at (bubblewrap's bind of a link showed its target too).
@@ -32,26 +34,41 @@ from pathlib import Path
 from farm.errors import SandboxError
 from farm.sandboxes.hostview import ETC_ENTRIES, VISIBLE_TARGETS
 
-RECHECK_S = 30.0
+RECHECK_S = 30.0  # the entries themselves (~30 stats)
+DEEP_RECHECK_S = 300.0  # every file inside the staged directories too (~500 stats: ~10-80 ms)
 MOUNT_POINTS = ("passwd", "group")  # empty here: each sandbox binds its own over them
 STAGES = "/tmp/farm-etc-{uid}"
 _lock = threading.Lock()
-_last: dict[str, tuple[float, str]] = {}  # host etc -> (checked at, stage dir)
+
+
+class _Seen:
+    """What this process last found for one host /etc."""
+
+    def __init__(self, stage: str, top: str, now: float) -> None:
+        self.stage, self.top, self.checked, self.deep_checked = stage, top, now, now
+
+
+_last: dict[str, _Seen] = {}
 
 
 def staged_etc(host_etc: str = "/etc", stages: str | None = None) -> str:
-    """The stage of ``host_etc``'s selected entries: made (or found) now, or the one this
-    process found less than ``RECHECK_S`` s ago."""
+    """The stage of ``host_etc``'s selected entries: the one this process found, checked
+    against the host's entries every ``RECHECK_S`` s and against every file inside them
+    every ``DEEP_RECHECK_S`` s; made when the host changed."""
     now = time.monotonic()
     root = Path(stages or STAGES.format(uid=os.getuid()))
     key = f"{root}\0{host_etc}"
     with _lock:
         seen = _last.get(key)
-        if seen is not None and now - seen[0] < RECHECK_S and os.path.isdir(seen[1]):
-            return seen[1]
-        stage = _make(root, host_etc)
-        _last[key] = (now, stage)
-        return stage
+        if seen is not None and now - seen.checked < RECHECK_S and os.path.isdir(seen.stage):
+            return seen.stage
+        top = _signature(host_etc, deep=False)
+        if (seen is not None and top == seen.top and now - seen.deep_checked < DEEP_RECHECK_S
+                and os.path.isdir(seen.stage)):
+            seen.checked = now
+            return seen.stage
+        _last[key] = _Seen(_make(root, host_etc), top, now)
+        return _last[key].stage
 
 
 def _visible_link(path: str) -> str | None:
@@ -61,11 +78,11 @@ def _visible_link(path: str) -> str | None:
     return os.readlink(path) if os.path.realpath(path).startswith(VISIBLE_TARGETS) else None
 
 
-def _signature(host_etc: str) -> str:
+def _signature(host_etc: str, *, deep: bool = True) -> str:
     h = hashlib.sha256()
     for name in ETC_ENTRIES:
         top = os.path.join(host_etc, name)
-        for path in [top, *_inside(top)]:
+        for path in [top, *(_inside(top) if deep else ())]:
             try:
                 st = os.lstat(path) if _visible_link(path) is not None else os.stat(path)
             except OSError:

@@ -48,12 +48,17 @@ def test_the_stage_holds_the_entries_as_the_jail_must_see_them(fake_etc: Path, t
 def test_a_changed_host_entry_gets_a_new_stage(fake_etc: Path, tmp_path: Path, monkeypatch) -> None:
     stages = str(tmp_path / "stages")
     first = hostetc.staged_etc(str(fake_etc), stages)
-    (fake_etc / "ssl" / "certs" / "ca.pem").write_text("NEW CERT, same second\n")
+    (fake_etc / "hosts").write_text("127.0.0.1 localhost farm\n")
     assert hostetc.staged_etc(str(fake_etc), stages) == first  # within RECHECK_S: not looked at again
     monkeypatch.setattr(hostetc, "RECHECK_S", 0.0)
-    second = hostetc.staged_etc(str(fake_etc), stages)
-    assert second != first and Path(second, "ssl/certs/ca.pem").read_text() == "NEW CERT, same second\n"
-    assert hostetc.staged_etc(str(fake_etc), stages) == second  # unchanged: the same stage again
+    second = hostetc.staged_etc(str(fake_etc), stages)  # an entry changed: seen at the next check
+    assert second != first and Path(second, "hosts").read_text() == "127.0.0.1 localhost farm\n"
+    (fake_etc / "ssl" / "certs" / "ca.pem").write_text("NEW CERT, in place\n")
+    assert hostetc.staged_etc(str(fake_etc), stages) == second  # inside a directory: the deep check's
+    monkeypatch.setattr(hostetc, "DEEP_RECHECK_S", 0.0)
+    third = hostetc.staged_etc(str(fake_etc), stages)
+    assert third != second and Path(third, "ssl/certs/ca.pem").read_text() == "NEW CERT, in place\n"
+    assert hostetc.staged_etc(str(fake_etc), stages) == third  # unchanged: the same stage again
     assert Path(first, "ssl/certs/ca.pem").read_text() == "CERT\n"  # a stage is never changed
 
 
