@@ -288,13 +288,19 @@ def cpu_report(led: Any, rollouts: int, turns: int) -> dict:
     owners = dict(led.owners)
     node = sum(v for k, v in owners.items() if k != "engine")
     farm = sum(owners.get(k, 0.0) for k in FARM_OWNERS)
-    detail = {k: round(1000 * v / max(1, turns), 2) for k, v in sorted(led.farm_detail.items(), key=lambda kv: -kv[1])
-              if v * 1000 / max(1, turns) >= 0.05}
+    def per_turn(d: dict[str, float]) -> dict[str, float]:
+        return {k: round(1000 * v / max(1, turns), 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])
+                if v * 1000 / max(1, turns) >= 0.05}
+
+    grade_own = sum(owners.get(k, 0.0) for k in ("grading.own_cmds", "grading.jail", "grading.between_commands"))
+    grade_own += sum(led.farm_detail.get(k, 0.0) for k in ("rollout.grade", "sandbox_lifecycle.grading"))
     return {
         "farm_cpu_ms_per_turn": round(1000 * owners.get("farm.process", 0.0) / max(1, turns), 1),
         "farm_cpu_share": round(farm / node, 3) if node else float("nan"),
         "cpu_s_per_rollout": {k: round(v, 3) for k, v in led.per(rollouts).items() if abs(v) >= 0.0005},
-        "farm_ms_per_turn_by_owner": detail,
+        "grading_own_cpu_s_per_rollout": round(grade_own / max(1, rollouts), 3),
+        "farm_ms_per_turn_by_owner": per_turn(led.farm_detail),
+        "farm_thread_jobs_ms_per_turn": per_turn(led.farm_threads),
         "jail_start_ms_p50": round(1000 * pct(led.jail_starts, 0.5), 1),
         "jailed_commands_per_rollout": round(led.jailed_commands / max(1, rollouts), 1),
         "overlapped_commands": led.overlapped,
@@ -343,7 +349,8 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
 
 # ---- the run ---------------------------------------------------------------------------------------
 def show(label: str, r: dict) -> None:
-    nested = ("statuses", "reasons", "pool", "phases_p50_s", "cpu_s_per_rollout", "farm_ms_per_turn_by_owner")
+    nested = ("statuses", "reasons", "pool", "phases_p50_s", "cpu_s_per_rollout", "farm_ms_per_turn_by_owner",
+              "farm_thread_jobs_ms_per_turn")
     print(f"bench_density[{label}]: " + " ".join(f"{k}={v}" for k, v in r.items() if k not in nested), flush=True)
     for key in nested:
         if key in r:

@@ -100,11 +100,17 @@ def tree_s(pid: int) -> float:
 
 # ---- farm's process by owner -------------------------------------------------------------------
 class LoopCPU:
-    """Thread CPU of every event-loop callback and worker-thread job, by the owner of the
-    context it ran in (a rollout's phase, or ``gateway`` for the server's own tasks)."""
+    """Thread CPU of every event-loop callback, by the owner of the context it ran in (a
+    rollout's phase, or ``gateway`` for the server's own work), and of every worker-thread
+    job, by its function; a job that works on one sandbox (its directories, view, cgroup:
+    a method of it, or a path inside it) is also that sandbox's (``sandbox_of``), any other
+    job run for a rollout its phase's."""
 
-    def __init__(self) -> None:
+    def __init__(self, sandbox_of: Any = None) -> None:
         self.by_owner: dict[str, float] = defaultdict(float)
+        self.by_sandbox: dict[int, float] = defaultdict(float)  # id(sandbox) -> its jobs' CPU
+        self.thread_phase: dict[str, float] = defaultdict(float)  # rollout.<phase> -> other jobs' CPU
+        self.sandbox_of = sandbox_of or (lambda func, args: None)
         self._patched: list[tuple[Any, str, Any]] = []
         self._main_t0 = 0.0
         self.main_s = 0.0  # the loop thread's CPU over the window
@@ -138,12 +144,20 @@ class LoopCPU:
             try:
                 work_run(item)
             finally:
-                fn = item.fn  # asyncio.to_thread: partial(context.run, func, ...)
-                args = getattr(fn, "args", None)
-                func = args[0] if isinstance(getattr(getattr(fn, "func", None), "__self__", None),
-                                             contextvars.Context) and args else fn
-                name = getattr(func, "__qualname__", type(func).__name__)
-                by_owner[f"threads.{name}"] += time.thread_time() - t0
+                dt = time.thread_time() - t0
+                fn = item.fn  # asyncio.to_thread: partial(context.run, func, *args)
+                ctx = getattr(getattr(fn, "func", None), "__self__", None)
+                call = list(getattr(fn, "args", ()) or ()) if isinstance(ctx, contextvars.Context) else [fn]
+                func, args = (call[0], call[1:]) if call else (fn, [])
+                by_owner[f"threads.{getattr(func, '__qualname__', type(func).__name__)}"] += dt
+                sb = self.sandbox_of(func, args)
+                holder = ctx.get(OWNER) if isinstance(ctx, contextvars.Context) else None
+                if sb is not None:
+                    self.by_sandbox[id(sb)] += dt
+                elif (getattr(func, "__module__", "") or "").startswith("farm.gateway."):
+                    self.thread_phase["gateway"] += dt  # the render thread, the fidelity check
+                elif holder and holder["owner"].startswith("rollout."):
+                    self.thread_phase[holder["owner"]] += dt
 
         asyncio.events.Handle._run = run_handle  # type: ignore[method-assign]
         cf_thread._WorkItem.run = run_work  # type: ignore[method-assign]
@@ -172,7 +186,8 @@ class Ledger:
     """CPU seconds by owner over a window, and the counts to divide them by."""
 
     owners: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    farm_detail: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    farm_detail: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # farm's process, a partition
+    farm_threads: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its thread jobs by function
     jail_starts: list[float] = field(default_factory=list)  # each sandbox's create probe: a jailed `true`
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
@@ -190,8 +205,9 @@ class NodeLedger:
         self.engine_pid = engine_pid
         self.tests = [t[:60] for t in test_commands if t]
         self.period = period
-        self.loop_cpu = LoopCPU()
+        self.loop_cpu = LoopCPU(self._sandbox_of)
         self._live: dict[int, Any] = {}
+        self._dirs: dict[str, Any] = {}  # a tracked sandbox's directory -> the sandbox
         self._at_start: dict[int, tuple[float, int]] = {}  # sandboxes alive at start: (count, commands) then
         self._long: dict[tuple[int, int], _Long] = {}  # (sandbox, command key) -> last reading
         self.ledger = Ledger()
@@ -206,12 +222,27 @@ class NodeLedger:
         if book is None:
             return
         self._live[id(sb)] = sb
+        self._dirs[str(sb.dir)] = sb
         sb.add_close_callback(lambda: self._closed(sb))
+
+    def _sandbox_of(self, func: Any, args: list[Any]) -> Any:
+        """The tracked sandbox a thread job worked on: its method's, or a path argument's."""
+        me = getattr(func, "__self__", None)
+        if me is not None and id(me) in self._live:
+            return me
+        for a in args:
+            if isinstance(a, (str, Path)):
+                path = str(a)
+                for d, sb in self._dirs.items():
+                    if path == d or path.startswith(d + "/"):
+                        return sb
+        return None
 
     def _closed(self, sb: Any) -> None:
         self._live.pop(id(sb), None)
         if self._running:
             self._account(sb)
+        self._dirs.pop(str(sb.dir), None)
 
     def _kind(self, describe: str) -> str:
         if CLI_MARK in describe:
@@ -230,6 +261,8 @@ class NodeLedger:
         before, first = self._at_start.pop(id(sb), (0.0, 0))
         total -= before
         purpose = sb.labels.get("purpose", "pool")
+        # farm's process: the thread jobs that made and removed this sandbox (its dirs, view, cgroup)
+        led.farm_detail[f"sandbox_lifecycle.{purpose}"] += self.loop_cpu.by_sandbox.pop(id(sb), 0.0)
         own = {"agent": "agent.farm_cmds", "grading": "grading.own_cmds"}.get(purpose, "pool.idle")
         counted = 0.0
         for cmd in book.commands:
@@ -313,15 +346,24 @@ class NodeLedger:
         farm = ru.ru_utime + ru.ru_stime - self._r0 - exclude_s - self.sampler_s
         led.owners["farm.process"] += farm
         led.owners["engine"] += self._engine_s() - self._e0
-        detail = dict(self.loop_cpu.by_owner)
-        in_loop = sum(v for k, v in detail.items() if not k.startswith("threads."))
-        detail["loop.select_and_scheduling"] = max(0.0, self.loop_cpu.main_s - in_loop)
-        detail["threads.other"] = max(0.0, farm + self.sampler_s + exclude_s - self.loop_cpu.main_s - sum(
-            v for k, v in detail.items() if k.startswith("threads.")))
-        for k in [k for k in detail if k == "bench" or k.startswith("threads.Sampler")]:
-            detail.pop(k)  # the bench's own tasks and threads (this ledger's sampler, the memory sampler)
-        for k, v in detail.items():
+        cpu = self.loop_cpu
+        callbacks = {k: v for k, v in cpu.by_owner.items() if not k.startswith("threads.")}
+        jobs = {k: v for k, v in cpu.by_owner.items() if k.startswith("threads.")}
+        bench = callbacks.pop("bench", 0.0)  # the bench's own tasks (the ledger's sampler)
+        # farm's process by owner (a partition): the gateway, each rollout phase (its callbacks and
+        # thread jobs), each kind of sandbox's making and removal (at its account), the loop's own
+        # work, and what no callback or job holds (asyncio's child watchers, the tokenizer's threads)
+        view = {k: v for k, v in callbacks.items()}
+        for phase, v in cpu.thread_phase.items():
+            view[phase] = view.get(phase, 0.0) + v
+        view["loop.select_and_scheduling"] = max(0.0, cpu.main_s - sum(callbacks.values()) - bench)
+        lifecycle = sum(v for k, v in led.farm_detail.items() if k.startswith("sandbox_lifecycle."))
+        view["other_threads"] = max(0.0, farm - sum(view.values()) - lifecycle)
+        for k, v in view.items():
             led.farm_detail[k] += v
+        for k, v in jobs.items():  # the thread jobs by function (a second view, for profiling)
+            if not k.startswith("threads.Sampler"):
+                led.farm_threads[k] += v
         return led
 
 
