@@ -114,6 +114,34 @@ class LoopCPU:
         self._patched: list[tuple[Any, str, Any]] = []
         self._main_t0 = 0.0
         self.main_s = 0.0  # the loop thread's CPU over the window
+        self.callbacks = 0
+        self.per_callback_s = 0.0  # what wrapping one callback costs (calibrated at start)
+
+    @property
+    def overhead_s(self) -> float:
+        """The CPU this accounting added to the loop thread (its callbacks x their calibrated cost)."""
+        return self.callbacks * self.per_callback_s
+
+    async def calibrate(self, n: int = 20000) -> None:
+        """Time ``n`` empty callbacks without and with the wrapping (thread CPU), keep the difference."""
+        async def run() -> float:
+            loop = asyncio.get_running_loop()
+            done, left = loop.create_future(), [n]
+
+            def step() -> None:
+                left[0] -= 1
+                loop.call_soon(step) if left[0] else done.set_result(None)
+
+            t0 = time.thread_time()
+            loop.call_soon(step)
+            await done
+            return time.thread_time() - t0
+
+        plain = await run()
+        self._patch()
+        wrapped = await run()
+        self._unpatch()
+        self.per_callback_s = max(0.0, (wrapped - plain) / n)
 
     @staticmethod
     def owner(h: asyncio.events.Handle) -> str:
@@ -127,6 +155,12 @@ class LoopCPU:
         return holder["owner"] if holder else "bench"
 
     def start(self) -> None:
+        self.callbacks = 0
+        self.by_owner.clear()
+        self._patch()
+        self._main_t0 = time.thread_time()
+
+    def _patch(self) -> None:
         by_owner, owner = self.by_owner, self.owner
         handle_run = asyncio.events.Handle._run
 
@@ -135,6 +169,7 @@ class LoopCPU:
             try:
                 handle_run(h)
             finally:
+                self.callbacks += 1
                 by_owner[owner(h)] += time.thread_time() - t0
 
         work_run = cf_thread._WorkItem.run
@@ -162,13 +197,15 @@ class LoopCPU:
         asyncio.events.Handle._run = run_handle  # type: ignore[method-assign]
         cf_thread._WorkItem.run = run_work  # type: ignore[method-assign]
         self._patched = [(asyncio.events.Handle, "_run", handle_run), (cf_thread._WorkItem, "run", work_run)]
-        self._main_t0 = time.thread_time()
 
-    def stop(self) -> None:
-        self.main_s = time.thread_time() - self._main_t0
+    def _unpatch(self) -> None:
         for cls, name, orig in self._patched:
             setattr(cls, name, orig)
         self._patched = []
+
+    def stop(self) -> None:
+        self.main_s = time.thread_time() - self._main_t0
+        self._unpatch()
 
 
 # ---- the node ---------------------------------------------------------------------------------
@@ -192,6 +229,7 @@ class Ledger:
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
     uncounted_sandboxes: int = 0  # no CPU count (no cgroup here)
+    ledger_overhead_s: float = 0.0  # the accounting's own CPU in farm's process, left out of farm's
 
     def per(self, n: int) -> dict[str, float]:
         return {k: v / max(1, n) for k, v in sorted(self.owners.items())}
@@ -343,10 +381,11 @@ class NodeLedger:
             self._account(sb)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         led = self.ledger
-        farm = ru.ru_utime + ru.ru_stime - self._r0 - exclude_s - self.sampler_s
+        cpu = self.loop_cpu
+        led.ledger_overhead_s += cpu.overhead_s + self.sampler_s  # this accounting's own CPU: not farm's
+        farm = ru.ru_utime + ru.ru_stime - self._r0 - exclude_s - self.sampler_s - cpu.overhead_s
         led.owners["farm.process"] += farm
         led.owners["engine"] += self._engine_s() - self._e0
-        cpu = self.loop_cpu
         callbacks = {k: v for k, v in cpu.by_owner.items() if not k.startswith("threads.")}
         jobs = {k: v for k, v in cpu.by_owner.items() if k.startswith("threads.")}
         bench = callbacks.pop("bench", 0.0)  # the bench's own tasks (the ledger's sampler)
@@ -356,7 +395,7 @@ class NodeLedger:
         view = {k: v for k, v in callbacks.items()}
         for phase, v in cpu.thread_phase.items():
             view[phase] = view.get(phase, 0.0) + v
-        view["loop.select_and_scheduling"] = max(0.0, cpu.main_s - sum(callbacks.values()) - bench)
+        view["loop.select_and_scheduling"] = max(0.0, cpu.main_s - sum(callbacks.values()) - bench - cpu.overhead_s)
         lifecycle = sum(v for k, v in led.farm_detail.items() if k.startswith("sandbox_lifecycle."))
         view["other_threads"] = max(0.0, farm - sum(view.values()) - lifecycle)
         for k, v in view.items():
