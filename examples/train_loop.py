@@ -20,6 +20,7 @@ and scores every token it emits. Each step:
 
     python examples/train_loop.py --steps 3 --groups 2 --n 2              # oracle: rewards all 1, no learning
     python examples/train_loop.py --choice 4 --steps 30 --groups 4 --n 4  # the model's choice decides the reward
+    python examples/train_loop.py --choice 4 --steps 30 --shuffle-rewards # the control: rewards permuted per group
 
 Needs torch (``pip install 'farm[train]'``). Prints one JSON line per step, then
 ``train_loop: steps=... groups=... max_staleness=... stale_dropped=... stale_aborted=...
@@ -29,6 +30,7 @@ version_final=... bound=... train_rollout_logprob_diff=... train_rollout_logprob
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -59,6 +61,22 @@ def grpo_loss(model, groups, clip: float = 0.2, temperature: float = 1.0):
             terms.append(-torch.minimum(unclipped, clipped).sum())
             tokens += len(trained)
     return torch.stack(terms).sum() / tokens if terms else None
+
+
+def shuffle_rewards(groups, rng: np.random.Generator) -> list:
+    """The control for learning: each group's rewards permuted among its rollouts, so a
+    rollout's reward no longer follows what it did (each chain of a rollout keeps one
+    reward; a group's mean and spread stay). A policy trained on these must stay at
+    chance: a rise on the real rewards is then the rewards' doing, not the update's."""
+    out = []
+    for g in groups:
+        rows = [r for r in g.rollouts if r["rollout_id"] in {s.rollout_id for s in g.samples}]
+        moved = rng.permutation([r["reward"] for r in rows])
+        reward = {r["rollout_id"]: float(x) for r, x in zip(rows, moved)}
+        out.append(dataclasses.replace(
+            g, rollouts=[{**r, "reward": reward.get(r["rollout_id"], r["reward"])} for r in g.rollouts],
+            samples=[s.model_copy(update={"reward": reward[s.rollout_id]}) for s in g.samples]))
+    return out
 
 
 def choice_tasks(cfg, out: Path, k: int) -> tuple[list, list[str]]:
@@ -132,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-staleness", type=int, default=1)
     ap.add_argument("--on-stale", default="drop", choices=["keep", "drop", "abort"])
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0, help="model initialisation")
+    ap.add_argument("--seed", type=int, default=0, help="model initialisation (and the reward shuffle)")
+    ap.add_argument("--shuffle-rewards", action="store_true",
+                    help="the control: train on each group's rewards permuted among its rollouts (must not learn)")
     ap.add_argument("--max-logprob-diff", type=float, default=1e-4, help="fail above this train/rollout difference")
     ap.add_argument("--set", action="append", default=[], help="extra config overrides a.b=c")
     args = ap.parse_args(argv)
@@ -165,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     models = ModelsByVersion({0: str(save_model(model, ckpt / "step-0"))})  # version 0: what the workers load
     overrides.append(f"engine.scripted.model_path={models.paths[0]}")
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    shuffler = np.random.default_rng(args.seed)
 
     groups_total, max_stale, version, step = 0, 0, 0, -1
     diff_max, diff_sum, diff_tokens = 0.0, 0.0, 0
@@ -184,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             diff_max, diff_sum, diff_tokens = (max(diff_max, agree.max_abs), diff_sum + agree.mean_abs * agree.tokens,
                                                diff_tokens + agree.tokens)
             model.train()
-            loss = grpo_loss(model, groups, temperature=temperature)
+            trained_on = shuffle_rewards(groups, shuffler) if args.shuffle_rewards else groups
+            loss = grpo_loss(model, trained_on, temperature=temperature)
             if loss is not None:
                 opt.zero_grad()
                 loss.backward()
@@ -202,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 "stale_dropped": stats["stale_dropped"] + stats["stale_groups_dropped"],
                 "stale_aborted": stats["stale_aborted"], "loss": None if loss is None else round(float(loss.detach()), 4),
                 "train_rollout_logprob_diff": agree.max_abs, "train_rollout_logprob_diff_mean": agree.mean_abs,
-                "trained_tokens": agree.tokens, "version_now": version,
+                "trained_tokens": agree.tokens, "version_now": version, "rewards_shuffled": args.shuffle_rewards,
             }), flush=True)  # fmt: skip
         stats = farm.stats()
     mean = diff_sum / diff_tokens if diff_tokens else 0.0

@@ -6,6 +6,8 @@ Each component owns and validates its own section (imported from its package's
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -15,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from farm.engine.config import EngineConfig
 from farm.envs.config import EnvsConfig
 from farm.errors import ConfigError
-from farm.gateway.config import GatewayConfig
+from farm.gateway.config import GatewayConfig, url_fields
 from farm.gateway.endpoints import FARM_ENDPOINT, EndpointConfig, FarmEndpoint, RolloutMode
 from farm.grading.config import GradingConfig
 from farm.harnesses.config import HarnessConfig
@@ -26,10 +28,28 @@ from farm.sandboxes.config import SandboxConfig
 from farm.tasks.config import TasksConfig
 
 
-# `farm rollout`, `farm serve` and farm.Rollouts' own defaults (see load_config): one-at-a-time
-# rollouts never land in `farm run`'s runs/local (its resume, summary and groups are one task
-# set's) and carry their own run id (sandboxes are labelled, and reaped, by run id).
-SINGLE_DEFAULTS: dict[str, Any] = {"output.dir": "runs/rollouts", "run_id": "rollouts"}
+# Why a gateway URL per sandbox actor, and how to give one (config validation and the actors' start).
+ONE_URL_PER_ACTOR = (
+    "every sandbox actor hosts its own gateway, and sandboxes that reach it by this URL (E2B) would all reach the "
+    "one behind it, which knows none of the other actors' sessions. Give each its own: a template naming the node "
+    "and the gateway's port, e.g. 'http://{node_ip}:{port}' (nodes the sandboxes can reach), or "
+    "'https://gw-{hostname}.example.com' (one tunnel per node, gateway.port fixed, "
+    "placement.sandbox_actors_per_node: 1); or run one sandbox actor (ray.num_sandbox_actors: 1)"
+)
+
+# Where `farm rollout`, `farm serve` and farm.Rollouts write (see load_single_config): a config
+# file's output.dir is `farm run`'s (its resume, summary and groups are one task set's), so
+# one-at-a-time rollouts go beside it, into this directory, unless an override names another.
+SINGLE_DIR = "rollouts"
+
+
+def run_id_of(output_dir: str) -> str:
+    """The default run id: the output directory's name (``runs/noop`` -> ``noop``), as a
+    path component and Ray actor name can hold it. Two runs into two directories get two
+    ids, so neither reaps the other's sandboxes."""
+    name = os.path.basename(os.path.normpath(os.path.abspath(os.path.expanduser(output_dir))))
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    return cleaned or "run"
 
 
 class RolloutConfig(BaseModel):
@@ -134,7 +154,11 @@ class FarmConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(default="local", description="labels sandboxes and Samples")
+    run_id: str = Field(
+        default="",
+        description="names the run: labels its sandboxes (and `farm reap --run-id`), Samples, Ray actors, metrics "
+        "and the report's title; default (empty): the name of output.dir (runs/noop -> noop)",
+    )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task set: the task file, its row format and recipes, where repositories come from (farm.tasks)")
     envs: EnvsConfig = Field(default_factory=EnvsConfig, description="environment snapshots: each task's environment built once and cloned per sandbox (farm.envs)")
     grading: GradingConfig = Field(default_factory=GradingConfig, description="how a rollout's diff is graded in a fresh sandbox: tests, reward, reward-hack checks (farm.grading)")
@@ -161,10 +185,38 @@ class FarmConfig(BaseModel):
     placement: PlacementConfig = Field(default_factory=PlacementConfig, description="which nodes of a Ray cluster run sandbox actors and which one runs the engine")
 
     @model_validator(mode="after")
+    def _default_run_id(self) -> "FarmConfig":
+        if not self.run_id:
+            self.run_id = run_id_of(self.output.dir)
+        return self
+
+    @model_validator(mode="after")
     def _known_endpoint(self) -> "FarmConfig":
         if self.endpoint != FARM_ENDPOINT and self.endpoint not in self.endpoints:
             known = ", ".join(sorted({FARM_ENDPOINT, *self.endpoints}))
             raise ValueError(f"endpoint {self.endpoint!r} is not in the endpoints catalog (known: {known})")
+        return self
+
+    @model_validator(mode="after")
+    def _a_gateway_url_per_actor(self) -> "FarmConfig":
+        """Every sandbox actor hosts its own gateway: sandboxes reaching it by ``gateway.public_url``
+        (E2B) need a URL per actor. What the config alone shows is refused here; what only the
+        started actors show (a fixed URL on a cluster of several nodes) when they start
+        (``farm.actors.assembly``)."""
+        url = self.gateway.public_url
+        if not url:
+            return self
+        fields, per_node = url_fields(url), self.placement.sandbox_actors_per_node
+        several = (self.ray.num_sandbox_actors or 1) > 1 or per_node > 1
+        if not fields and several:
+            what = (f"ray.num_sandbox_actors: {self.ray.num_sandbox_actors}" if (self.ray.num_sandbox_actors or 1) > 1
+                    else f"placement.sandbox_actors_per_node: {per_node}")  # fmt: skip
+            raise ValueError(f"gateway.public_url {url!r} is one fixed URL, but the run starts several sandbox actors "
+                             f"({what}): {ONE_URL_PER_ACTOR}")  # fmt: skip
+        if fields and "port" not in fields and per_node > 1:
+            raise ValueError(f"gateway.public_url {url!r} names no {{port}}, but placement.sandbox_actors_per_node: "
+                             f"{per_node} puts several sandbox actors on one node, which would share that URL: "
+                             f"{ONE_URL_PER_ACTOR}")  # fmt: skip
         return self
 
     @property
@@ -226,30 +278,52 @@ def _has_dotted(data: Mapping[str, Any], key: str) -> bool:
     return True
 
 
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
-    defaults: Mapping[str, Any] | None = None,
-) -> FarmConfig:
-    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides.
+def _read_yaml(path: str | Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"config {path}: top level must be a mapping")
+    return loaded or {}
 
-    ``defaults`` (dotted key -> value): a command's own defaults, in between the file and
-    the models' defaults: used only where neither the file nor an override sets the key
-    (``farm rollout`` / ``farm serve`` write to ``runs/rollouts``, not ``farm run``'s
-    ``runs/local``)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config {path}: top level must be a mapping")
-        data = loaded or {}
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> FarmConfig:
+    """Load YAML (or defaults when ``path`` is None) and apply dotted overrides."""
+    data = _read_yaml(path)
     for item in overrides:
         _set_dotted(data, *parse_override(item))
-    for key, value in (defaults or {}).items():
-        if not _has_dotted(data, key):
-            _set_dotted(data, key, value)
+    return _validated(data, path)
+
+
+def load_single_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> FarmConfig:
+    """The config of one-at-a-time rollouts (``farm.Rollouts``, ``farm rollout``, ``farm
+    serve``): ``load_config``'s, except where they are written. ``output.dir`` and
+    ``run_id`` are taken from ``overrides`` only: a config file's ``output.dir`` is `farm
+    run`'s directory, so they go beside it, into ``rollouts`` (``runs/local`` ->
+    ``runs/rollouts``, ``/data/runs/swe`` -> ``/data/runs/rollouts``: the disk the config
+    chose), with the run id ``rollouts`` (sandboxes are labelled, and reaped, by run id: a
+    `farm run` of the same config keeps its own)."""
+    data = _read_yaml(path)
+    told: dict[str, Any] = {}
+    for item in overrides:
+        _set_dotted(data, *parse_override(item))
+        _set_dotted(told, *parse_override(item))
+    if not _has_dotted(told, "output.dir"):
+        section = data.get("output")
+        batch_dir = section.get("dir") if isinstance(section, dict) else None
+        if not isinstance(batch_dir, str):  # unset (or invalid: the model's validation says so)
+            batch_dir = OutputConfig().dir if batch_dir is None else None
+        if batch_dir is not None:
+            _set_dotted(data, "output.dir", os.path.join(os.path.dirname(os.path.normpath(batch_dir)), SINGLE_DIR))
+    if not _has_dotted(told, "run_id"):
+        data.pop("run_id", None)  # derived from the directory (FarmConfig._default_run_id)
+    return _validated(data, path)
+
+
+def _validated(data: dict[str, Any], path: str | Path | None) -> FarmConfig:
     try:
         return FarmConfig.model_validate(data)
     except ValidationError as exc:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 
 class FarmError(Exception):
-    """Base of every farm error."""
+    """Base of every farm error.
+
+    ``deterministic``: this error comes back on every attempt of the same rollout (a
+    missing repository or commit, a mirror lacking objects, a machine lacking what the task
+    needs, a setup command that exits with an error of its own): running the rollout again
+    cannot help, so the retry decision (``farm.rollout.retry``) records it at once. A class
+    says it for all of its errors; one error may say it for itself (``SetupCommandFailed``).
+    """
+
+    deterministic: bool = False
 
 
 class ConfigError(FarmError):
@@ -124,17 +133,75 @@ class TaskFileErrors(TaskLoadError):
                                  + "\n".join(f"  {e}" for e in self.errors))  # fmt: skip
 
 
+class TaskSourceError(TaskError):
+    """The task's workspace cannot be made from what it names, on any attempt: its repository
+    or base commit is not there, the mirror lacks objects of its tree, its tarball is
+    missing, its pre-patch does not apply, its image holds no workspace."""
+
+    deterministic = True
+
+
+class RepositoryNotFound(TaskSourceError):
+    """No mirror, local path or cache holds the task's repository (and it was not fetched)."""
+
+
+class CommitNotFound(TaskSourceError):
+    """The task's repository lacks its base commit."""
+
+
+class RequirementUnmet(TaskError):
+    """This machine lacks what the task's environment needs (a python version, a system
+    package): installing it, or a recipe of the user's own, is the fix, not a rerun."""
+
+    deterministic = True
+
+
 class SetupError(TaskError):
     """A workspace setup command failed."""
 
 
 class SetupCommandFailed(SetupError):
     """A setup command exited non-zero or timed out; ``report`` is the SetupReport
-    (every step's command, exit code, duration and output tails)."""
+    (every step's command, exit code, duration and output tails). ``deterministic``: the
+    command exited with an error of its own (not a timeout, not killed by a signal), so it
+    fails the same way on every attempt."""
 
-    def __init__(self, message: str, report: object = None) -> None:
+    def __init__(self, message: str, report: object = None, *, deterministic: bool = False) -> None:
         super().__init__(message)
         self.report = report
+        self.deterministic = deterministic
+
+
+# --- container images (farm.images) -----------------------------------------
+class ImageError(FarmError):
+    """A container image could not be pulled or unpacked."""
+
+
+class ImageNotFound(ImageError, TaskError):
+    """The registry has no such repository, tag or digest (the task's: not retried)."""
+
+    deterministic = True
+
+
+class ImageMalformed(ImageError, TaskError):
+    """A name, manifest, config or layer that is not a valid image (the task's: not retried)."""
+
+    deterministic = True
+
+
+class RegistryError(ImageError, SandboxError):
+    """The registry refused or could not be reached (infrastructure: a later try may work)."""
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused the credentials it was given (or wanted some and none were found):
+    the same on every attempt of the run (credentials are read when it starts)."""
+
+    deterministic = True
+
+
+class DigestMismatch(RegistryError):
+    """A downloaded blob or manifest is not what its digest says (removed: never unpacked)."""
 
 
 class GradingError(FarmError):

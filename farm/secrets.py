@@ -16,6 +16,7 @@ from farm.config import FarmConfig, endpoint_api_key
 from farm.errors import ConfigError
 
 E2B_KEY_ENV = "E2B_API_KEY"
+REGISTRY_AUTH_ENV = "FARM_REGISTRY_AUTH"  # a docker config's JSON: credentials for image registries
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class RunSecrets:
 
     e2b_api_key: str | None = field(default=None, repr=False)
     endpoint_api_key: str | None = field(default=None, repr=False)
+    registry_auth: str | None = field(default=None, repr=False)  # FARM_REGISTRY_AUTH (farm.images.auth)
 
     @classmethod
     def from_environ(cls, cfg: FarmConfig, environ: Mapping[str, str]) -> RunSecrets:
@@ -33,8 +35,10 @@ class RunSecrets:
         e2b = environ.get(E2B_KEY_ENV) or None
         if cfg.sandbox.backend == "e2b" and not e2b:
             raise ConfigError(f"sandbox.backend is e2b but {E2B_KEY_ENV} is not set")
-        return cls(e2b_api_key=e2b, endpoint_api_key=endpoint_api_key(cfg, environ))
+        return cls(e2b_api_key=e2b, endpoint_api_key=endpoint_api_key(cfg, environ),
+                   registry_auth=environ.get(REGISTRY_AUTH_ENV) or None)  # fmt: skip
 
     def __repr__(self) -> str:
-        said = {"e2b_api_key": self.e2b_api_key, "endpoint_api_key": self.endpoint_api_key}
+        said = {"e2b_api_key": self.e2b_api_key, "endpoint_api_key": self.endpoint_api_key,
+                "registry_auth": self.registry_auth}  # fmt: skip
         return "RunSecrets(" + ", ".join(f"{k}={'set' if v else 'unset'}" for k, v in said.items()) + ")"

@@ -74,6 +74,7 @@ class Outcome(BaseModel):
 
     status: RolloutStatus
     reason: str = ""
+    deterministic: bool = False  # an infrastructure failure every attempt would meet again: never retried
 
     @property
     def trainable(self) -> bool:

@@ -16,6 +16,8 @@ file edited, one added). ``farm.workspace.capture.capture_diff`` runs on it
 
 Both must give the same diff. Last line:
 ``bench_capture: files=N own_index_ms_p50=… read_tree_ms_p50=… speedup=…``
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -109,7 +111,11 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=6800, help="source files in the repository (Django: ~6,800)")
     ap.add_argument("--file-bytes", type=int, default=10_000, help="bytes a file")
     ap.add_argument("--rounds", type=int, default=7, help="captures each way, alternated")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.files, args.rounds = 100, 1
     print(asyncio.run(main_async(args)))
 
 

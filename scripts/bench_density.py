@@ -182,6 +182,7 @@ if __name__ == "__main__":
                     default=[8, 16, 24, 32, 48, 64], help="slot counts stepped for capacity_at_90 ('none': --n only)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a farm config override for the farm runs (e.g. grading.probe=false)")
+    ap.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built (engine.tokenizer_cache_dir)")
     ap.add_argument("--quick", action="store_true",
                     help="the suite's size: 1 slot, 1 s turns, one rollout each way, no stepping (a check that it runs)")
     a = ap.parse_args()

@@ -34,10 +34,14 @@ per-instance setup installs the checkout editable. Built, with fresh caches, two
   ``layered_disk_mb``: the base and the 8 layers).
 
 Last line: ``bench_envs: build_s=… ready_p50_s=… ready_p95_s=… group8_speedup=…
-rollout_disk_mb=… snapshot_mb=… … instances=8 layered_disk_mb=… one_instance_disk_mb=…
-layered_build_s=… one_instance_build_s=…``. Targets: ready_p50_s <= 1.0, group8_speedup
+rollout_disk_mb=… changed_mb=… snapshot_mb=… setup_ready_p50_s=… setup_rollout_disk_mb=…
+wall_setup_s=… wall_snapshot_s=… pip_build_s=… uv_build_s=… view_overlay_s=… view_fuse_s=…
+view_copy_s=… instances=8 layered_disk_mb=… one_instance_disk_mb=… layered_build_s=…
+one_instance_build_s=…``. Targets: ready_p50_s <= 1.0, group8_speedup
 >= 4, rollout_disk_mb <= changed_mb + 20; layered_disk_mb <= 1.5 x one_instance_disk_mb,
 layered_build_s <= 1.5 x one_instance_build_s.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from farm.envs.provider import EnvProvider
 from farm.envs.store import EnvRecord
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.sandboxes.factory import create_sandbox
-from farm.sandboxes.views import mount_view, unmount_under
+from farm.sandboxes.views import ViewLayer, mount_view, unmount_under
 from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import GitSource, Task
@@ -78,8 +82,12 @@ MB = 1024 * 1024
 INSTANCES = 8
 PLURALS = [("cactus", "cacti"), ("focus", "foci"), ("fungus", "fungi"), ("nucleus", "nuclei"),
            ("radius", "radii"), ("stimulus", "stimuli"), ("syllabus", "syllabi"), ("alumnus", "alumni")]  # fmt: skip
-LAYER_BASE = ["uv venv -q .venv",  # bytecode compiled as pip does by default (uv does not): no rollout writes it
-              f"uv pip install -q --compile-bytecode --python .venv/bin/python pytest setuptools {' '.join(DEPS)}"]
+
+
+def layer_base(deps: list[str]) -> list[str]:
+    return ["uv venv -q .venv",  # bytecode compiled as pip does by default (uv does not): no rollout writes it
+            f"uv pip install -q --compile-bytecode --python .venv/bin/python pytest setuptools {' '.join(deps)}"]
+
 LAYER_SETUP = ["uv pip install -q --python .venv/bin/python --no-deps --no-build-isolation -e ."]
 
 
@@ -149,8 +157,9 @@ class DiskSampler(threading.Thread):
         self.join()
 
 
-async def build_once(cfg: FarmConfig, installer_tasks: dict) -> tuple[float, float]:
-    """(build seconds, snapshot bytes) of the task's environment, with a fresh cache."""
+async def build_once(cfg: FarmConfig, installer_tasks: dict) -> tuple[float, float, tuple[ViewLayer, ...]]:
+    """(build seconds, snapshot bytes, the layers a sandbox's view stacks) of the task's
+    environment, with a fresh cache."""
     runtime = TaskRuntime.from_config(cfg.tasks.model_copy(update={
         "path": str(installer_tasks["tasks"]), "recipes": str(installer_tasks["recipes"]),
         "mirror_dir": str(installer_tasks["mirrors"])}))  # fmt: skip
@@ -161,15 +170,17 @@ async def build_once(cfg: FarmConfig, installer_tasks: dict) -> tuple[float, flo
     rec = await envs.ensure(task)
     if not rec.ok:
         sys.exit(f"bench_envs: the environment failed to build: {rec.reason}\n{rec.log_tail()}")
-    return time.monotonic() - t0, float(rec.size_bytes)
+    took = time.monotonic() - t0
+    return took, float(rec.size_bytes), (await envs.view_for(task)).layers
 
 
-def view_times(tree: Path, scratch: Path) -> dict[str, float]:
+def view_times(layers: tuple[ViewLayer, ...], scratch: Path) -> dict[str, float]:
+    """Seconds to make a sandbox's view of the snapshot each way (the layers a rollout's view stacks)."""
     out = {}
     for mode in ("overlay", "fuse-overlayfs", "copy"):
         d = scratch / f"view-{mode}"
         t0 = time.monotonic()
-        mount_view(str(tree), d, mode)
+        mount_view(layers, d, mode)
         out[mode] = time.monotonic() - t0
         unmount_under(d)
         shutil.rmtree(d, ignore_errors=True)
@@ -182,9 +193,9 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def eight_commits(root: Path) -> tuple[Path, list[str]]:
+def eight_commits(root: Path, instances: int = INSTANCES) -> tuple[Path, list[str]]:
     """inflection's sdist as a repository, one commit per added irregular plural; returns
-    (the mirrors dir, the 8 commits)."""
+    (the mirrors dir, the ``instances`` commits)."""
     sdist = fetch_sdist(Path(os.path.expanduser("~/.cache/farm/testing/sdists")))
     with tarfile.open(sdist) as tar:
         tar.extractall(root / "unpacked", filter="data")
@@ -194,7 +205,7 @@ def eight_commits(root: Path) -> tuple[Path, list[str]]:
     git(work, "commit", "-qm", "inflection 0.5.1 from its sdist")
     commits = []
     mod = work / "inflection" / "__init__.py"
-    for singular, plural in PLURALS[:INSTANCES]:
+    for singular, plural in PLURALS[:instances]:
         text = mod.read_text()
         mod.write_text(text.replace("_irregular('zombie', 'zombies')\n",
                                     f"_irregular('zombie', 'zombies')\n_irregular('{singular}', '{plural}')\n"))  # fmt: skip
@@ -224,20 +235,21 @@ async def build_all(root: Path, name: str, tasks: list[Task], mirrors: Path) -> 
     return wall, disk_usage(str(envs.store.root)) / MB, recs
 
 
-def layered_figures(root: Path, console: Console) -> dict[str, float]:
-    mirrors, commits = eight_commits(root / "repo")
+def layered_figures(root: Path, console: Console, deps: list[str], instances: int) -> dict[str, float]:
+    mirrors, commits = eight_commits(root / "repo", instances)
+    base = layer_base(deps)
     meta = {"version": "0.5", "environment_setup_commit": commits[-1]}
     layered = [Task(id=f"pypi__inflection-{i}", instruction="x", workspace=GitSource(repo="pypi/inflection", base_commit=c),
-                    base_setup_commands=LAYER_BASE, setup_commands=LAYER_SETUP, metadata=meta, verify_commands=["true"])
+                    base_setup_commands=base, setup_commands=LAYER_SETUP, metadata=meta, verify_commands=["true"])
                for i, c in enumerate(commits)]  # fmt: skip
-    old_way = layered[0].model_copy(update={"base_setup_commands": [], "setup_commands": LAYER_BASE + LAYER_SETUP})
+    old_way = layered[0].model_copy(update={"base_setup_commands": [], "setup_commands": base + LAYER_SETUP})
     one_s, one_mb, _ = asyncio.run(build_all(root, "one", [old_way], mirrors))
     console.print(f"one instance, one snapshot: {one_s:.1f} s, {one_mb:.0f} MB")
     layered_s, layered_mb, recs = asyncio.run(build_all(root, "layered", layered, mirrors))
     assert len({r.base_key for r in recs}) == 1 and [r.base_commit for r in recs] == commits
-    console.print(f"{INSTANCES} instances on one base: {layered_s:.1f} s, {layered_mb:.0f} MB "
+    console.print(f"{instances} instances on one base: {layered_s:.1f} s, {layered_mb:.0f} MB "
                   f"(instance layers: {', '.join(f'{r.size_bytes / MB:.2f}' for r in recs)} MB)")  # fmt: skip
-    return {"instances": INSTANCES, "layered_disk_mb": layered_mb, "one_instance_disk_mb": one_mb,
+    return {"instances": instances, "layered_disk_mb": layered_mb, "one_instance_disk_mb": one_mb,
             "layered_build_s": layered_s, "one_instance_build_s": one_s}  # fmt: skip
 
 
@@ -253,15 +265,21 @@ def main() -> None:
     ap.add_argument("--harness", default="claude_code")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--layers-only", action="store_true", help="only the layered environments part (no farm run)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs (2 rollouts, 2 instances, no packages "
+                         "but pytest): its figures mean nothing")
     args = ap.parse_args()
+    deps, instances = DEPS, INSTANCES
+    if args.quick:
+        args.n, deps, instances = 2, [], 2
     root = Path(tempfile.mkdtemp(prefix="bench-envs-"))
     console = Console(stderr=True)
     try:
         if args.layers_only:
-            print(line(layered_figures(root, console)))
+            print(line(layered_figures(root, console, deps, instances)))
             return
-        pip_tasks = make_task_set(root / "task-pip", installer="pip", extra_deps=DEPS)
-        uv_tasks = make_task_set(root / "task-uv", installer="uv", extra_deps=DEPS)
+        pip_tasks = make_task_set(root / "task-pip", installer="pip", extra_deps=deps)
+        uv_tasks = make_task_set(root / "task-uv", installer="uv", extra_deps=deps)
         ray.init(num_cpus=2, include_dashboard=False, namespace="farm", log_to_driver=False)
 
         walls, results = {}, {}
@@ -274,7 +292,7 @@ def main() -> None:
         console.print(f"setup per sandbox: {summary.by_status} in {walls['setup']:.1f} s")
 
         cfg_snap = config(root, pip_tasks, "snapshot", args.n, args.harness)
-        build_s, snapshot_bytes = asyncio.run(build_once(cfg_snap, pip_tasks))
+        build_s, snapshot_bytes, layers = asyncio.run(build_once(cfg_snap, pip_tasks))
         console.print(f"snapshot built (pip) in {build_s:.1f} s, {snapshot_bytes / MB:.0f} MB")
         t0 = time.monotonic()
         with DiskSampler(root / "sb-snapshot") as snap_disk:
@@ -285,7 +303,7 @@ def main() -> None:
 
         uv_cfg = cfg_snap.model_copy(deep=True)
         uv_cfg.envs.cache_dir = str(root / "envs-uv")
-        uv_build_s, _ = asyncio.run(build_once(uv_cfg, uv_tasks))
+        uv_build_s, _, _ = asyncio.run(build_once(uv_cfg, uv_tasks))
         console.print(f"the same environment built with uv: {uv_build_s:.1f} s")
 
         for mode, rs in results.items():
@@ -298,8 +316,7 @@ def main() -> None:
         name = max(snap_disk.disk, key=snap_disk.disk.__getitem__)
         disk, changed = snap_disk.disk[name], snap_disk.upper[name]
         base_disk = max(setup_disk.disk.values())
-        tree = next((root / "envs").glob("*/tree"))
-        views = view_times(tree, root)
+        views = view_times(layers, root)
         figures = {
             "build_s": build_s,
             "ready_p50_s": statistics.median(ready),
@@ -317,9 +334,9 @@ def main() -> None:
             "view_overlay_s": views["overlay"],
             "view_fuse_s": views["fuse-overlayfs"],
             "view_copy_s": views["copy"],
-            **layered_figures(root, console),
+            **layered_figures(root, console, deps, instances),
         }
-        print(f"bench_envs (n={args.n}, {args.harness}, deps: {' '.join(DEPS)}):", file=sys.stderr)
+        print(f"bench_envs (n={args.n}, {args.harness}, deps: {' '.join(['pytest', *deps])}):", file=sys.stderr)
         print(line(figures))
     finally:
         if ray.is_initialized():

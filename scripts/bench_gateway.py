@@ -28,6 +28,8 @@
 Last line: ``bench_gateway: speedup_64k=... turn_ms_64k=... turn_ms_growth_128k_over_8k=...
 concurrent_2000_errors=... fuzz_5xx=... fuzz_not_4xx=... hostile_max_s=... hostile_peak_rss_mb=...
 forward_overhead_ms=... forward_overhead_fresh_ms=...``
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ import gateway_hostile
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests" / "fixtures" / "captures" / "claude" / "02-main-turn1.json"
-SIZES = (8_000, 32_000, 64_000, 128_000)
+SIZES = (8_000, 32_000, 64_000, 128_000)  # the figures' 8k / 64k / 128k name these
+QUICK_SIZES = (2_000, 4_000, 8_000, 16_000)  # --quick: the same figures of a short history
 WINDOW = 3_500  # tokens before a size where measuring starts (~3 turns)
 WORDS = ("def return import self value file path test error assert result list dict string "
          "config parse render token model session request reply stream index line count").split()
@@ -88,7 +91,7 @@ def echo(body: dict[str, Any], text: str, calls: Any, results: list[str]) -> Non
 
 
 # ---- 1. per-turn CPU: append-only vs full re-render -----------------------------------
-def bench_turns(tok: Any, reps: int) -> dict[int, dict[str, float]]:
+def bench_turns(tok: Any, reps: int, sizes: tuple[int, ...] = SIZES) -> dict[int, dict[str, float]]:
     import orjson
 
     from farm.engine.client import GenerateResult
@@ -110,7 +113,8 @@ def bench_turns(tok: Any, reps: int) -> dict[int, dict[str, float]]:
     body = first_body()
     results: dict[int, dict[str, list[float]]] = {}
     base_len = None
-    pending_sizes = list(SIZES)
+    pending_sizes = list(sizes)
+    window = min(WINDOW, sizes[0] // 2)
     n = 0
     while pending_sizes:
         raw = orjson.dumps(body)
@@ -130,7 +134,7 @@ def bench_turns(tok: Any, reps: int) -> dict[int, dict[str, float]]:
         if base_len is None:
             base_len = pending.prompt_tokens
         history = pending.prompt_tokens - base_len
-        if history >= pending_sizes[0] - WINDOW:  # measure turns centred on the size
+        if history >= pending_sizes[0] - window:  # measure turns centred on the size
             size = pending_sizes[0]
             gc.disable()
             t0 = time.process_time()
@@ -199,7 +203,7 @@ async def client_main(job: dict[str, Any]) -> dict[str, Any]:
     from gateway_hostile import fuzz_request
 
     statuses: dict[str, list[Any]] = {}
-    big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (50 << 20) + b'"}]}'
+    big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * job["big_bytes"] + b'"}]}'
 
     async def hostile(http: aiohttp.ClientSession, kind: str, secret: str) -> None:
         await asyncio.sleep(random.random() * 2)  # spread over the legit load
@@ -234,7 +238,8 @@ async def serve_worker_backlog(worker: Any) -> Any:
         await runner.cleanup()
 
 
-async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int = 0) -> dict[str, Any]:
+async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int = 0,
+                           big_bytes: int = 50 << 20) -> dict[str, Any]:
     from farm.engine.client import EngineClient
     from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings
     from farm.gateway.config import GatewayConfig
@@ -264,7 +269,8 @@ async def bench_concurrent(tok: Any, sessions: int, timeout_s: float, fuzz: int 
                     policy.push("a reply nobody reads " * 50, routing_key=sid)
                 else:
                     fuzz_jobs.append((kind, rng.choice(secrets)))
-            job = json.dumps({"url": gw.base_url, "secrets": secrets, "timeout_s": timeout_s, "fuzz": fuzz_jobs})
+            job = json.dumps({"url": gw.base_url, "secrets": secrets, "timeout_s": timeout_s, "fuzz": fuzz_jobs,
+                              "big_bytes": big_bytes})
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--client", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE)
@@ -360,6 +366,8 @@ def main() -> int:
     parser.add_argument("--forward-requests", type=int, default=400, help="requests per network path")
     parser.add_argument("--tokenizer", default="builtin:farm-test")
     parser.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest size, which the test suite runs: its figures mean nothing")
     args = parser.parse_args()
     if args.client:
         print(json.dumps(asyncio.run(client_main(json.loads(sys.stdin.read())))))
@@ -370,14 +378,19 @@ def main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from farm.modeltext.tokenizer import load_tokenizer
 
+    sizes, hostile_sizes, big_bytes, configs = SIZES, gateway_hostile.SIZES, 50 << 20, gateway_hostile.CONFIGS
+    if args.quick:  # a short history, a few sessions with one hostile request of each kind, small hostile bodies
+        sizes, hostile_sizes, big_bytes = QUICK_SIZES, gateway_hostile.QUICK, gateway_hostile.QUICK["text_bytes"]
+        configs = gateway_hostile.CONFIGS[:1]
+        args.reps, args.sessions, args.fuzz, args.forward_requests = 1, 8, len(gateway_hostile.FUZZ_KINDS), 10
     tok = load_tokenizer(args.tokenizer, args.cache_dir)
-    turns = bench_turns(tok, args.reps)
+    turns = bench_turns(tok, args.reps, sizes)
     print(f"{'history':>9} {'tokens':>8} {'gateway_ms':>11} {'full_render_ms':>15} {'speedup':>8}")
-    for size in SIZES:
+    for size in sizes:
         r = turns[size]
         print(f"{size // 1000:>8}K {int(r['history']):>8} {r['ours']:>11.2f} {r['baseline']:>15.2f} "
               f"{r['baseline'] / r['ours']:>8.1f}")
-    conc = asyncio.run(bench_concurrent(tok, args.sessions, args.timeout, args.fuzz))
+    conc = asyncio.run(bench_concurrent(tok, args.sessions, args.timeout, args.fuzz, big_bytes))
     errors = conc["errors"] + conc["bad_sessions"]
     print(f"concurrent: sessions={args.sessions} turns={conc['turns']} wall_s={conc['wall_s']:.1f} "
           f"turns_per_s={conc['turns'] / max(conc['wall_s'], 1e-9):.1f} client_errors={conc['errors']} "
@@ -390,7 +403,7 @@ def main() -> int:
         fuzz_5xx += sum(isinstance(g, int) and g >= 500 for g in answered)
         fuzz_not_4xx += sum(not (isinstance(g, int) and 400 <= g < 500) for g in answered)
         print(f"  fuzz {kind:<18} sent={len(got):>3} statuses={dict(collections.Counter(map(str, got)))}")
-    hostile = asyncio.run(gateway_hostile.bench_hostile(args.tokenizer, args.cache_dir))
+    hostile = asyncio.run(gateway_hostile.bench_hostile(args.tokenizer, args.cache_dir, hostile_sizes, configs))
     print(f"{'hostile':<18} {'config':<16} {'protocol':<10} {'status':>6} {'seconds':>8} {'rss_mb':>7}  answer")
     for r in hostile:
         print(f"{r['case']:<18} {r['config']:<16} {r['protocol']:<10} {r['status']:>6} {r['seconds']:>8.3f} "
@@ -402,9 +415,10 @@ def main() -> int:
     print(f"network path (median ms per request from inside a sandbox): host TCP keep-alive={fwd['tcp_keep_ms']:.3f} "
           f"fresh={fwd['tcp_fresh_ms']:.3f}; isolated + forwarded keep-alive={fwd['fwd_keep_ms']:.3f} "
           f"fresh={fwd['fwd_fresh_ms']:.3f}")
-    speedup = turns[64_000]["baseline"] / turns[64_000]["ours"]
-    growth = turns[128_000]["ours"] / turns[8_000]["ours"]
-    print(f"bench_gateway: speedup_64k={speedup:.2f} turn_ms_64k={turns[64_000]['ours']:.3f} "
+    at_64k, at_8k, at_128k = sizes[2], sizes[0], sizes[3]
+    speedup = turns[at_64k]["baseline"] / turns[at_64k]["ours"]
+    growth = turns[at_128k]["ours"] / turns[at_8k]["ours"]
+    print(f"bench_gateway: speedup_64k={speedup:.2f} turn_ms_64k={turns[at_64k]['ours']:.3f} "
           f"turn_ms_growth_128k_over_8k={growth:.3f} concurrent_{args.sessions}_errors={errors} "
           f"fuzz_5xx={fuzz_5xx + hostile_5xx} fuzz_not_4xx={fuzz_not_4xx} "
           f"hostile_max_s={hostile_max_s:.3f} hostile_peak_rss_mb={hostile_rss:.1f} "

@@ -11,13 +11,23 @@ under a staleness bound of one version. Every step the trainer recomputes every 
 token's logprob with the weights its turn was generated with and compares it with the
 engine's (``train_rollout_logprob_diff``).
 
+``--shuffle-rewards`` is the control: the same run, trained on each group's rewards
+permuted among its rollouts (``train_loop.py --shuffle-rewards``), so a rollout's reward no
+longer follows its choice; it must stay at chance (``reward_last`` near ``1/K``). Together
+they show the rise comes from the rewards. What it does not show: the right candidate is the
+last in every task and the choice token's context is alike across tasks, so the model learns
+one letter, not to read a task (``docs/how-to/learning.md``).
+
 Reported: the resolved rate (mean reward) of the first and the last ``--window`` steps
-(targets: ``reward_last >= reward_first + 0.5``; at the start about ``1/K``), the largest
+(targets: ``reward_last >= reward_first + 0.5``; with ``--shuffle-rewards``, ``reward_last``
+within noise of ``chance``; at the start about ``1/K``), the largest
 and mean |train - rollout| logprob over every trained token of the run (target
 ``<= 1e-4``), the wall time. The reward curve is written as an SVG (``--plot``,
 ``docs/learning_curve.svg`` by default). Last line::
 
-    bench_learning: steps=… groups_per_step=… reward_first=… reward_last=… logprob_diff_max=… logprob_diff_mean=… seconds=…
+    bench_learning: shuffle_rewards=0|1 steps=… groups_per_step=… chance=… reward_first=… reward_last=… logprob_diff_max=… logprob_diff_mean=… seconds=…
+
+``--quick``: the smallest size, which the test suite runs (``tests/farm/test_train_loop_example.py``).
 """
 
 from __future__ import annotations
@@ -80,15 +90,26 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4, help="candidate fixes per task")
     ap.add_argument("--lr", type=float, default=2e-2)
     ap.add_argument("--window", type=int, default=3, help="steps averaged for reward_first / reward_last")
-    ap.add_argument("--plot", default=str(ROOT / "docs" / "learning_curve.svg"), help="'' = no plot")
+    ap.add_argument("--plot", default=None,
+                    help="the reward curve's SVG (default: docs/learning_curve.svg; with --shuffle-rewards none); '' = none")
+    ap.add_argument("--shuffle-rewards", action="store_true",
+                    help="the control: rewards permuted within each group before training (must stay at chance)")
     ap.add_argument("--out", default=None, help="the run's output directory (default: a temporary one)")
     ap.add_argument("--set", action="append", default=[], help="config overrides passed on")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs (2 steps of one group of 2, no "
+                         "plot): its rewards mean nothing")
     args = ap.parse_args()
+    if args.plot is None:
+        args.plot = "" if args.shuffle_rewards else str(ROOT / "docs" / "learning_curve.svg")
+    if args.quick:
+        args.steps, args.groups, args.n, args.window, args.plot = 2, 1, 2, 1, ""
 
     out = Path(args.out or tempfile.mkdtemp(prefix="farm-bench-learning-"))
     cmd = [sys.executable, str(ROOT / "examples" / "train_loop.py"), "--config", args.config, "--out", str(out),
            "--choice", str(args.k), "--steps", str(args.steps), "--groups", str(args.groups), "--n", str(args.n),
-           "--lr", str(args.lr), "--set", "ray.include_dashboard=false", *[a for s in args.set for a in ("--set", s)]]
+           "--lr", str(args.lr), "--set", "ray.include_dashboard=false", *[a for s in args.set for a in ("--set", s)],
+           *(["--shuffle-rewards"] if args.shuffle_rewards else [])]
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
@@ -111,12 +132,12 @@ def main() -> int:
         harness = load_config(args.config, args.set).harness.name
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         title = (f"GRPO on farm groups: choose 1 of {args.k} fixes, {args.groups}x{args.n} rollouts/step "
-                 f"({harness}, CPU)")
+                 f"({harness}, CPU){', rewards shuffled' if args.shuffle_rewards else ''}")
         Path(args.plot).write_text(svg_curve(rewards, 1.0 / args.k, title))
         print(f"plot: {args.plot}", file=sys.stderr)
-    print(f"bench_learning: steps={len(steps)} groups_per_step={args.groups} reward_first={first:.3f} "
-          f"reward_last={last:.3f} logprob_diff_max={diff_max:.3g} logprob_diff_mean={diff_mean:.3g} "
-          f"seconds={seconds:.0f}")
+    print(f"bench_learning: shuffle_rewards={int(args.shuffle_rewards)} steps={len(steps)} "
+          f"groups_per_step={args.groups} chance={1 / args.k:.3f} reward_first={first:.3f} reward_last={last:.3f} "
+          f"logprob_diff_max={diff_max:.3g} logprob_diff_mean={diff_mean:.3g} seconds={seconds:.0f}")
     return 0
 
 

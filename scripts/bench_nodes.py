@@ -22,6 +22,10 @@ own time; starting the engine and actors is the same fixed cost in both and prin
 apart as ``setup_s``). ``lost``: planned rollouts with no row, over all runs;
 ``duplicated``: rows beyond one per rollout id + Samples beyond the rows' ``num_samples``;
 ``node_loss_redispatched``: rollouts the node-loss run re-dispatched.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
+Last line: ``bench_nodes: rollouts=… speedup_3_over_1=… lost=… duplicated=… node_loss_redispatched=…
+makespan_1=… makespan_3=… node_loss_finished=… node_loss_lost_nodes=…``.
 """
 
 from __future__ import annotations
@@ -81,7 +85,11 @@ def main() -> int:
     ap.add_argument("--rollouts", type=int, default=12, help="rollouts per run (demo tasks x 2 samples)")
     ap.add_argument("--concurrency", type=int, default=2, help="rollouts in flight per sandbox node")
     ap.add_argument("--ttft-s", type=float, default=10.0, help="scripted engine: seconds before each model reply")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:  # one rollout a node at a time, one each
+        args.rollouts, args.concurrency, args.ttft_s = 3, 1, 1.0
 
     sys.path.insert(0, str(ROOT / "tests" / "farm"))
     from rich.console import Console

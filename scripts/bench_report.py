@@ -13,6 +13,10 @@ rollout's page is shown after a click (its blob is parsed only then). Prints the
 time, the render time, the report's size, the open times and a last ``name=value`` line.
 
     python scripts/bench_report.py [--rollouts 1000] [--turns 6]
+
+Last line: ``bench_report: rollouts=… report_s=… report_mb=… open_table_s=… open_rollout_s=…``
+(the open times ``na`` where Chromium or Playwright is missing). ``--quick``: the smallest
+size, which the test suite runs (``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -29,17 +33,16 @@ import yaml
 
 
 def build_run(out: Path, n: int, turns: int, tok_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
     from farm.actors.reducer import ReducerActor
     from farm.config import FarmConfig
     from farm.output.artifacts import build_artifacts, turns_jsonl
     from farm.rollout.model import RolloutResult
     from farm.output.rows import counts_of
     from farm.status import RolloutStatus
+    from farm.modeltext.tokenizer import load_tokenizer
     from farm.trajectory.tree import TurnTree
 
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok = load_tokenizer(str(tok_dir))  # as farm loads it (AutoTokenizer's mapping imports torch: seconds)
     enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
     rng = random.Random(0)
     cfg = FarmConfig.model_validate({"run_id": "bench", "output": {"dir": str(out)}, "ray": {"reducer_flush_s": 1.0}})
@@ -115,13 +118,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", type=int, default=1000)
     ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--cache-dir", default=None, help="where the builtin tokenizer is built (default: farm's cache)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.rollouts, args.turns = 8, 2
     from farm.modeltext.tokenizer import resolve_tokenizer
     from farm.report.html import write_report
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        tok_dir = Path(resolve_tokenizer("builtin:farm-test", root / "tok"))
+        tok_dir = Path(resolve_tokenizer("builtin:farm-test", args.cache_dir))
         out = root / "run"
         out.mkdir()
         t0 = time.perf_counter()

@@ -15,6 +15,10 @@ like SWE-bench's (``owner__repo-12345``); each from the same pickled reply:
   plan_skip_s     seconds a finite stream's ``count()`` and its first group take on it
 
 Run: ``.venv/bin/python scripts/bench_resume.py --rollouts 1000000``.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
+Last line: ``bench_resume: rollouts=… ids_held_mb=… bits_held_mb=… ids_peak_mb=… bits_peak_mb=…
+bits_build_s=… plan_skip_s=…``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,11 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=1_000_000)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.rollouts = 1_000
     per_epoch = max(1, args.rollouts // (args.group * args.epochs))
     tasks = [Task(id=f"owner{i % 97}__repo{i % 13}-{i:06d}", instruction="noop") for i in range(per_epoch)]
     ids = [make_rollout_id(group_id_of(t.id, e), k) for e in range(args.epochs) for t in tasks for k in range(args.group)]

@@ -61,7 +61,12 @@ warm page cache and cold (``posix_fadvise(DONTNEED)`` on the shard files first);
 of ``--reads`` reads.
 
 Last line: ``bench_routing: turns=64 transfer_ratio=... bytes_per_token=...
-shard_overhead=... turn_ms_overhead=... aligned=1`` and more figures.
+shard_overhead=... turn_ms_overhead=... aligned=1 final_tokens=... bytes_per_turn_incremental=...
+bytes_per_turn_full=... full_measured_turns=... formula_mismatches=... shard_bytes_per_token=...
+turn_ms=... turn_ms_routed=... side_table_size_ratio=... read_ms_column=... read_ms_side=...
+read_ms_column_cold=... read_ms_side_cold=...``.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -373,7 +378,12 @@ def main() -> int:
     parser.add_argument("--reads", type=int, default=5, help="reads per layout/reader/cache state (median)")
     parser.add_argument("--tokenizer", default="builtin:farm-test")
     parser.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest size, which the test suite runs: its figures mean nothing")
     args = parser.parse_args()
+    if args.quick:  # a few turns of a small MoE; the last turn full re-fetched
+        args.turns, args.target_tokens, args.full_every, args.reads = 4, 6_000, 2, 1
+        args.layers, args.top_k, args.experts = 4, 2, 16
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t_start = time.perf_counter()
 

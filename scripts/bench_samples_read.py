@@ -13,6 +13,8 @@ on short rows (``--rows`` Samples of 2 turns, ~200 tokens: the control-plane ben
 long ones (64 Samples of 30 turns, ~20K tokens). Both must give the same Samples.
 Last line: ``bench_samples_read: short_per_row_us=… short_columns_us=… long_per_row_us=…
 long_columns_us=… speedup_short=…`` (microseconds a row).
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -85,10 +87,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=8192, help="short Samples in the table")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    long_rows = 64
+    if args.quick:
+        args.rows, args.reps, long_rows = 64, 1, 4
     figures = {}
     for label, table in (("short", samples_to_table(make_samples(args.rows, 2, 80))),
-                         ("long", samples_to_table(make_samples(64, 30, 660)))):  # fmt: skip
+                         ("long", samples_to_table(make_samples(long_rows, 30, 660)))):  # fmt: skip
         a, b = per_row(table), table_to_samples(table)
         assert [s.model_dump_json() for s in a] == [s.model_dump_json() for s in b], "the two ways disagree"
         figures[f"{label}_per_row_us"] = best_us_a_row(per_row, table, args.reps)

@@ -36,6 +36,11 @@ under back-pressure, a trainer loop in this process taking each group as it come
 then the consumer whose hand-outs are timed, and its process is the "driver").
 
 Run: ``nice -n 10 .venv/bin/python scripts/bench_scale.py --rollouts 10000``.
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
+Last line: ``bench_scale: rollouts=… rollouts_per_s=… driver_rss_growth_mb=… reducer_rss_growth_mb=…
+resume_open_s=… resume_open_full_s=… inspect_s=… group_handout_ms_p99=… reader_resume_s=…
+reducer_alone_per_s=… cpu_ms_per_rollout=…`` (``nan`` where too few samples were taken to say).
 """
 
 from __future__ import annotations
@@ -351,7 +356,11 @@ def main() -> None:
     ap.add_argument("--max-ahead", type=int, default=0,
                     help="--continuous: stream.max_ahead (default: 4 x the slots)")
     ap.add_argument("--out", default=None, help="output directory (default: a temp dir, removed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.rollouts, args.actors, args.concurrency = 64, 1, 8
     global TURNS
     TURNS = args.turns
 

@@ -1,12 +1,12 @@
 """Benchmark the trajectory core (not a test).
 
-1. A 200-turn session of ~5K tokens per turn (~1M tokens): record every turn in a
+1. A 200-turn session (``--turns``) of ~5K tokens per turn (~1M tokens): record every turn in a
    TurnTree (append-only) and linearize it into Samples. Timed side by side with the
    slime-style baseline that aligns each turn by comparing the turn's full prompt
    token list against the accumulated sequence (plain Python lists), then copies
    the accumulated ids / loss mask / logprobs forward.
-2. 100 vs 400 turns (same tokens per turn) for linear scaling.
-3. Shard write throughput on real files (serialise + checksum + write + fsync + rename
+2. 100 vs 400 turns (half and twice the session; same tokens per turn) for linear scaling.
+3. Shard write throughput on real files (write + checksum + fsync + rename
    + manifest fsync) and read throughput, touching every token: unverified, verified
    with the default xxh3_128 (every read path verifies by default), and with sha256.
 
@@ -25,6 +25,8 @@ The final line reports the second set. Last line:
 bench_trajectory: linearize_1M_ms=<float> speedup_vs_prefix_compare=<float> scaling_400_over_100=<float>
 shard_write_MBps=<float> read_MBps=<float> read_verified_MBps=<float> verify_overhead_pct=<float>
 verify_overhead_warm_pct=<float> (read_*, verify_overhead_pct: from disk; _warm: from the page cache)
+``--quick``: the smallest size, which the test suite runs
+(``tests/scripts/test_scripts_benches.py``).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
     per_rollout = 8
     writes: list[float] = []
     reads: dict[str, list[float]] = {f"{c}_{k}": [] for c in ("cold", "warm") for k in ("plain", "xxh3_128", "sha256")}
-    nbytes = 0
+    nbytes = shards = 0
     for rep in range(reps):
         out = tmp / f"shards{rep}"
         w = ShardWriter(out, SAMPLE_SCHEMA, max_rows=per_rollout * 2)  # two rollouts per shard
@@ -150,7 +152,7 @@ def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
             w.write_rollout(f"r{i}", table)
         w.close()
         dt = time.perf_counter() - t0
-        nbytes = sum(e.bytes for e in w.entries)
+        nbytes, shards = sum(e.bytes for e in w.entries), len(w.entries)
         writes.append(nbytes / dt / 1e6)
         legacy = [e.model_copy(update={"checksum": checksum((out / e.shard).read_bytes(), "sha256")})
                   for e in w.entries]  # fmt: skip
@@ -165,7 +167,7 @@ def bench_shards(tmp: Path, inputs, reps: int) -> dict[str, float]:
                 touched = sum(_touch(got.column(c)) for c in ("tokens", "loss_mask", "rollout_logprobs"))
                 reads[f"{cache}_{kind}"].append(nbytes / (time.perf_counter() - t0) / 1e6)
                 assert got.num_rows == per_rollout and touched >= 0
-    out_figures = {"write": max(writes), "write_med": statistics.median(writes), "bytes": nbytes}
+    out_figures = {"write": max(writes), "write_med": statistics.median(writes), "bytes": nbytes, "shards": shards}
     out_figures.update({k: max(v) for k, v in reads.items()})
     return out_figures
 
@@ -181,9 +183,9 @@ def steady_allocator() -> bool:
 
 
 def measure(args) -> dict[str, float]:
-    inputs = session_inputs(200)
+    inputs = session_inputs(args.turns)
     farm_record_and_linearize(inputs)  # warm-up
-    small, large = session_inputs(100, seed=1), session_inputs(400, seed=2)
+    small, large = session_inputs(args.turns // 2, seed=1), session_inputs(args.turns * 2, seed=2)
     farm_record_and_linearize(small)
     farm_record_and_linearize(large)
     r: dict[str, float] = {}
@@ -198,9 +200,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--baseline-reps", type=int, default=3)
     ap.add_argument("--shard-reps", type=int, default=5)
+    ap.add_argument("--turns", type=int, default=200, help="turns of the session (x 5K tokens); scaling: half vs twice")
+    ap.add_argument("--quick", action="store_true",
+                    help="the smallest size, which the test suite runs: its figures mean nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.turns, args.reps, args.baseline_reps, args.shard_reps = 8, 1, 1, 1
 
-    inputs = session_inputs(200)
+    inputs = session_inputs(args.turns)
     _, n_tokens = farm_record_and_linearize(inputs)
     default = measure(args)
     tuned_ok = steady_allocator()
@@ -208,13 +215,14 @@ def main() -> int:
     as_lists = [(d.tolist(), o.tolist(), lp.tolist()) for d, o, lp in inputs]
     base_ms, base_med = timed_ms(lambda: baseline_prefix_compare(as_lists), args.baseline_reps)
     del as_lists
-    print(f"session: 200 turns, {n_tokens} tokens; times best / median of {args.reps}")
+    print(f"session: {args.turns} turns, {n_tokens} tokens; times best / median of {args.reps}")
     print(f"  glibc default allocator: record+linearize {default['farm']:.2f} / {default['farm_med']:.2f} ms; "
-          f"100 turns {default['t100']:.2f} ms, 400 turns {default['t400']:.2f} ms "
+          f"{args.turns // 2} turns {default['t100']:.2f} ms, {args.turns * 2} turns {default['t400']:.2f} ms "
           f"(x{default['t400'] / default['t100']:.2f})")  # fmt: skip
     label = "steady allocator (mallopt)" if tuned_ok else "allocator unchanged (mallopt unavailable)"
     print(f"  {label}: record+linearize {r['farm']:.2f} / {r['farm_med']:.2f} ms; "
-          f"100 turns {r['t100']:.2f} / {r['m100']:.2f} ms, 400 turns {r['t400']:.2f} / {r['m400']:.2f} ms "
+          f"{args.turns // 2} turns {r['t100']:.2f} / {r['m100']:.2f} ms, "
+          f"{args.turns * 2} turns {r['t400']:.2f} / {r['m400']:.2f} ms "
           f"(x{r['t400'] / r['t100']:.2f}, linear = 4)")  # fmt: skip
     print(f"  baseline prefix-compare alignment (plain lists): {base_ms:.2f} / {base_med:.2f} ms "
           f"(x{base_ms / r['farm']:.1f} slower)")  # fmt: skip
@@ -224,8 +232,9 @@ def main() -> int:
         sh = bench_shards(Path(tmp), inputs, args.shard_reps)
     cold = (sh["cold_plain"] / sh["cold_xxh3_128"] - 1) * 100  # extra read time with the default verification
     warm = (sh["warm_plain"] / sh["warm_xxh3_128"] - 1) * 100
-    print(f"shards: {sh['bytes'] / 1e6:.0f} MB per run in 4 shards; write {sh['write']:.0f} MB/s (median "
-          f"{sh['write_med']:.0f}; serialise + xxh3_128 + write + fsync + rename + manifest)")  # fmt: skip
+    print(f"shards: {sh['bytes'] / 1e6:.0f} MB per run in {sh['shards']} shard(s); write {sh['write']:.0f} MB/s "
+          f"(median {sh['write_med']:.0f}; one record batch written to the file, xxh3_128 beside; fsync + rename "
+          "+ manifest)")  # fmt: skip
     for cache, label in (("cold", "from disk (pages evicted)"), ("warm", "from the page cache")):
         base = sh[f"{cache}_plain"]
         print(f"  read {label}, every token/mask/logprob touched: {base:.0f} MB/s unverified; "

@@ -44,6 +44,7 @@ def config(args: argparse.Namespace, work: Path, pool: bool, n: int) -> FarmConf
         f"sandbox.pool.max_environments={2 * args.tasks}",  # agent + grading spec per environment
         "sandbox.pool.refill_concurrency=2",
         "artifacts.enabled=false",
+        *([f"engine.tokenizer_cache_dir={args.cache_dir}"] if args.cache_dir else []),
         *args.set,
     ])
 

@@ -43,11 +43,19 @@ def _tool(protocol: str, properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": "wide", "description": "a wide tool", "parameters": schema}}
 
 
-def hostile_bodies(protocol: str) -> dict[str, bytes]:
+# the sizes of the three bodies (``QUICK``: the benchmark's smallest size, see bench_gateway --quick)
+SIZES = {"text_bytes": 50 * MB, "messages": 200_000, "properties": 10_000}
+QUICK = {"text_bytes": 8 * MB, "messages": 200, "properties": 100}
+# the gateway configs each body is sent to: the default (body limit derived from the context),
+# and the old default body limit, so the token bounds, not the size limit, answer the big bodies
+CONFIGS = (("default", {}), ("body_limit_64mb", {"max_body_bytes": 64 * MB}))
+
+
+def hostile_bodies(protocol: str, sizes: dict[str, int] = SIZES) -> dict[str, bytes]:
     words = ("def return import self value file path test error assert result list dict string ") * 8
-    text = (words * (50 * MB // len(words) + 1))[: 50 * MB]
-    tiny = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(200_000)]
-    props = {f"p{i}": {"type": "string", "description": f"property number {i}"} for i in range(10_000)}
+    text = (words * (sizes["text_bytes"] // len(words) + 1))[: sizes["text_bytes"]]
+    tiny = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(sizes["messages"])]
+    props = {f"p{i}": {"type": "string", "description": f"property number {i}"} for i in range(sizes["properties"])}
     return {
         "body_50mb": json.dumps(_base(protocol, [{"role": "user", "content": text}])).encode(),
         "messages_200k": json.dumps(_base(protocol, tiny)).encode(),
@@ -93,13 +101,14 @@ def _kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
-async def bench_hostile(tokenizer: str, cache_dir: str | None) -> list[dict[str, Any]]:
-    """Every hostile body on every protocol, alone, against two configs: one row each."""
+async def bench_hostile(tokenizer: str, cache_dir: str | None, sizes: dict[str, int] = SIZES,
+                        configs: tuple[tuple[str, dict[str, Any]], ...] = CONFIGS) -> list[dict[str, Any]]:
+    """Every hostile body on every protocol, alone, against each config: one row each."""
     import aiohttp
 
     rows = []
-    bodies = {p: hostile_bodies(p) for p in PATHS}
-    for label, extra in (("default", {}), ("body_limit_64mb", {"max_body_bytes": 64 * MB})):
+    bodies = {p: hostile_bodies(p, sizes) for p in PATHS}
+    for label, extra in configs:
         config = {"tokenizer": tokenizer, "cache_dir": cache_dir, **extra}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(Path(__file__).with_name("bench_gateway.py")), "--serve", json.dumps(config),

@@ -9,12 +9,17 @@ VENV="${FARM_VENV:-.venv}"
 # unix socket (the sandbox has no other network); fuse-overlayfs gives sandboxes their
 # copy-on-write view of an environment snapshot when farm does not run as root; chromium
 # (headless) renders `farm report`'s page in its browser test; prometheus scrapes a real Ray in
-# the dashboard test (tests/farm/test_farm_dashboard.py). Debian packages.
+# the dashboard test (tests/farm/test_farm_dashboard.py). The image tests (tests/images) run a
+# real registry (docker-registry), push the images they build with skopeo, build them from
+# this host's packages (python3-pytest in them) and run the CLIs on a libc-less one (busybox-static).
+# Debian packages.
 if ! command -v bwrap >/dev/null 2>&1 || ! command -v socat >/dev/null 2>&1 || ! command -v fuse-overlayfs >/dev/null 2>&1 \
-   || [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ]; then
+   || [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ] || ! command -v docker-registry >/dev/null 2>&1 \
+   || ! command -v skopeo >/dev/null 2>&1 || [ ! -x /bin/busybox ] || ! dpkg -s python3-pytest >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq bubblewrap socat git fuse-overlayfs chromium >/dev/null
+  $SUDO apt-get install -y -qq docker-registry skopeo busybox-static python3-pytest >/dev/null
   # prometheus alone (not the node exporter it recommends); the test runs its own server. On a
   # host with systemd the package also enables a service on :9090 (systemctl disable --now prometheus).
   $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null

@@ -107,3 +107,25 @@ def test_the_endpoint_fixes_the_rollout_mode_and_the_mode_says_what_to_do():
     # the on-disk strings (the rollouts table's mode column) are the modes themselves
     assert [m.value for m in RolloutMode] == ["token_exact", "black_box"]
     assert RolloutMode("black_box") is RolloutMode.BLACK_BOX and f"{RolloutMode.TOKEN_EXACT}" == "token_exact"
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["gateway.public_url=https://tunnel.example.com", "ray.num_sandbox_actors=2"],
+     "is one fixed URL, but the run starts several sandbox actors (ray.num_sandbox_actors: 2)"),
+    (["gateway.public_url=https://tunnel.example.com", "placement.sandbox_actors_per_node=2"],
+     "(placement.sandbox_actors_per_node: 2)"),
+    (["gateway.public_url=https://gw-{hostname}.example.com", "placement.sandbox_actors_per_node=2"],
+     "names no {port}, but placement.sandbox_actors_per_node: 2 puts several sandbox actors on one node"),
+])  # fmt: skip
+def test_a_gateway_url_several_actors_would_share_is_refused(overrides, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert needle in str(err.value) and "'http://{node_ip}:{port}'" in str(err.value), str(err.value)
+
+
+def test_a_gateway_url_per_actor_is_accepted():
+    for overrides in (["gateway.public_url=https://tunnel.example.com"],  # one sandbox actor (one machine)
+                      ["gateway.public_url=http://{node_ip}:{port}", "ray.num_sandbox_actors=8"],
+                      ["gateway.public_url=https://gw-{hostname}.example.com", "gateway.port=8700"]):
+        assert load_config(None, overrides).gateway.public_url == overrides[0].split("=", 1)[1]
+    assert load_config("configs/e2b.yaml").ray.num_sandbox_actors == 1

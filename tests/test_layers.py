@@ -27,6 +27,7 @@ RANKS = {
     "workspace": 4, "harnesses": 4, "gateway": 4, "simulator": 4,
     "output": 3, "sandboxes": 3, "engine": 3,
     "trajectory": 2, "tasks": 2, "modeltext": 2, "loggers": 2, "config_reference": 2,
+    "images": 2,  # container images: registry client, pull, unpack (their layers live in envs' store)
     "config": 1, "secrets": 1,  # with every CONFIG module (below)
     "errors": 0, "status": 0,
     "moved": 0,  # the finder that serves old paths of modules moved to output/ (imports nothing of farm's)

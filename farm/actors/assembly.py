@@ -21,7 +21,8 @@ from ray.exceptions import GetTimeoutError, RayTaskError
 from farm.actors import placement, ray_cluster
 from farm.actors.membership import ACTOR_LOST, CONTROL_TIMEOUT_S
 from farm.actors.reaping import Reaper, locations
-from farm.config import FarmConfig
+from farm.config import ONE_URL_PER_ACTOR, FarmConfig
+from farm.errors import ConfigError
 from farm.secrets import RunSecrets
 from farm.tasks.model import Task
 
@@ -42,6 +43,7 @@ class FarmActors:
         self.where: dict[str, Any] = {}  # actor name -> ref of its where(): node id, sandbox root
         self.watch: placement.NodeWatch | None = None  # sandbox nodes joining mid-run (per-node placement)
         self.reaper = Reaper(cfg, self.secrets)
+        self.gateway_urls: dict[str, str] = {}  # gateway.public_url as each sandbox actor filled it -> the actor
 
     @property
     def lost_nodes(self) -> dict[str, str]:
@@ -128,10 +130,26 @@ class FarmActors:
         slots = placement.sandbox_slots(self.cfg.placement, fixed=fixed, limit=limit)
         refs = [self._start_sandbox_actor(slot)[1] for slot in slots]
         self.engine_ready()  # an engine starting beside them: its failure first, as itself
-        ray.get(refs, timeout=CONTROL_TIMEOUT_S)
+        for where in ray.get(refs, timeout=CONTROL_TIMEOUT_S):
+            refused = self.admit(where)
+            if refused:
+                raise ConfigError(refused)
         if fixed is None:
             self.watch = placement.NodeWatch(self.cfg.placement, {s.node for s in slots})
         return self.actors
+
+    def admit(self, where: dict[str, str]) -> str | None:
+        """Why a ready sandbox actor (its ``where()``) may not take rollouts: its gateway is
+        reached at the same public URL as another actor's (the sandboxes of both would reach one
+        gateway); None: it may. Only ``gateway.public_url`` reaches a gateway from off its node."""
+        if not self.cfg.gateway.public_url:
+            return None
+        url, name = where.get("gateway_url", ""), where.get("name", "")
+        other = self.gateway_urls.setdefault(url, name)
+        if other == name:
+            return None
+        return (f"sandbox actors {other} and {name} (node {where.get('node', '')[:12]}) would both be reached at "
+                f"{url} (gateway.public_url {self.cfg.gateway.public_url!r}): {ONE_URL_PER_ACTOR}")  # fmt: skip
 
     def scale_out(self) -> dict[str, Any]:
         """Start sandbox actors on sandbox nodes that joined since the last call:

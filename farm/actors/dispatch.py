@@ -59,6 +59,7 @@ class Dispatcher:
         *,
         guard_s: float | None = None,
         scale_out: Callable[[], dict[str, Any]] | None = None,
+        admit: Callable[[dict[str, str]], str | None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.actors = actors
@@ -67,7 +68,7 @@ class Dispatcher:
         self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
         self.pool = ActorPool(actors, capacity=cfg.rollout.concurrency, max_deaths=cfg.ray.actor_max_restarts + 1)
-        self.members = Membership(actors, self.pool, progress, scale_out)  # probes, joining actors
+        self.members = Membership(actors, self.pool, progress, scale_out, admit)  # probes, joining actors
         self.inflight = InFlight()  # rollouts out at actors, and the batches (calls) they went in
         self.queue: deque[RolloutSpec] = deque()
         # What the run's summary needs, kept as rollouts finish (bounded: not one object per

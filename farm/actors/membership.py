@@ -29,13 +29,16 @@ class Membership:
     """The pool's actors, their probes and the actors joining."""
 
     def __init__(self, actors: dict[str, Any], pool: ActorPool, progress: Notes,
-                 scale_out: Callable[[], dict[str, Any]] | None = None) -> None:  # fmt: skip
+                 scale_out: Callable[[], dict[str, Any]] | None = None,
+                 admit: Callable[[dict[str, str]], str | None] | None = None) -> None:  # fmt: skip
         self.actors = actors
         self.pool = pool
         self.progress = progress
         # New sandbox actors (nodes that joined mid-run): ``scale_out()`` starts them and gives
-        # {name: ref ready when they are}; they join the pool once ready.
+        # {name: ref ready when they are}; they join the pool once ready, unless ``admit(where)``
+        # says why not (their gateway reached at another actor's URL: FarmActors.admit).
         self.scale_out = scale_out
+        self.admit = admit
         self.probes: dict[Any, tuple[str, float]] = {}  # probe ref -> (actor, sent): actors that lost a rollout
         self.joining: dict[Any, str] = {}
 
@@ -77,6 +80,10 @@ class Membership:
             where = ray.get(ref)
         except (*ACTOR_LOST, RayTaskError) as exc:
             self.progress.note(f"actor {name} did not start on its new node: {type(exc).__name__}")
+            return
+        refused = self.admit(where) if self.admit is not None else None
+        if refused:
+            self.progress.note(f"actor {name} takes no rollouts: {refused}")
             return
         self.pool.joined(name)
         self.progress.note(f"actor {name} joined on node {where.get('node', '')[:8]}: taking rollouts")

@@ -40,6 +40,24 @@ def _ray_node() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
+def for_this_node(cfg: FarmConfig, node: str) -> FarmConfig:
+    """``cfg`` with the node fields of ``gateway.public_url`` filled in for this actor's Ray
+    node (``node``: its id), so the sandboxes it runs reach its own gateway; the gateway fills
+    in ``{port}`` when it binds (``farm.gateway.public_url``). Unchanged outside Ray."""
+    from farm.gateway.config import NODE_FIELDS, fill_url, url_fields
+
+    template = cfg.gateway.public_url
+    if not template or not node or not url_fields(template) & set(NODE_FIELDS):
+        return cfg
+    import socket
+
+    import ray
+
+    facts = {"node_ip": ray.util.get_node_ip_address(), "node_id": node, "hostname": socket.gethostname()}
+    gateway = cfg.gateway.model_copy(update={"public_url": fill_url(template, **facts)})
+    return cfg.model_copy(update={"gateway": gateway})
+
+
 def _answer(rollout_id: str, task: asyncio.Future[RolloutSummary]) -> Answer:
     if task.cancelled():
         return Answer(rollout_id, error=CANCELLED)
@@ -104,7 +122,7 @@ class SandboxActor:
 
                     self._metrics = ActorMetrics(self.cfg.run_id)
                 self._parts = factory(
-                    self.cfg,
+                    for_this_node(self.cfg, self.node),
                     self.engine_url,
                     secrets=self.secrets,
                     on_sandbox_created=self._metrics.observe_sandbox_create if self._metrics else None,
@@ -206,7 +224,8 @@ class SandboxActor:
         ``farm.rollout.retry.decide`` says it runs again (or is dropped), its summary not
         durable, carrying that decision for the dispatcher."""
         result = await self.execute(spec)
-        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping)
+        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping,
+                          deterministic=result.deterministic)  # fmt: skip
         if decision.verdict is Verdict.DROP:
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
             why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"

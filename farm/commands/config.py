@@ -24,8 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--config", default=None, help="YAML config (default: farm's defaults)")
     show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     show.add_argument("--for", dest="for_command", choices=("run", "rollout", "serve"), default="run",
-                      help="the command whose defaults apply (rollout / serve: output.dir runs/rollouts, "
-                      "run_id rollouts, unless the config sets them)")
+                      help="the command whose config it is (rollout / serve: output.dir is the `rollouts` "
+                      "directory beside the config's, run_id rollouts, unless --set names them)")
     schema = sub.add_parser("schema", help="the JSON Schema of a config file (for editors)")
     schema.add_argument("-o", "--output", default=None, help="write it here (default: stdout)")
     ref = sub.add_parser("reference", help="the configuration reference (Markdown), from the models")
@@ -47,12 +47,13 @@ def _emit(text: str, dest: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from farm import config_reference as ref
-    from farm.config import SINGLE_DEFAULTS, load_config
+    from farm.config import load_config, load_single_config
     from farm.errors import ConfigError
 
     if args.config_command == "show":
         try:
-            cfg = load_config(args.config, args.overrides, defaults=SINGLE_DEFAULTS if args.for_command != "run" else None)
+            load = load_config if args.for_command == "run" else load_single_config
+            cfg = load(args.config, args.overrides)
         except ConfigError as exc:
             print(f"farm config show: {exc}", file=sys.stderr)
             return 2

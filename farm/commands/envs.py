@@ -127,6 +127,7 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
 
     from farm.envs.provider import provider_for
     from farm.sandboxes.factory import create_sandbox, make_limiter
+    from farm.secrets import REGISTRY_AUTH_ENV
     from farm.tasks.runtime import TaskRuntime
 
     runtime = await asyncio.to_thread(TaskRuntime.from_config, cfg.tasks)
@@ -138,7 +139,7 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
         return create_sandbox(cfg.sandbox, spec, limiter=limiter, e2b_api_key=api_key)
 
     envs = provider_for(cfg.envs.model_copy(update={"enabled": True}), cfg.sandbox, runtime, new_sandbox,
-                        e2b_api_key=api_key)  # fmt: skip
+                        e2b_api_key=api_key, registry_auth=os.environ.get(REGISTRY_AUTH_ENV))  # fmt: skip
     if envs is None:
         print("farm envs build: this sandbox backend cannot start from snapshots (local needs isolation: bwrap; "
               "E2B needs envs.e2b_templates)", file=sys.stderr)  # fmt: skip
@@ -181,8 +182,11 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
         on = f"  on base {rec.base_key[:12]}" if rec.base_key else ""
         print(f"{key[:12]}  {kind:<8}  {len(group):>3} task(s)  {state:<6}  {detail}  ({group[0].id}){on}", flush=True)
 
-    await asyncio.gather(*(one(k, g, "base") for k, g in bases.items()))
-    await asyncio.gather(*(one(k, g, kinds[k]) for k, g in by_key.items()))
+    try:
+        await asyncio.gather(*(one(k, g, "base") for k, g in bases.items()))
+        await asyncio.gather(*(one(k, g, kinds[k]) for k, g in by_key.items()))
+    finally:
+        await envs.close()  # its registry connections
     print(f"envs build: {len(by_key)} environment(s) on {len(bases)} base(s) for {len(tasks)} task(s), {failed} failed, "
           f"in {envs.store.root}")  # fmt: skip
     return 1 if failed else 0
@@ -208,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         from farm.run.tasks import load_task_file  # with `farm run`'s row checks (log_parser)
 
         try:
-            loaded = load_task_file(cfg.tasks)
+            loaded = load_task_file(cfg)
         except TaskLoadError as exc:
             print(f"farm envs build: {exc}", file=sys.stderr)
             return 2

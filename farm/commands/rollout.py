@@ -56,13 +56,13 @@ def progress_line(ev: dict[str, Any]) -> str | None:
 
 
 async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
-    from farm.config import SINGLE_DEFAULTS, load_config
+    from farm.config import load_single_config
     from farm.errors import TaskError
     from farm.run.tasks import load_run_tasks
     from farm.secrets import RunSecrets
     from farm.single import Rollouts
 
-    cfg = load_config(args.config, overrides, defaults=SINGLE_DEFAULTS)
+    cfg = load_single_config(args.config, overrides)
     tasks = load_run_tasks(cfg)
     if args.task not in {t.id for t in tasks}:  # before anything starts
         raise TaskError(f"unknown task {args.task!r} in {cfg.tasks.path}")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"tasks.format={args.format}")
     try:
         cfg = load_config(args.config, overrides)
-        loaded = load_task_file(cfg.tasks)  # a row farm cannot grade (its log_parser) is reported here
+        loaded = load_task_file(cfg)  # a row farm cannot grade (its log_parser) is reported here
     except (ConfigError, TaskLoadError) as exc:
         console.print(f"[red]validate-tasks: {exc}[/red]")
         return 2
@@ -93,6 +93,7 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
 
     from farm.envs.provider import provider_for
     from farm.grading.validate import validate_tasks
+    from farm.secrets import REGISTRY_AUTH_ENV
     from farm.sandboxes.factory import create_sandbox, make_limiter
     from farm.tasks.runtime import TaskRuntime
 
@@ -104,7 +105,8 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
     def new_sandbox(spec):  # noqa: ANN001, ANN202
         return create_sandbox(cfg.sandbox, spec, limiter=limiter, e2b_api_key=api_key)
 
-    runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox, e2b_api_key=api_key)  # one build per env
+    runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox, e2b_api_key=api_key,
+                                registry_auth=os.environ.get(REGISTRY_AUTH_ENV))  # one build per env
 
     from rich.markup import escape
 
@@ -114,9 +116,16 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
             mark += f" {escape(short(result.reason, 160))}"
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
 
-    return await validate_tasks(
-        tasks, runtime=runtime, new_sandbox=new_sandbox, concurrency=concurrency, labels=labels, on_result=progress
-    )
+    try:
+        results = await validate_tasks(
+            tasks, runtime=runtime, new_sandbox=new_sandbox, concurrency=concurrency, labels=labels, on_result=progress
+        )
+        if runtime.envs is not None:  # a build only a cancelled grading asked for: finished, not cut as the loop closes
+            await runtime.envs.settle()
+        return results
+    finally:
+        if runtime.envs is not None:
+            await runtime.envs.close()  # its registry connections
 
 
 def _cell(report) -> str:  # noqa: ANN001 - GradingReport | None

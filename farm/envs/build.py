@@ -11,7 +11,9 @@ appears (venvs and editable installs hold absolute paths):
   kept (``layers.keep_untracked``): no tracked file, no ``.git``, no later history.
 - **instance**: ``prepare_workspace`` with the task's own ``setup_commands`` on a view of
   its base whose writes land in the staging area (overlay's upper directory, or a copy),
-  sealed into a plain layer (``layers.seal_layer``).
+  sealed into a plain layer (``layers.seal_layer``). A task in a container image is an
+  instance on the image (``farm.envs.image``): the view is the image's layers at ``/``, with
+  the image's environment, and the setup is all of the task's.
 
 A setup failure or a task error (missing repository or commit, a bad pre-patch) is
 published as a failed record; a sandbox failure (infrastructure) raises and publishes
@@ -96,10 +98,10 @@ async def build_env(
     if base is None:
         view = SnapshotView(key=ident.key, layers=(ViewLayer(path=str(tree)),), mount=ident.mount, writable=True)
         commands = None
-    else:
-        base_tree = store.tree(base.key)
-        view = SnapshotView(key=ident.key, layers=(ViewLayer(path=str(base_tree)),), mount=ident.mount, upper=str(tree))
-        commands = task.setup_commands
+    else:  # on a base (its venv) or a container image (its layers: the whole root)
+        view = SnapshotView(key=ident.key, layers=tuple(store.view_layers(base)), mount=ident.mount, upper=str(tree),
+                            env=base.env, user=base.user)  # fmt: skip
+        commands = task.setup_commands if base.kind == "base" else [*task.base_setup_commands, *task.setup_commands]
     try:
         steps = commands if commands is not None else [*task.base_setup_commands, *task.setup_commands]
         sandbox = await make_sandbox(build_spec(task, ident, runtime, view, labels, steps))
@@ -122,7 +124,8 @@ async def build_env(
         finally:
             await sandbox.close()
         if record.ok and base is not None:
-            deleted = await asyncio.to_thread(seal_layer, tree, mode, store.tree(base.key))
+            under = [Path(layer.path) for layer in store.view_layers(base)]
+            deleted = await asyncio.to_thread(seal_layer, tree, mode, under)
             record = record.model_copy(update={"deleted": deleted, "build_s": time.monotonic() - t0})
         return await _publish(store, staging, record)
     except BaseException:

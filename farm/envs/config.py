@@ -32,5 +32,6 @@ class EnvsConfig(BaseModel):
     )
     max_size_bytes: int | None = Field(
         default=None, ge=0,
-        description="after each build, least-recently-used snapshots are removed until the cache fits (None: never)",
+        description="after each build, least-recently-used snapshots are removed until the cache fits, container "
+        "images' layers among them (an image before its layers; none a live sandbox uses); None: never",
     )

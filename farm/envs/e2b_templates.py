@@ -32,7 +32,7 @@ from typing import Any
 
 from farm.envs.identity import EnvIdentity, setup_commit
 from farm.envs.store import EnvRecord, EnvStore
-from farm.errors import TaskError
+from farm.errors import TaskError, TaskSourceError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_env
@@ -41,6 +41,7 @@ from farm.workspace.prepare import SetupReport, commit_script
 log = logging.getLogger(__name__)
 
 WS_TAR = "farm-workspace.tar"
+PRE_PATCH = "farm-pre.patch"
 
 # A base keeps what its setup created: no tracked file (then-empty directories go too), no .git.
 _STRIP_TRACKED = (
@@ -105,12 +106,19 @@ async def template_for(
         if isinstance(src, TarballSource):
             builder = builder.run_cmd(f"cd {mount} && (test -e .git || (export {git}; {_INIT}))")
     elif isinstance(src, ImageSource):
+        builder = builder.run_cmd(f"cd {mount} && git update-index -q --refresh >/dev/null; true")
         if src.base_commit:
             builder = builder.run_cmd(f"cd {mount} && git checkout -q -f {shlex.quote(src.base_commit)}")
+        if task.pre_patch:  # SWE-smith's bug, on the repository its image holds
+            (context / PRE_PATCH).write_text(task.pre_patch)
+            builder = builder.copy(PRE_PATCH, f"/tmp/{PRE_PATCH}")
+            builder = builder.run_cmd(f"cd {mount} && export {git} && git apply --index --whitespace=nowarn "
+                                      f"/tmp/{PRE_PATCH} && git commit -q --no-verify -m 'task base' && "
+                                      f"rm -f /tmp/{PRE_PATCH}")  # fmt: skip
     else:
         builder = builder.run_cmd(f"mkdir -p {mount} && cd {mount} && export {git} && {_INIT}")
-    if task.pre_patch and not isinstance(src, GitSource):
-        raise TaskError(f"task {task.id}: a pre_patch on a non-git workspace cannot be built into an E2B template")
+    if task.pre_patch and not isinstance(src, (GitSource, ImageSource)):
+        raise TaskSourceError(f"task {task.id}: a pre_patch on a tarball workspace cannot be built into an E2B template")
     builder = builder.set_workdir(ident.mount)
     if task.env:  # (the interpreter is the template's own: tasks.python names host paths)
         builder = builder.set_envs(dict(task.env))

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.errors import TaskError
+from farm.errors import TaskSourceError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
 
@@ -43,6 +43,10 @@ class EnvIdentity(BaseModel):
     @property
     def is_base(self) -> bool:
         return self.fields.get("layer") == "base"
+
+    @property
+    def is_image(self) -> bool:
+        return self.fields.get("layer") == "image"
 
 
 def mount_path(task: Task, mount_root: str) -> str:
@@ -70,7 +74,7 @@ async def _workspace_fields(task: Task, runtime: TaskRuntime) -> dict[str, Any]:
     if isinstance(src, TarballSource):
         path = os.path.expanduser(src.path)
         if not os.path.isfile(path):
-            raise TaskError(f"task {task.id}: workspace tarball {src.path} not found")
+            raise TaskSourceError(f"task {task.id}: workspace tarball {src.path} not found")
         return {"type": "tarball", "sha256": _sha256_file(path)}
     if isinstance(src, ImageSource):
         return {"type": "image", "image": src.image, "commit": src.base_commit}
@@ -98,20 +102,33 @@ async def _base_workspace_fields(task: Task, runtime: TaskRuntime, instance: dic
     return {"type": "git", "repo": src.repo or src.url, "version": str(version)}
 
 
-def _hashed(fields: dict[str, Any], mount: str, base: EnvIdentity | None = None) -> EnvIdentity:
+def _hashed(fields: dict[str, Any], mount: str, base: EnvIdentity | None = None, key_prefix: str = "") -> EnvIdentity:
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return EnvIdentity(key=hashlib.sha256(blob).hexdigest()[:32], mount=mount, fields=fields, base=base)
+    key = key_prefix + hashlib.sha256(blob).hexdigest()[: 32 - len(key_prefix)]
+    return EnvIdentity(key=key, mount=mount, fields=fields, base=base)
+
+
+def image_identity(digest: str, activate: str | None, platform: str, backend: str) -> EnvIdentity:
+    """A container image as the base of its tasks' environments (``farm.envs.image``)."""
+    fields = {"format": SNAPSHOT_FORMAT, "layer": "image", "backend": backend, "digest": digest, "activate": activate,
+              "platform": platform}  # fmt: skip
+    return _hashed(fields, "/", key_prefix="i")
 
 
 async def identity_of(
-    task: Task, runtime: TaskRuntime, *, mount_root: str, backend: str = "local", layered: bool = True
+    task: Task, runtime: TaskRuntime, *, mount_root: str, backend: str = "local", layered: bool = True,
+    image: EnvIdentity | None = None,
 ) -> EnvIdentity:
     """The environment ``task`` needs; raises ``TaskError`` when its source cannot be found.
     With ``base_setup_commands`` and ``layered`` (local sandboxes): an instance on a base
-    (``.base``); otherwise one layer whose setup is the base's commands then the task's."""
+    (``.base``); otherwise one layer whose setup is the base's commands then the task's.
+    With ``image`` (a container image's identity, ``image_identity``: local sandboxes run
+    from the image as their root): an instance on the image, at ``/``."""
     python = runtime.python_for(task)
-    mount = mount_path(task, mount_root)
+    mount = "/" if image is not None else mount_path(task, mount_root)
     workspace = await _workspace_fields(task, runtime)
+    if image is not None:
+        workspace = {**workspace, "digest": image.fields["digest"]}
     shared = {
         "format": SNAPSHOT_FORMAT,
         "backend": backend,
@@ -120,9 +137,9 @@ async def identity_of(
         "image": task.image,
         "mount": mount,
     }
-    base = None
+    base = image
     setup = [*task.base_setup_commands, *task.setup_commands]
-    if task.base_setup_commands and layered:
+    if task.base_setup_commands and layered and image is None:
         base_fields = {**shared, "layer": "base", "workspace": await _base_workspace_fields(task, runtime, workspace),
                        "base_setup_commands": list(task.base_setup_commands)}  # fmt: skip
         base = _hashed(base_fields, mount)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -29,12 +30,20 @@ _OVERLAY_XATTR_PREFIXES = ("trusted.overlay.", "user.overlay.", "user.fuseoverla
 _OPAQUE_FILES = (".wh..wh..opq", ".wh..opq")
 
 
-def seal_layer(tree: Path, mode: Literal["overlay", "fuse-overlayfs", "copy"], base: Path) -> list[str]:
+def seal_layer(tree: Path, mode: Literal["overlay", "fuse-overlayfs", "copy"], base: Path | Sequence[Path]) -> list[str]:
     """Make ``tree`` (a build's upper directory, or its copy of ``base`` in copy mode) a
-    plain layer; returns the paths it deletes from ``base`` (outermost only)."""
-    deleted = _diff_copy(tree, base) if mode == "copy" else _strip_overlay(tree)
+    plain layer; returns the paths it deletes from ``base`` (outermost only). ``base`` may be
+    several layers (a container image's): copy mode cannot tell what changed over those."""
+    bases = [base] if isinstance(base, Path) else list(base)
+    if mode == "copy":
+        if len(bases) != 1:
+            raise TaskError("an environment over a container image needs an overlay view to build (sandbox.local.view "
+                            "overlay or fuse-overlayfs; copy cannot tell its changes from the image's layers)")
+        deleted = _diff_copy(tree, bases[0])
+    else:
+        deleted = _strip_overlay(tree)
     # (fuse-overlayfs marks the directories it creates opaque: nothing under them to hide)
-    return _outermost([d for d in deleted if os.path.lexists(base / d)])
+    return _outermost([d for d in deleted if any(os.path.lexists(b / d) for b in bases)])
 
 
 def _outermost(paths: list[str]) -> list[str]:

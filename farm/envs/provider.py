@@ -12,6 +12,12 @@ A layered task (``base_setup_commands``; on E2B, with a git workspace) needs its
 once per base key the same way, then its instance layer on it. A failed base is read
 back for every instance of it (each ends ``setup_failed`` with the base's reason; no
 instance is built on it); its view stacks [instance, base].
+
+A task whose workspace is a container image (an image source; local sandboxes) has the
+image as its base: the name is resolved to a digest once per process (``tasks.images.pull``
+says when the registry is asked), the image is pulled and unpacked once per node
+(``farm.envs.image``), and the view stacks [instance, the image's layers...] at ``/`` with
+the image's environment.
 """
 
 from __future__ import annotations
@@ -21,28 +27,40 @@ import logging
 
 from farm.envs.build import SandboxMaker, build_base, build_env
 from farm.envs.config import EnvsConfig
-from farm.envs.identity import EnvIdentity, identity_of
+from farm.envs.identity import EnvIdentity, identity_of, image_identity
 from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import SetupCommandFailed, TaskError
+from farm.images.auth import Credentials
+from farm.images.pull import ImagePuller, ResolvedImage
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.views import SnapshotView, ViewLayer
-from farm.tasks.model import GitSource, Task
+from farm.tasks.model import GitSource, ImageSource, Task
 from farm.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
 
 
 class EnvBuildFailed(SetupCommandFailed):
-    """The task's environment failed to build (once, recorded): its setup report rides along."""
+    """The task's environment failed to build (once, recorded): its setup report rides along.
+    Deterministic: every later attempt reads the same recorded failure back (until
+    ``farm envs rm --failed``)."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message, report, deterministic=True)
 
 
 class EnvProvider:
     def __init__(
         self, cfg: EnvsConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker, *, labels: dict[str, str] | None = None,
-        backend: str = "local", e2b: dict | None = None,
+        backend: str = "local", e2b: dict | None = None, registry_auth: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend
+        self.images_cfg = runtime.config.images
+        self._registry_auth = registry_auth  # FARM_REGISTRY_AUTH, as the entry point read it
+        self._puller: ImagePuller | None = None
+        self._resolving: dict[str, asyncio.Future[ResolvedImage]] = {}
+        self._resolved: dict[str, ResolvedImage] = {}  # image key -> the image it is
         self.e2b = dict(e2b or {})  # build_e2b_env's api_key, domain, default_template (and sdk, in tests)
         self.runtime = runtime
         self.store = EnvStore(cfg.cache_dir)
@@ -56,10 +74,35 @@ class EnvProvider:
         if task.id not in self._ids:
             # E2B layers templates of git workspaces only (a base template is a checkout at its setup commit)
             layered = self.backend == "local" or isinstance(task.workspace, GitSource)
+            image = None
+            src = task.workspace
+            if self.backend == "local" and isinstance(src, ImageSource):
+                resolved = await self.resolve_image(src.image)
+                image = image_identity(resolved.digest, src.activate, self.images_cfg.platform, self.backend)
+                self._resolved[image.key] = resolved
             self._ids[task.id] = await identity_of(
-                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend, layered=layered
+                task, self.runtime, mount_root=self.cfg.mount_root, backend=self.backend, layered=layered, image=image
             )
         return self._ids[task.id]
+
+    @property
+    def puller(self) -> ImagePuller:
+        if self._puller is None:
+            creds = Credentials.load(self.images_cfg.docker_config, self._registry_auth)
+            self._puller = ImagePuller(self.images_cfg, creds, self.store.blobs)
+        return self._puller
+
+    async def resolve_image(self, name: str) -> ResolvedImage:
+        """``name``'s manifest and config, asked once per process however many tasks name it."""
+        fut = self._resolving.get(name)
+        if fut is None or (fut.done() and fut.exception() is not None):
+            fut = asyncio.ensure_future(self.puller.resolve(name))
+            self._resolving[name] = fut
+        return await asyncio.shield(fut)
+
+    async def close(self) -> None:
+        if self._puller is not None:
+            await self._puller.close()
 
     def record(self, key: str) -> EnvRecord:
         rec = self.store.record(key)
@@ -98,15 +141,25 @@ class EnvProvider:
             fut.add_done_callback(lambda _f, k=ident.key: self._builds.pop(k, None))
         return await asyncio.shield(fut)
 
+    async def settle(self) -> None:
+        """Wait for the builds still running (shielded from their waiters' cancellation, a build
+        can outlive every rollout that asked for it): published before the event loop closes,
+        never cancelled there mid-command."""
+        while self._builds:
+            await asyncio.gather(*list(self._builds.values()), return_exceptions=True)
+
     def _published(self, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord | None:
         """The usable record of ``ident`` (an instance whose base is not the one given,
         e.g. removed and rebuilt since, is not)."""
         rec = self.store.record(ident.key)
-        if rec is not None and rec.ok and base is not None and (rec.base_key != base.key or rec.built_at < base.built_at):
+        if rec is None or not rec.ok:
+            return rec
+        if base is not None and (rec.base_key != base.key or rec.built_at < base.built_at):
             return None
-        if rec is not None and rec.ok and rec.base_key and not self.store.tree(rec.base_key).is_dir():
+        under = self.store.record(rec.base_key) if rec.base_key else None
+        if rec.base_key and (under is None or not self.store.usable(under)):
             return None
-        return rec
+        return rec if self.store.usable(rec) else None
 
     async def _build(self, task: Task, ident: EnvIdentity, base: EnvRecord | None) -> EnvRecord:
         async with self.store.lock(ident.key, self.cfg.build_timeout_s):
@@ -117,6 +170,12 @@ class EnvProvider:
                 from farm.envs.e2b_templates import build_e2b_env
 
                 rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, base=base, **self.e2b)
+            elif ident.is_image:
+                from farm.envs.image import build_image
+
+                rec = await build_image(task, ident, image=self._resolved[ident.key], store=self.store,
+                                        puller=self.puller, make_sandbox=self.make_sandbox, labels=self.labels,
+                                        lock_timeout_s=self.cfg.build_timeout_s)  # fmt: skip
             elif ident.is_base:
                 rec = await build_base(task, ident, runtime=self.runtime, store=self.store,
                                        make_sandbox=self.make_sandbox, labels=self.labels)  # fmt: skip
@@ -136,7 +195,7 @@ class EnvProvider:
         rec = await self.ensure(task)
         if not rec.ok:
             tail = rec.log_tail()
-            what = "base environment" if rec.kind == "base" else "environment"
+            what = {"base": "base environment", "image": f"image {rec.image.get('name', '')}"}.get(rec.kind, "environment")
             raise EnvBuildFailed(
                 f"task {task.id}: {what} {rec.key[:12]} failed to build (once, for task {rec.task_ids[0]}; "
                 f"`farm envs rm --failed` to retry): {rec.reason}" + (f"; log: {tail}" if tail else ""),
@@ -146,20 +205,26 @@ class EnvProvider:
         if rec.template:
             return SnapshotView(key=rec.key, mount=rec.mount, template=rec.template)
         layers = [ViewLayer(path=str(self.store.tree(rec.key)), deleted=tuple(rec.deleted))]
+        env: dict[str, str] = {}
+        user = ""
         if rec.base_key:
-            self.store.touch(rec.base_key)
-            layers.append(ViewLayer(path=str(self.store.tree(rec.base_key))))
-        return SnapshotView(key=rec.key, layers=tuple(layers), mount=rec.mount)
+            base = self.record(rec.base_key)
+            for key in (base.key, *base.layers):
+                self.store.touch(key)
+            layers += self.store.view_layers(base)
+            env, user = base.env, base.user
+        return SnapshotView(key=rec.key, layers=tuple(layers), mount=rec.mount, env=env, user=user)
 
 
 def provider_for(
     cfg: EnvsConfig, sandbox: SandboxConfig, runtime: TaskRuntime, make_sandbox: SandboxMaker,
-    *, e2b_api_key: str | None = None,
+    *, e2b_api_key: str | None = None, registry_auth: str | None = None,
 ) -> EnvProvider | None:
     """The provider when ``envs.enabled`` and the backend starts sandboxes from snapshots
     (local with bwrap: overlay views; E2B: a template per environment, when
     ``envs.e2b_templates``); None otherwise (every sandbox materializes and sets up itself)."""
     if not cfg.enabled:
+        runtime.no_images = "envs.enabled is false"
         return None
     if sandbox.backend == "e2b":
         if not cfg.e2b_templates:
@@ -168,5 +233,6 @@ def provider_for(
         return EnvProvider(cfg, runtime, make_sandbox, backend="e2b", e2b=e2b)
     if sandbox.local.isolation != "bwrap":
         log.info("envs: snapshots need sandbox.local.isolation bwrap; setup runs per sandbox")
+        runtime.no_images = "sandbox.local.isolation is not bwrap"
         return None
-    return EnvProvider(cfg, runtime, make_sandbox)
+    return EnvProvider(cfg, runtime, make_sandbox, registry_auth=registry_auth)

@@ -10,6 +10,9 @@ sandbox only as the lower layer of its private view)::
     <cache>/<key>/last_used        its mtime is the last use (LRU for ``gc``)
     <cache>/.build/<key>.<rand>/   a build in progress; never read; renamed into place whole
     <cache>/.locks/<key>.lock      flock: one build per key across every process of this node
+    <cache>/.blobs/                container images' manifests and configs by digest, their tags, and
+                                   layer blobs while they download (``farm.images.pull``; a layer's blob
+                                   is removed once it is unpacked)
 
 A snapshot appears by one ``rename`` of a complete directory (meta.json written and
 synced first), so a crash mid-build leaves only a ``.build`` remnant (cleaned by the next
@@ -17,8 +20,15 @@ build or ``gc``), never a half-built snapshot. A failed build is published the s
 with ``ok: false`` and no tree: every later rollout of that environment reads the
 failure instead of building again (``farm envs rm --failed`` forgets failures).
 
+A container image (``farm.envs.image``) is two kinds of record: a **layer** per unpacked
+layer (kind ``layer``: its tree and the paths it deletes, keyed by the layer's content, so
+images that share a layer share it), and the **image** (kind ``image``: no tree; its layers,
+top first, and the environment its processes start with). An instance environment of an
+image task stacks on the image record as on a base.
+
 A base stays while an instance built on it is in the cache: ``remove`` refuses it (``force``
-removes its instances with it) and ``gc`` takes its instances first.
+removes its instances with it) and ``gc`` takes its instances first. Likewise a layer stays
+while an image lists it.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.sandboxes.views import mounts_under
+from farm.errors import TaskError
+from farm.sandboxes.views import ViewLayer, mounts_under
 from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.repos import FileLock
 from farm.workspace.prepare import SetupReport
@@ -46,8 +57,10 @@ class EnvRecord(BaseModel):
     key: str
     ok: bool
     reason: str = ""
-    kind: Literal["env", "base", "instance"] = Field(
-        default="env", description="a whole environment (one layer), a base, or an instance layer over a base"
+    kind: Literal["env", "base", "instance", "layer", "image"] = Field(
+        default="env",
+        description="a whole environment (one layer), a base, an instance layer over a base (or over an image), "
+        "an image's layer, or an image (its layers and config; no tree of its own)",
     )
     base_key: str = Field(default="", description="an instance: the base it stacks on")
     deleted: list[str] = Field(default_factory=list, description="an instance: paths it removes from its base")
@@ -65,6 +78,14 @@ class EnvRecord(BaseModel):
     size_bytes: int = 0
     backend: str = "local"
     template: str | None = Field(default=None, description="E2B: the template built for this environment")
+    layers: list[str] = Field(default_factory=list, description="an image: its layers' keys, top first")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="an image: the environment its commands start with (its Env, activated)"
+    )
+    user: str = Field(default="", description="an image: the user its commands run as (its config's User)")
+    image: dict = Field(
+        default_factory=dict, description="an image or a layer: what was pulled (name, digests, config, notes)"
+    )
 
     def log_tail(self, chars: int = 1500) -> str:
         """The end of the failing setup step's output (the build's log, for the rollout's reason)."""
@@ -92,6 +113,30 @@ class EnvStore:
 
     def tree(self, key: str) -> Path:
         return self.root / key / "tree"
+
+    @property
+    def blobs(self) -> Path:
+        return self.root / ".blobs"
+
+    def usable(self, rec: EnvRecord) -> bool:
+        """Its trees are all on disk (an image: every layer's; an E2B template has none here)."""
+        if rec.template:
+            return True
+        if rec.kind == "image":
+            return all(self.tree(k).is_dir() for k in rec.layers)
+        return self.tree(rec.key).is_dir()
+
+    def view_layers(self, rec: EnvRecord) -> list[ViewLayer]:
+        """The frozen trees a view of ``rec`` stacks, top first (an image: its layers)."""
+        if rec.kind != "image":
+            return [ViewLayer(path=str(self.tree(rec.key)), deleted=tuple(rec.deleted))]
+        out = []
+        for key in rec.layers:
+            layer = self.record(key)
+            if layer is None or not layer.ok:
+                raise TaskError(f"image {rec.image.get('name', rec.key)}: its layer {key} is gone from {self.root}")
+            out.append(ViewLayer(path=str(self.tree(key)), deleted=tuple(layer.deleted)))
+        return out
 
     def lock(self, key: str, timeout: float) -> FileLock:
         self._ensure_root()
@@ -170,15 +215,19 @@ class EnvStore:
         return False
 
     def dependents(self, key: str) -> list[str]:
-        """The instances built on base ``key`` (their records name it)."""
-        return [e.record.key for e in self._records() if e.record.base_key == key]
+        """The records built on ``key``: instances on a base or an image, images on a layer."""
+        return [e.record.key for e in self._records() if e.record.base_key == key or key in e.record.layers]
 
     def blocker(self, key: str) -> str:
-        """Why ``key`` must stay ('' when it may go): a live view, or instances on it."""
+        """Why ``key`` must stay ('' when it may go): a live view, or records on it."""
         if self.in_use(key):
             return "in use by a sandbox"
         deps = self.dependents(key)
-        return f"the base of {len(deps)} instance environment(s)" if deps else ""
+        if not deps:
+            return ""
+        rec = self.record(key)
+        return f"a layer of {len(deps)} image(s)" if rec is not None and rec.kind == "layer" else \
+            f"the base of {len(deps)} instance environment(s)"  # fmt: skip
 
     def _records(self) -> list[EnvEntry]:
         """Every published record (``in_use`` not looked up)."""
@@ -249,7 +298,10 @@ def _lowerdirs(text: str) -> set[str]:
     out: set[str] = set()
     for part in text.split("lowerdir=")[1:]:
         value = part.split(",", 1)[0].split(" ", 1)[0].split("\n", 1)[0]
-        out.update(value.split(":"))
+        for path in value.split(":"):
+            out.add(path)
+            if os.path.islink(path):  # a view with many layers names them by short links (farm.sandboxes.views)
+                out.add(os.path.realpath(path))
     return out
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from farm.engine.config import EngineClientConfig
 
@@ -34,6 +35,22 @@ class SamplingConfig(_Section):
     )
 
 
+# What a gateway.public_url template may name, filled per sandbox actor (its node's and its own).
+NODE_FIELDS = ("node_ip", "node_id", "hostname")
+PUBLIC_URL_FIELDS = (*NODE_FIELDS, "port")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def url_fields(template: str) -> set[str]:
+    """The ``{name}`` fields a public URL template names."""
+    return set(_FIELD.findall(template))
+
+
+def fill_url(template: str, **values: str) -> str:
+    """``template`` with the fields given in ``values`` filled in (others left as they are)."""
+    return _FIELD.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template)
+
+
 class GatewayConfig(_Section):
     """The model gateway; the bounds on a request are explained in :mod:`farm.gateway.bounds`."""
 
@@ -41,8 +58,11 @@ class GatewayConfig(_Section):
     port: int = Field(default=0, ge=0, description="0 = pick a free port")
     public_url: str | None = Field(
         default=None,
-        description="URL the CLI inside the sandbox uses to reach the gateway (E2B: a public tunnel); "
-        "default http://<host>:<port>",
+        description="URL the CLI inside the sandbox uses to reach the gateway (E2B: a public tunnel); default "
+        "http://<host>:<port>. A template, filled by each sandbox actor: {node_ip}, {node_id}, {hostname} (its Ray "
+        "node: IP, id, host name) and {port} (its gateway's bound port), so the sandboxes of every node reach "
+        "their own node's gateway (e.g. 'http://{node_ip}:{port}', or 'https://gw-{hostname}.example.com' with one "
+        "tunnel per node and gateway.port fixed); a fixed URL serves one sandbox actor only",
     )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="passed to apply_chat_template (e.g. enable_thinking: false)"
@@ -105,6 +125,15 @@ class GatewayConfig(_Section):
         ],
         description="a tool-less request whose system prompt contains one of these is a side request",
     )
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        unknown = sorted(url_fields(value or "") - set(PUBLIC_URL_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join('{' + f + '}' for f in unknown)} in public_url: "
+                             f"it may name {', '.join('{' + f + '}' for f in PUBLIC_URL_FIELDS)}")  # fmt: skip
+        return value
 
     @property
     def body_limit(self) -> int:

@@ -35,6 +35,7 @@ from farm.gateway.blackbox import BlackBoxService
 from farm.gateway.config import GatewayConfig
 from farm.gateway.endpoints import HostedEndpoint, RolloutMode
 from farm.gateway.hosted import HostedClient
+from farm.gateway.public_url import public_url
 from farm.gateway.render import PromptRenderer
 from farm.gateway.service import TurnService
 from farm.gateway.sessions import SessionHandle, SessionStats, SessionTable
@@ -124,7 +125,7 @@ class Gateway:
             raise
         self._runner = runner
         host, port = runner.addresses[0][:2]
-        self._base_url = (self.config.public_url or f"http://{host}:{port}").rstrip("/")
+        self._base_url = (public_url(self.config.public_url, port) or f"http://{host}:{port}").rstrip("/")
         return self._base_url
 
     async def stop(self) -> None:

@@ -192,6 +192,22 @@ class Attempt:
     baseline: SandboxMaker | None
 
 
+# SWE-bench's eval scripts print these around the test command's output (its harness reads only that part)
+START_TEST_OUTPUT, END_TEST_OUTPUT = ">>>>> Start Test Output", ">>>>> End Test Output"
+
+
+def between_test_markers(log: str) -> str:
+    """The part of a test run's log its parser reads: between SWE-bench's markers when the log
+    has them (an eval script also prints the diff it applies, which may hold test-like lines)."""
+    start = log.find(START_TEST_OUTPUT)
+    end = log.rfind(END_TEST_OUTPUT)
+    if start < 0 or end < start:
+        return log
+    start = log.find("\n", start)
+    end = log.rfind("\n", 0, end)
+    return log[start + 1 : end + 1] if 0 <= start < end else ""
+
+
 async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict,
                      policy: GradingConfig, attempt: Attempt, steps: StepResults, probe: Probe | None) -> dict:
     cfg = runtime.config
@@ -220,7 +236,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         return {**fields, "status": GradeStatus.TEST_TIMEOUT, "reason": reason}
     fields["test_log"] = res.stdout + ("\n" + res.stderr if res.stderr else "")
     report_text = await _read_optional(sandbox, report_path)
-    printed = fmt.parse(res.stdout + "\n" + res.stderr, report_text)
+    printed = fmt.parse(between_test_markers(res.stdout + "\n" + res.stderr), report_text)
     statuses = printed
     seen = None
     pytest_task = fmt.pytest
@@ -263,7 +279,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             reward = f2p_ok / len(f2p)
         elif task.expected_test_statuses:
             reward = 1.0 - len(mismatches) / max(1, len(set(task.expected_test_statuses) | set(statuses)))
-    reason = "" if resolved else _why(f2p, p2p, mismatches, res.exit_code, listed)
+    reason = "" if resolved else _why(f2p, p2p, mismatches, res.exit_code, listed, ids)
     return {
         **fields,
         "status": GradeStatus.RESOLVED if resolved else GradeStatus.UNRESOLVED,
@@ -301,7 +317,8 @@ async def _environment_failure(sandbox: Sandbox, task: Task, ws: Workspace, runt
     return f"{why} (the same without the diff)" if empty.status is GradeStatus.ENV_BROKEN else None
 
 
-def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: int, listed: bool) -> str:
+def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: int, listed: bool,
+         ids: TestIds) -> str:  # fmt: skip
     if not listed:
         return f"the test command exited {exit_code}"
     parts = []
@@ -309,13 +326,26 @@ def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: 
     bad_p2p = [t for t, s in p2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value,
                                                       TestStatus.SKIPPED.value)]
     if bad_f2p:
-        parts.append(f"{len(bad_f2p)}/{len(f2p)} FAIL_TO_PASS not passing (e.g. {bad_f2p[0]}: {f2p[bad_f2p[0]]})")
+        parts.append(f"{len(bad_f2p)}/{len(f2p)} FAIL_TO_PASS not passing (e.g. {_status(bad_f2p[0], f2p, ids)})")
     if bad_p2p:
-        parts.append(f"{len(bad_p2p)}/{len(p2p)} PASS_TO_PASS broken (e.g. {bad_p2p[0]}: {p2p[bad_p2p[0]]})")
+        parts.append(f"{len(bad_p2p)}/{len(p2p)} PASS_TO_PASS broken (e.g. {_status(bad_p2p[0], p2p, ids)})")
     if mismatches:
         name = next(iter(mismatches))
         parts.append(f"{len(mismatches)} tests differ from the expected statuses (e.g. {name}: {mismatches[name]})")
     return "; ".join(parts)
+
+
+def _status(test_id: str, statuses: dict[str, str], ids: TestIds) -> str:
+    """``id: STATUS``; for a MISSING id (the run reported no such test), the closest ids it did report."""
+    status = statuses[test_id]
+    if status != MISSING:
+        return f"{test_id}: {status}"
+    if not ids.statuses:
+        return f"{test_id}: {MISSING}, the run reported no tests"
+    near = ids.closest(test_id)
+    n = len(ids.statuses)
+    return (f"{test_id}: {MISSING} (the run reported {n} test{'s' * (n != 1)}; "
+            + (f"closest: {', '.join(near)})" if near else "none close to it)"))
 
 
 async def _read_optional(sandbox: Sandbox, path: str | None) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +39,7 @@ class TaskValidation(BaseModel):
 
 
 SandboxFactory = Callable[[SandboxSpec], Awaitable[Sandbox]]
+T = TypeVar("T")
 
 
 async def solution_diff(task: Task, *, runtime: TaskRuntime, new_sandbox: SandboxFactory, labels: Mapping[str, str]) -> str:
@@ -75,7 +77,7 @@ async def validate_task(
         async def fresh() -> Sandbox:
             return await new_sandbox(await runtime.sandbox_spec(task, grading_spec(task, labels)))
 
-        gold_r, empty_r = await asyncio.gather(
+        gold_r, empty_r = await together(
             grade(task, gold, runtime=runtime, make_sandbox=fresh),
             grade(task, "", runtime=runtime, make_sandbox=fresh),
         )
@@ -125,4 +127,20 @@ async def validate_tasks(
             on_result(result)
         return result
 
-    return list(await asyncio.gather(*(one(t) for t in tasks)))
+    return await together(*(one(t) for t in tasks))
+
+
+async def together(*steps: Awaitable[T]) -> list[T]:
+    """Await every step at once; when one raises, the others are cancelled and awaited before
+    the error goes on, so no step outlives its caller. A step left running would be cancelled
+    by ``asyncio.run`` as it closes the loop, and one cancelled there while it spawns a
+    subprocess (a host ``git clone``) never ends: CPython's subprocess transport then waits
+    for pipes that its own pipe-connecting task, cancelled alongside, never connects."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

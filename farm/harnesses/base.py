@@ -116,16 +116,19 @@ class Harness(ABC):
         """Make the CLI runnable inside ``sandbox``; return its path there.
 
         ``bin_path`` from config (a template with the CLI) wins; else the host cache path
-        when the sandbox sees it (local sandboxes: host dirs are visible read-only); else
-        the executable's npm package is uploaded as a tarball (E2B without a template).
+        when the sandbox sees it (local sandboxes: host dirs are visible read-only; one whose
+        root is a container image runs its relinked copy, ``host_program``); else the
+        executable's npm package is uploaded as a tarball (E2B without a template).
         """
         if self.config.bin_path:
             if not await _is_executable(sandbox, self.config.bin_path):
                 raise HarnessInstallError(f"harness.bin_path {self.config.bin_path} is not executable in the sandbox")
             return self.config.bin_path
         host_bin = await self.install()
-        if await _is_executable(sandbox, str(host_bin)):
-            return str(host_bin)
+        shown = getattr(sandbox, "host_program", None)  # a local sandbox: where it runs a host program
+        inside = shown(str(host_bin)) if shown is not None else str(host_bin)
+        if inside and await _is_executable(sandbox, inside):
+            return inside
         prefix = self._prefix_of(host_bin)
         member = package_dir_of(host_bin, prefix)
         tar = await asyncio.to_thread(ensure_tarball, prefix, member, timeout_s=self.config.install_timeout_s)

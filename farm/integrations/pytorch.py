@@ -17,10 +17,11 @@ all of them, reading the directory once or following it.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Iterator
 
 from farm.integrations.rows import rollout_advantages, rows_of
-from farm.output.groups import Group, GroupOrder, GroupReader
+from farm.output.groups import GROUPS_OF_ONE, Group, GroupOrder, GroupReader, GroupsOfOneWarning, group_size_of
 from farm.output.torch_data import shard_of, torch_available, worker_shard
 
 
@@ -57,6 +58,13 @@ def make_group_dataset(out_dir: str | os.PathLike[str], *, follow: dict[str, Any
     if not torch_available():
         raise ImportError("make_group_dataset needs torch (pip install torch); farm does not install it")
     from torch.utils.data import IterableDataset
+
+    try:
+        groups_of = size if size is not None else group_size_of(out_dir)
+    except OSError:  # no run_config.yaml yet (a run about to start): its readers find the size then
+        groups_of = None
+    if groups_of == 1:  # every item's `advantage` would be 0
+        warnings.warn(GROUPS_OF_ONE, GroupsOfOneWarning, stacklevel=2)
 
     class GroupDataset(IterableDataset):  # type: ignore[misc]
         def __iter__(self) -> Iterator[dict[str, Any]]:

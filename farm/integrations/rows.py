@@ -18,11 +18,12 @@ what they can take:
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import numpy as np
 
-from farm.output.groups import Group
+from farm.output.groups import GROUPS_OF_ONE, Group, GroupsOfOneWarning
 from farm.trajectory.schema import Sample
 
 ChainPolicy = Literal["all", "main"]
@@ -103,10 +104,14 @@ def rollout_rewards(group: Group) -> dict[str, float]:
 def rollout_advantages(group: Group, *, std_normalize: bool = True, eps: float = 1e-6) -> dict[str, float]:
     """GRPO's group-relative advantage per rollout: (reward - group mean) / (std + eps),
     over the group's rollouts, each counted once whatever its number of chains (a
-    row-level mean would weight a rollout with three chains three times)."""
+    row-level mean would weight a rollout with three chains three times). A group of one
+    rollout (``rollout.n_samples: 1``) gives 0: said once per calling line
+    (``GroupsOfOneWarning``)."""
     rewards = rollout_rewards(group)
     if not rewards:
         return {}
+    if len(rewards) == 1 and group.size == 1:  # a group of one by design (an incomplete one is the caller's)
+        warnings.warn(GROUPS_OF_ONE, GroupsOfOneWarning, stacklevel=2)
     values = np.asarray(list(rewards.values()), dtype=np.float64)
     mean = values.mean()
     # the unbiased std, as slime's (torch.std) and TRL's group normalizers use

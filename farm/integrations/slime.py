@@ -49,6 +49,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -58,7 +59,7 @@ from farm.errors import CursorError, IntegrationError
 from farm.integrations.rows import rollout_key, rollouts_of
 from farm.integrations.source import GroupSource, ReaderSource, as_group_source
 from farm.output.cursor import GroupCursor
-from farm.output.groups import Group
+from farm.output.groups import GROUPS_OF_ONE, Group, GroupsOfOneWarning
 from farm.trajectory.schema import to_slime_dict
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,8 @@ def reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], lis
         rid = _get(s, "rollout_id")
         keys.append((g, rid))
         groups.setdefault(g, {}).setdefault(rid, float(r))
+    if groups and all(len(per_rollout) == 1 for per_rollout in groups.values()):
+        warnings.warn(GROUPS_OF_ONE, GroupsOfOneWarning, stacklevel=2)  # every normalized reward below is 0
     stats = {}
     for g, per_rollout in groups.items():
         values = np.asarray(list(per_rollout.values()), dtype=np.float64)

@@ -76,6 +76,18 @@ def group_states(rows: Iterable[dict], size: int) -> dict[str, GroupState]:
     return groups
 
 
+class GroupsOfOneWarning(UserWarning):
+    """Group-relative advantages asked for on groups of one rollout: each is 0."""
+
+
+# said where a trainer asks for group advantages and at a run's start (farm run, farm.Farm)
+GROUPS_OF_ONE = (
+    "groups of one rollout (rollout.n_samples: 1): a group-relative advantage (reward - the group's mean "
+    "reward, GRPO's baseline) is 0 for every rollout, so a trainer learns nothing from them; run with "
+    "rollout.n_samples >= 2 (e.g. --set rollout.n_samples=4) for groups to train on"
+)
+
+
 def group_size_of(out_dir: str | os.PathLike[str]) -> int:
     """``rollout.n_samples`` of the run that wrote ``out_dir`` (from its ``run_config.yaml``)."""
     cfg = yaml.safe_load((Path(out_dir) / "run_config.yaml").read_text()) or {}

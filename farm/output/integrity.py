@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,52 @@ def checksum(data: pa.Buffer | bytes | memoryview, algorithm: str = DEFAULT_ALGO
     if algorithm == "sha256":
         return "sha256:" + hashlib.sha256(view).hexdigest()
     raise ShardError(f"unknown checksum algorithm {algorithm!r}")
+
+
+class StreamChecksum:
+    """The checksum of bytes handed over in pieces, in order. From the first large piece on
+    it is computed in a thread of its own, so a shard's bytes are hashed while they are
+    written and fsynced, not in a pass before or after (xxhash and hashlib let go of the
+    GIL on large pieces); small pieces before it are hashed at once (a small shard starts
+    no thread). A piece is hashed as it is when hashed: the caller keeps it unchanged
+    until ``hexdigest``."""
+
+    THREAD_FROM = 1 << 20  # bytes: a piece this large is hashed beside its writing
+
+    def __init__(self, algorithm: str = DEFAULT_ALGORITHM) -> None:
+        if algorithm == "xxh3_128":
+            self._hash = xxhash.xxh3_128()
+        elif algorithm == "sha256":
+            self._hash = hashlib.sha256()
+        else:
+            raise ShardError(f"unknown checksum algorithm {algorithm!r}")
+        self.algorithm = algorithm
+        self._pieces: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while (piece := self._pieces.get()) is not None:
+            self._hash.update(piece)
+
+    def update(self, piece: memoryview) -> None:
+        if self._thread is None:
+            if piece.nbytes < self.THREAD_FROM:
+                self._hash.update(piece)
+                return
+            self._thread = threading.Thread(target=self._run, name="shard-checksum", daemon=True)
+            self._thread.start()
+        self._pieces.put(piece)  # in order after the pieces before: the thread hashes them all from here
+
+    def close(self) -> None:
+        """Wait for the pieces handed over so far (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._pieces.put(None)
+            self._thread.join()
+
+    def hexdigest(self) -> str:
+        """``<algorithm>:<hex>`` of every piece handed over (the same as ``checksum`` of them joined)."""
+        self.close()
+        return f"{self.algorithm}:{self._hash.hexdigest()}"
 
 
 def algorithm_of(digest: str) -> str:

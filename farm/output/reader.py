@@ -19,7 +19,7 @@ from farm.output.shards import ShardWriter
 
 # the tables of an output directory, and the run files beside them
 SAMPLES_TABLE, ROLLOUTS_TABLE, TRANSCRIPTS_TABLE = "samples", "rollouts", "transcripts"
-RUN_CONFIG, SUMMARY = "run_config.yaml", "summary.json"
+RUN_CONFIG, SUMMARY, INVOCATIONS = "run_config.yaml", "summary.json", "invocations.jsonl"
 
 
 def open_sample_writer(cfg: OutputConfig) -> ShardWriter:
@@ -94,3 +94,17 @@ class OutputReader:
         """``summary.json``: the last invocation's summary (None if none)."""
         path = self.directory / SUMMARY
         return json.loads(path.read_text()) if path.is_file() else None
+
+    def invocations(self) -> list[dict[str, Any]]:
+        """``invocations.jsonl``: one line per command that wrote here (a line cut short by
+        a crash mid-write is left out)."""
+        path = self.directory / INVOCATIONS
+        if not path.is_file():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return [ln for ln in out if isinstance(ln, dict)]

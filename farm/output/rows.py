@@ -184,6 +184,8 @@ class RolloutSummary(BaseModel):
     prompt_tokens: int = 0
     output_tokens: int = 0
     duration_s: float = 0.0
+    started_at: float = Field(default=0.0, description="epoch seconds (0: not known, e.g. never started)")
+    finished_at: float = 0.0
     sandbox_id: str = ""
     actor: str = ""
     node: str = ""

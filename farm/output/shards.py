@@ -13,8 +13,9 @@ a dot, which pyarrow ignores).
 
 Durability: rows are buffered per rollout; a shard is *sealed* when the buffer
 reaches ``max_rows`` / ``max_bytes``, on ``flush()``, or after every rollout with
-``flush_every_rollout``. Sealing = serialise, checksum (xxh3_128), write ``.name.tmp``, fsync,
-rename, fsync the directory, append the manifest line, fsync the manifest. A
+``flush_every_rollout``. Sealing = write ``.name.tmp`` (the Arrow or Parquet writer's pieces
+straight to the file, checksummed (xxh3_128) in a thread beside), fsync, rename, fsync the
+directory, append the manifest line, fsync the manifest. A
 rollout is durable only once its shard's manifest line is; ``take_durable()`` /
 ``flush()`` return the ids that became durable, which is what a reducer may
 acknowledge. A rollout is never split across shards. Writing a rollout that is
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -47,44 +47,76 @@ import pyarrow.parquet as pq
 from farm.errors import ShardError
 from farm.output.checkpoint import load_checkpoint, make_checkpoint, write_checkpoint
 from farm.output.durable import DurableIds
-from farm.output.integrity import checksum, quarantine, read_shard_file
-from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest, write_durable
+from farm.output.integrity import StreamChecksum, checksum, quarantine, read_shard_file
+from farm.output.manifest import ManifestEntry, default_manifest_name, fsync_dir, read_manifest, rewrite_manifest
 from farm.output.recovery import RecoveryReport, append_line, recover_table
 
-__all__ = ["RecoveryReport", "ShardWriter", "checksum", "serialize"]
+__all__ = ["RecoveryReport", "ShardWriter", "checksum", "write_shard_bytes"]
 
 ShardFormat = Literal["arrow", "parquet"]
 SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
 Rows = pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
 
 
-def serialize(table: pa.Table, fmt: ShardFormat, compression: str | None) -> pa.Buffer:
-    """The shard file's bytes. Uncompressed Arrow IPC is sized first (a counting pass
-    that copies nothing) and written into one exact allocation: a single memcpy."""
+def write_shard_bytes(table: pa.Table, fmt: ShardFormat, compression: str | None, sink: pa.NativeFile) -> None:
+    """Write the shard file of ``table`` into ``sink``: Arrow IPC with one record batch a
+    chunk of ``table`` (a shard's table is combined to one), or Parquet."""
     if fmt == "arrow":
-        options = pa.ipc.IpcWriteOptions(compression=compression)
-        if compression is None:
-            mock = pa.MockOutputStream()
-            with pa.ipc.new_file(mock, table.schema, options=options) as w:
-                w.write_table(table)
-            buf = pa.allocate_buffer(mock.size())
-            with pa.ipc.new_file(pa.FixedSizeBufferWriter(buf), table.schema, options=options) as w:
-                w.write_table(table)
-            return buf
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema, options=options) as w:
+        with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
             w.write_table(table)
-        return sink.getvalue()
-    sink = pa.BufferOutputStream()
-    if table.num_rows == 0:
+    elif table.num_rows == 0:
         # A shard of rollouts without Samples. pq.write_table would write one empty row
         # group, which HF datasets' Parquet loader cannot read (its batch size is the
         # first row group's row count: 0); a file with no row group at all is read by
         # every reader as zero rows with the full schema.
         pq.ParquetWriter(sink, table.schema, compression=compression or "none").close()
-        return sink.getvalue()
-    pq.write_table(table, sink, compression=compression or "none")
-    return sink.getvalue()
+    else:
+        pq.write_table(table, sink, compression=compression or "none")
+
+
+class _ShardFile:
+    """The temporary shard file as the Arrow and Parquet writers write it (through
+    ``pa.PythonFile``): the pieces go to the file and to the checksum as they come, so a
+    shard's bytes are never put together in memory (a large piece is the table's own
+    buffer: the kernel's copy into the page cache is its only one). Small pieces (headers,
+    padding, a short table's buffers) are gathered into one write (``finish`` writes the
+    last of them)."""
+
+    GATHER_BELOW = 64 << 10
+
+    def __init__(self, fd: int, digest: StreamChecksum) -> None:
+        self.fd, self.digest, self.size, self.closed = fd, digest, 0, False
+        self._small = bytearray()
+
+    def write(self, data: bytes | pa.Buffer) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if n < self.GATHER_BELOW:
+            self._small += view
+            if len(self._small) >= self.GATHER_BELOW:
+                self.finish()
+        else:
+            self.finish()
+            self._write(view)
+        self.size += n
+        return n
+
+    def finish(self) -> None:
+        """Write the small pieces gathered so far."""
+        if self._small:
+            piece, self._small = memoryview(bytes(self._small)), bytearray()  # hashed as is, maybe in a thread
+            self._write(piece)
+
+    def _write(self, view: memoryview) -> None:
+        self.digest.update(view)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def slices(table: pa.Table, counts: Sequence[int]) -> list[pa.Table]:
@@ -346,26 +378,31 @@ class ShardWriter:
 
     def _write_shard(self, table: pa.Table, ids: list[str]) -> ManifestEntry:
         """Write one shard file (temp name, fsync, rename, fsync dir) and return its
-        manifest line, not yet appended."""
+        manifest line, not yet appended. The bytes go to the file as the writer makes
+        them, hashed beside the write and the fsync (``StreamChecksum``)."""
         table = table.replace_schema_metadata(self.schema.metadata)
-        data = serialize(table, self.format, self.compression)
         seq = self._next_seq
         fname = f"{self.name}-{seq:06d}-{uuid.uuid4().hex[:8]}{SUFFIX[self.format]}"
         tmp = self.table_dir / f".{fname}.tmp"
         final = self.table_dir / fname
-        digest: list[str] = []  # the checksum runs beside the write + fsync
-        hasher = threading.Thread(target=lambda: digest.append(checksum(data)), name="shard-checksum")
-        hasher.start()
+        digest = StreamChecksum()
         try:
-            write_durable(tmp, data)
-            os.rename(tmp, final)
-            fsync_dir(self.table_dir)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                sink = _ShardFile(fd, digest)
+                write_shard_bytes(table, self.format, self.compression, pa.PythonFile(sink, mode="w"))
+                sink.finish()
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         finally:
-            hasher.join()
+            digest.close()
+        os.rename(tmp, final)
+        fsync_dir(self.table_dir)
         self._next_seq = seq + 1
         return ManifestEntry(
             shard=f"{self.name}/{fname}", table=self.name, format=self.format, rows=table.num_rows,
-            bytes=data.size, checksum=digest[0], rollout_ids=ids, seq=seq, created_at=time.time(),
+            bytes=sink.size, checksum=digest.hexdigest(), rollout_ids=ids, seq=seq, created_at=time.time(),
         )  # fmt: skip
 
     # ---- retracting ------------------------------------------------------------

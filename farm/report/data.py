@@ -41,11 +41,12 @@ FIDELITY_RUNS = 3  # first differences of a Sample shown decoded
 @dataclass
 class RunData:
     out: Path
-    rows: list[dict[str, Any]]  # ROW_COLUMNS per rollout, rollouts-table order
+    rows: list[dict[str, Any]]  # ROW_COLUMNS and the grading's flags per rollout, rollouts-table order
     extra: dict[str, dict[str, Any]]  # rollout id -> diff, grading, timings, agent_log_tail
     summary_json: dict[str, Any] | None
     run_config: dict[str, Any]
     skipped: list[str] = field(default_factory=list)  # damaged shards left out, with why
+    invocations: list[dict[str, Any]] = field(default_factory=list)  # invocations.jsonl: the commands that wrote it
 
 
 def load_run(out: Path) -> RunData:
@@ -60,17 +61,20 @@ def load_run(out: Path) -> RunData:
             if r["rollout_id"] in seen:  # a shard adopted again by a recovery: the first row wins
                 continue
             seen.add(r["rollout_id"])
-            rows.append({k: r[k] for k in ROW_COLUMNS})
+            grading = json.loads(r["grading"]) if r["grading"] else None
+            # the grading's named findings (diff_touches_tests, runtime:/static:/judge: hacks): counted
+            # and filterable on the first page
+            rows.append({**{k: r[k] for k in ROW_COLUMNS}, "flags": sorted((grading or {}).get("flags") or [])})
             extra[r["rollout_id"]] = {
                 "diff": r["diff"] or "",
-                "grading": json.loads(r["grading"]) if r["grading"] else None,
+                "grading": grading,
                 "timings": json.loads(r["timings"]) if r["timings"] else {},
                 "agent_log_tail": r["agent_log_tail"] or "",
                 "sandbox_id": r["sandbox_id"], "model": r["model"], "group_id": r["group_id"],
                 "artifacts": artifacts_view(out, r["rollout_id"]),
             }  # fmt: skip
     return RunData(out, rows, extra, output.summary(), output.run_config(),
-                   [f"{e.shard}: {why}" for e, why in reader.skipped])  # fmt: skip
+                   [f"{e.shard}: {why}" for e, why in reader.skipped], output.invocations())  # fmt: skip
 
 
 def artifacts_view(out: Path, rollout_id: str) -> dict[str, Any] | None:

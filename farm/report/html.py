@@ -22,7 +22,7 @@ from typing import Any
 
 from farm.report.data import Decoder, iter_trajectories, load_run, load_tokenizer, summarize, test_results, tokenizer_spec
 from farm.report.plots import run_plots
-from farm.report.stats import TOTAL_LABELS, fidelity_rows, group_spread
+from farm.report.stats import TOTAL_LABELS, fidelity_rows, flag_counts, group_spread, invocations_wall
 from farm.report.task import TaskLookup
 
 GROUPS_OPEN = 50  # the groups table starts folded above this many groups
@@ -45,18 +45,38 @@ def _duration(seconds: float) -> str:
 
 def _cards(s: dict[str, Any], groups: list[dict[str, Any]]) -> str:
     signal = [g for g in groups if g["n"]]
+    flagged = s["flagged"]
     cards = [("rollouts", s["rollouts"]), ("resolved", f"{s['resolved']} / {s['policy_outcomes']}"),
              ("resolved rate", f"{s['resolved_rate']:.1%}"), ("mean reward", f"{s['mean_reward']:.3f}"),
              ("turns", s["turns"]), ("prompt tokens", f"{s['prompt_tokens']:,}"),
              ("output tokens", f"{s['output_tokens']:,}"),
              ("duration p50 / p95 / max", f"{s['duration_p50_s']}s / {s['duration_p95_s']}s / {s['duration_max_s']}s"),
-             ("wall time (busy / first start to last end)", f"{_duration(s['wall_busy_s'])} / {_duration(s['wall_span_s'])}"),
-             ("rollouts / min", f"{s['rollouts_per_min']:g}"), ("turns / s", f"{s['turns_per_s']:g}"),
-             ("output tokens / s", f"{s['output_tokens_per_s']:g}"),
-             ("groups with reward spread (GRPO signal)", f"{sum(not g['flat'] for g in signal)} / {len(signal)}")]  # fmt: skip
+             ("busy time (rollouts running)", _duration(s["busy_s"])),
+             ("first start to last end", _duration(s["span_s"])),
+             (f"wall time (start-up to exit, {s['invocations']} command{'s' * (s['invocations'] != 1)})",
+              _duration(s["wall_s"]) if s["invocations"] else "-"),
+             ("rollouts / min (over busy time)", f"{s['rollouts_per_min']:g}"),
+             ("turns / s (over busy time)", f"{s['turns_per_s']:g}"),
+             ("output tokens / s (over busy time)", f"{s['output_tokens_per_s']:g}"),
+             ("groups with reward spread (GRPO signal)", f"{sum(not g['flat'] for g in signal)} / {len(signal)}"),
+             ("flagged rollouts (grading flags)", f"{flagged} / {s['rollouts']}")]  # fmt: skip
     cards += [(f"status {k}", v) for k, v in s["by_status"].items()]
     return "".join(f'<div class="card"><div class="cv">{escape(str(v))}</div><div class="ck">{escape(k)}</div></div>'
                    for k, v in cards)  # fmt: skip
+
+
+def _flags(counts: dict[str, int], flagged: int, total: int) -> str:
+    """The grading's flags over the run: how many rollouts have each, each a button that
+    filters the rollout table to them (``report.js``)."""
+    if not counts:
+        return ('<section id="flags"><h2>flags</h2><p class="muted">no rollout has a grading flag '
+                '(diff_touches_tests, reward-hack findings, ...)</p></section>')
+    buttons = "".join(f'<button class="flag" data-flag="{escape(f)}">{escape(f)} <b>{n}</b></button>'
+                      for f, n in counts.items())  # fmt: skip
+    return (f'<section id="flags"><h2>flags</h2><p class="muted">{flagged} of {total} rollouts have a grading '
+            f'flag (the grader\'s named findings: what the diff touched, reward-hack findings); a click lists '
+            f'them below</p><div class="flags"><button class="flag" data-flag="*">any flag <b>{flagged}</b></button>'
+            f'{buttons}</div></section>')
 
 
 def _groups(groups: list[dict[str, Any]]) -> str:
@@ -107,7 +127,9 @@ def render_report(out: str | Path, *, tokenizer: str | None = None, artifacts_ba
     data = load_run(out)
     spec, cache_dir = tokenizer_spec(data, tokenizer)
     dec = Decoder(load_tokenizer(spec, cache_dir))
-    summary = summarize(data.rows)
+    flags = flag_counts(data.rows)
+    flagged = sum(1 for r in data.rows if r["flags"])
+    summary = {**summarize(data.rows), **invocations_wall(data.invocations), "flagged": flagged}
     groups = group_spread(data.rows)
     index = {r["rollout_id"]: i for i, r in enumerate(data.rows)}
     task_refs = _task_refs(out, data)
@@ -144,12 +166,14 @@ def render_report(out: str | Path, *, tokenizer: str | None = None, artifacts_ba
 <main id="overview">
 <section class="cards">{_cards(summary, groups)}</section>
 <section class="plots">{plots}</section>
+{_flags(flags, flagged, len(data.rows))}
 {_groups(groups)}
 {_fidelity(_fidelity_totals(out))}
 {raw}
 <section><h2>rollouts</h2>
-<div class="filters"><input id="filter" type="search" placeholder="filter: rollout, task, status, reason">
+<div class="filters"><input id="filter" type="search" placeholder="filter: rollout, task, status, reason, flag">
 <select id="status"><option value="">all statuses</option>{"".join(f'<option>{escape(k)}</option>' for k in summary["by_status"])}</select>
+<select id="flag"><option value="">flagged or not</option><option value="*">any flag ({flagged})</option>{"".join(f'<option value="{escape(f)}">{escape(f)} ({n})</option>' for f, n in flags.items())}</select>
 <span id="count" class="muted"></span></div>
 <table id="rollouts"><thead></thead><tbody></tbody></table></section>
 </main>

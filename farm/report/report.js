@@ -8,7 +8,7 @@
   rows.forEach((r, i) => { r._i = i; });
   const COLS = [["rollout_id", "rollout"], ["task_id", "task"], ["status", "status"], ["reward", "reward"],
     ["turns", "turns"], ["output_tokens", "out tokens"], ["num_samples", "samples"], ["duration_s", "seconds"],
-    ["attempt", "attempt"], ["harness", "harness"], ["reason", "reason"]];
+    ["attempt", "attempt"], ["harness", "harness"], ["flags", "flags"], ["reason", "reason"]];
   const NUM = new Set(["reward", "turns", "output_tokens", "num_samples", "duration_s", "attempt"]);
   let sortKey = null, sortDir = 1;
 
@@ -24,11 +24,13 @@
     if (v == null) return "";
     if (k === "duration_s") return v.toFixed(1);
     if (k === "reward") return (Math.round(v * 1000) / 1000).toString();
+    if (k === "flags") return v.join(", ");
     return String(v);
   }
 
   const thead = document.querySelector("#rollouts thead"), tbody = document.querySelector("#rollouts tbody");
   const filter = document.getElementById("filter"), status = document.getElementById("status");
+  const flag = document.getElementById("flag");
   const headRow = el("tr");
   for (const [k, label] of COLS) {
     const th = el("th", {"data-k": k, text: label});
@@ -38,9 +40,10 @@
   thead.append(headRow);
 
   function draw() {
-    const q = filter.value.trim().toLowerCase(), st = status.value;
-    let shown = rows.filter(r => (!st || r.status === st) && (!q ||
-      [r.rollout_id, r.task_id, r.status, r.reason].some(s => (s || "").toLowerCase().includes(q))));
+    const q = filter.value.trim().toLowerCase(), st = status.value, fl = flag.value;
+    let shown = rows.filter(r => (!st || r.status === st) &&
+      (!fl || (fl === "*" ? r.flags.length > 0 : r.flags.includes(fl))) && (!q ||
+      [r.rollout_id, r.task_id, r.status, r.reason, ...r.flags].some(s => (s || "").toLowerCase().includes(q))));
     if (sortKey) {
       shown = shown.slice().sort((a, b) => {
         const x = a[sortKey], y = b[sortKey];
@@ -63,6 +66,15 @@
   }
   filter.addEventListener("input", draw);
   status.addEventListener("change", draw);
+  flag.addEventListener("change", draw);
+  // the flags section's buttons: the rollouts with that flag (any flag: "*"), in the table below
+  for (const b of document.querySelectorAll("#flags button.flag")) {
+    b.addEventListener("click", () => {
+      flag.value = b.dataset.flag;
+      draw();
+      document.getElementById("rollouts").scrollIntoView();
+    });
+  }
 
   function kvTable(obj) {
     const t = el("table", {class: "kv"});
@@ -172,7 +184,8 @@
     back.addEventListener("click", () => { history.pushState("", "", location.pathname); open(null); });
     const parts = [back, el("h2", {id: "detail-title", text: r.rollout_id}),
       kvTable({task: r.task_id, status: r.status, reason: r.reason, reward: r.reward, attempt: r.attempt,
-        harness: r.harness, model: d.model, turns: r.turns, samples: d.samples.length, sandbox: d.sandbox_id}),
+        harness: r.harness, model: d.model, turns: r.turns, samples: d.samples.length, sandbox: d.sandbox_id,
+        flags: r.flags.join(", ") || "none"}),
       ...errorView(d.artifacts),
       ...taskView(d.task),
       el("h3", {text: "tests"}), testsView(d.tests), kvTable(d.tests.verdict),

@@ -1,9 +1,11 @@
 """The report's run-level numbers, from the rollouts table's rows: wall time and
 throughput, each GRPO group's reward spread, token fidelity as a table.
 
-Wall time is the union of the rollouts' own [started_at, finished_at] intervals (the
-time something was running: a run resumed a day later does not count the day between),
-next to the span from the first start to the last finish. A group's spread is taken
+Time, as the run summary counts it (``farm.output.busy``): busy time is the union of the
+rollouts' own [started_at, finished_at] intervals (a run resumed a day later does not count
+the day between), next to the span from the first start to the last end and the wall time
+of the commands that wrote the directory (``invocations.jsonl``: start-up to exit); the
+rates are over busy time. A group's spread is taken
 over its policy outcomes (what a trainer normalizes; infrastructure failures are never
 trained): a group whose rewards are all equal gives GRPO no signal (every advantage 0).
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from farm.output.busy import BusyTime, per_busy_minute, per_busy_second
 from farm.status import RolloutStatus
 
 
@@ -25,30 +28,35 @@ def _policy(status: str) -> bool:
         return False
 
 
-def busy_seconds(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of ``intervals`` (overlaps counted once, gaps not at all)."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
 def throughput(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Wall time (busy and span) and rollouts/min, turns/s, output tokens/s over the busy time.
+    """Busy time and the span, and rollouts/min, turns/s, output tokens/s over the busy time.
     Rows without times (rebuilt from Samples after a crash) are left out of all of them."""
     timed = [r for r in rows if (r.get("started_at") or 0) > 0 and (r.get("finished_at") or 0) >= r["started_at"]]
-    busy = busy_seconds([(r["started_at"], r["finished_at"]) for r in timed])
-    span = max(r["finished_at"] for r in timed) - min(r["started_at"] for r in timed) if timed else 0.0
-    per_s = (lambda n: round(n / busy, 3)) if busy > 0 else (lambda n: 0.0)  # noqa: E731
+    busy = BusyTime.of((r["started_at"], r["finished_at"]) for r in timed)
+    s = busy.seconds
     return {
-        "timed_rollouts": len(timed), "wall_busy_s": round(busy, 1), "wall_span_s": round(span, 1),
-        "rollouts_per_min": round(60 * len(timed) / busy, 2) if busy > 0 else 0.0,
-        "turns_per_s": per_s(sum(r["turns"] or 0 for r in timed)),
-        "output_tokens_per_s": per_s(sum(r["output_tokens"] or 0 for r in timed)),
+        "timed_rollouts": len(timed), "busy_s": round(s, 1), "span_s": round(busy.span, 1),
+        "rollouts_per_min": round(per_busy_minute(len(timed), s), 2),
+        "turns_per_s": round(per_busy_second(sum(r["turns"] or 0 for r in timed), s), 3),
+        "output_tokens_per_s": round(per_busy_second(sum(r["output_tokens"] or 0 for r in timed), s), 3),
     }  # fmt: skip
+
+
+def invocations_wall(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The commands that wrote the directory (``invocations.jsonl``): how many, and their
+    wall time summed (each from its start-up to its exit)."""
+    spans = [ln["ended_at"] - ln["started_at"] for ln in lines
+             if isinstance(ln.get("started_at"), (int, float)) and isinstance(ln.get("ended_at"), (int, float))]  # fmt: skip
+    return {"invocations": len(spans), "wall_s": round(sum(max(0.0, x) for x in spans), 1)}
+
+
+def flag_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Rollouts per grading flag (a rollout counts once per flag it has), most frequent first."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        for f in set(r.get("flags") or ()):
+            counts[f] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def group_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ class TaskLookup:
 
                     where = {"cache_dir": self.cache_dir} if self.cache_dir else {}
                     loaded = load_tasks(TasksConfig(path=self.tasks_path, **where), recipes=None,
-                                        check_requirements=False)  # fmt: skip
+                                        check_requirements=False, environments=False)  # fmt: skip
                     self._file = {t.id: t.model_dump(mode="json") for t in loaded.tasks}
                 except Exception as exc:  # noqa: BLE001 - a view: say it is missing, show the rest
                     self.file_error = f"{type(exc).__name__}: {exc}"

@@ -82,7 +82,8 @@ class ActorLayers:
         e = self.cfg.engine
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)
         self.runtime.envs = provider_for(
-            self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.secrets.e2b_api_key
+            self.cfg.envs, self.cfg.sandbox, self.runtime, self._create, e2b_api_key=self.secrets.e2b_api_key,
+            registry_auth=self.secrets.registry_auth,
         )
         self.harness = make_harness(self.cfg.harness)
         if not self.cfg.mode.needs_engine:  # a hosted endpoint serves the CLIs: no tokenizer (farm.gateway.blackbox)
@@ -111,6 +112,8 @@ class ActorLayers:
             await self.gateway.stop()
         if self.engine is not None:
             await self.engine.close()
+        if self.runtime is not None and self.runtime.envs is not None:
+            await self.runtime.envs.close()  # its registry connections
 
     # --- phases ---------------------------------------------------------------
     def _labels(self, spec: RolloutSpec, purpose: str) -> dict[str, str]:
@@ -130,6 +133,8 @@ class ActorLayers:
                 image=spec.task.image,
                 timeout_s=self.cfg.rollout.timeout_s + 300,
                 ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
+                # (or, where the root is a container image, a relinked copy of it: farm.sandboxes.hostrt)
+                host_programs=[str(await self.harness.install())] if cli is not None else [],
             )
         sb_spec = await self.runtime.sandbox_spec(spec.task, sb_spec)  # interpreter, environment snapshot
         return await self.pool.acquire(sb_spec)  # warm when sandbox.pool.size > 0, else created now

@@ -94,6 +94,8 @@ class RolloutResult(BaseModel):
     model: str = ""
     status: RolloutStatus
     reason: str = ""
+    deterministic: bool = Field(default=False, exclude=True, description="its failure would come back on every "
+                                "attempt (farm.errors.FarmError.deterministic): recorded without a rerun; not stored")
     reward: float = 0.0
     grading: dict[str, Any] | None = Field(default=None, description="the grading report (JSON-able)")
     grading_summary: dict[str, Any] | None = Field(default=None, description="compact report (Sample metadata)")
@@ -139,6 +141,7 @@ class RolloutResult(BaseModel):
             node=runner.node,
             status=outcome.status,
             reason=outcome.reason,
+            deterministic=outcome.deterministic,
             started_at=started_at,
             finished_at=time.time() if finished_at is None else finished_at,
             **produced,
@@ -146,7 +149,8 @@ class RolloutResult(BaseModel):
 
     def ended_as(self, outcome: Outcome, **changes: Any) -> RolloutResult:
         """The same rollout, ended with ``outcome`` instead (too stale, aborted by its caller)."""
-        return self.model_copy(update={"status": outcome.status, "reason": outcome.reason, **changes})
+        return self.model_copy(update={"status": outcome.status, "reason": outcome.reason,
+                                       "deterministic": outcome.deterministic, **changes})  # fmt: skip
 
     @property
     def duration_s(self) -> float:
@@ -165,6 +169,8 @@ class RolloutResult(BaseModel):
             prompt_tokens=self.counts.prompt_tokens,
             output_tokens=self.counts.output_tokens,
             duration_s=self.duration_s,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
             sandbox_id=self.sandbox_id,
             actor=self.actor,
             node=self.node,

@@ -24,7 +24,7 @@ from farm.errors import (
     SetupError,
     TaskError,
 )
-from farm.status import Outcome, RolloutStatus
+from farm.status import FailureClass, Outcome, RolloutStatus
 from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag
 
 
@@ -43,7 +43,16 @@ def _msg(exc: BaseException) -> str:
 
 
 def outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
-    """Map an exception raised in ``phase`` to exactly one status + reason."""
+    """Map an exception raised in ``phase`` to exactly one status + reason; a ``deterministic``
+    error (``FarmError.deterministic``: a missing repository, a setup command's own error)
+    makes a deterministic outcome, which the retry decision records without a rerun."""
+    outcome = _outcome_for_error(exc, phase)
+    if getattr(exc, "deterministic", False) and outcome.status.failure_class is FailureClass.INFRASTRUCTURE:
+        return outcome.model_copy(update={"deterministic": True})
+    return outcome
+
+
+def _outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
     S = RolloutStatus
     where = phase.value
     if isinstance(exc, asyncio.CancelledError):

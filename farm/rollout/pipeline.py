@@ -250,7 +250,7 @@ class RolloutPipeline:
         result = RolloutResult.of(
             spec,
             self.runner,
-            Outcome(status=outcome.status, reason=_redact(outcome.reason, state.key)),
+            outcome.model_copy(update={"reason": _redact(outcome.reason, state.key)}),
             started_at=started,
             finished_at=finished,
             reward=reward,

@@ -12,7 +12,11 @@ its own budget:
   ``stream.max_stale_reruns`` reruns under the current weights.
 
 A budget counts only its own kind, so an actor death does not use up infrastructure
-retries and the other way round. Policy outcomes (``completed``, ``timeout``,
+retries and the other way round. An infrastructure failure that every attempt would meet
+again (``deterministic``, from ``farm.errors.FarmError.deterministic``: a missing repository
+or commit, a mirror lacking objects of the tree, a requirement this machine lacks, a setup
+command exiting with an error of its own, an environment whose build failed) is recorded at
+once, with its reason: no rerun can change it. Policy outcomes (``completed``, ``timeout``,
 ``truncated``, ``limit_exceeded``, ``patch_failed``) are the policy's doing and always
 recorded; so are ``auth_error`` (a refused key stays refused) and ``aborted`` (a
 caller's decision). A rollout stopped under it (``interrupted``/``cancelled``, or any
@@ -100,8 +104,10 @@ def decide(
     *,
     ending: Ending = Ending.FINISHED,
     stopping: bool = False,
+    deterministic: bool = False,
 ) -> RetryDecision:
-    """The one retry decision for an attempt that ended with ``status`` (see the module doc)."""
+    """The one retry decision for an attempt that ended with ``status`` (see the module doc);
+    ``deterministic``: its failure would come back on every attempt."""
     graded = status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)  # finished to its end: keep it
     if (stopping and not graded) or status.reruns:
         return RetryDecision(Verdict.DROP, status=RolloutStatus.INTERRUPTED,
@@ -120,6 +126,8 @@ def decide(
         return RECORD
     if status in (RolloutStatus.AUTH_ERROR, RolloutStatus.ABORTED):  # a refused key stays refused; a caller's call
         return RECORD
+    if deterministic:
+        return RetryDecision(Verdict.RECORD, reason="not retried: every attempt would fail the same way")
     return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, None, "")
 
 

@@ -82,7 +82,7 @@ class _Batch:
                         actors.start_engine(session.tasks, wait=False)  # beside the sandbox actors' start
                     actors.start_sandbox_actors(None if plan.total is None else max(1, plan.total))
                     self.dispatcher = Dispatcher(cfg, actors.actors, reducer, progress, SummaryTally(),
-                                                 scale_out=actors.scale_out)
+                                                 scale_out=actors.scale_out, admit=actors.admit)
                     self.dispatcher.run(feed=plan.feed)  # groups pulled as actors have room: no list of the plan
                     self.planned = progress.total
             finally:

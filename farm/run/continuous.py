@@ -108,7 +108,7 @@ class Farm:
             self._actors.start_sandbox_actors()
             self._progress = session.progress(0)
             self._dispatcher = Dispatcher(cfg, self._actors.actors, reducer, self._progress, SummaryTally(),
-                                          scale_out=self._actors.scale_out)
+                                          scale_out=self._actors.scale_out, admit=self._actors.admit)
             version = self.policy_version
             self._actors.set_policy_version(version)
             self._dispatcher.set_policy_version(version)

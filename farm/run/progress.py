@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from farm.output.rows import RolloutSummary
@@ -20,8 +22,17 @@ from farm.run.summary import RESOLVED_REWARD
 LINES_PER_S = 10
 
 
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when it is under it (``runs/local``)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 class RunProgress:
-    def __init__(self, console: Console, total: int, *, run_id: str, loggers: Any = None) -> None:
+    def __init__(self, console: Console, total: int, *, run_id: str, out_dir: str | None = None,
+                 loggers: Any = None) -> None:
         self.console = console
         self.total = total
         self.done = 0
@@ -38,9 +49,13 @@ class RunProgress:
         self._held: Counter[str] = Counter()  # rollouts past LINES_PER_S not printed yet, by status
         self._bar: Progress | None = None
         self._task = None
+        what = f"{total} rollouts to run" if total else "continuous: groups are pulled as the trainer consumes them"
+        where = f" into {shown_path(out_dir)}" if out_dir else ""
+        # the run's id (what its sandboxes, actors and report are named by) and where it writes, first
+        console.print(f"farm run {run_id}: {what}{where}", highlight=False, markup=False, soft_wrap=True)
         if console.is_terminal:
             self._bar = Progress(
-                TextColumn(f"[bold]farm {run_id}"),
+                TextColumn(f"[bold]farm run {escape(run_id)}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[statuses]}"),
@@ -50,9 +65,6 @@ class RunProgress:
             )
             self._task = self._bar.add_task("rollouts", total=total, statuses="")
             self._bar.start()
-        else:
-            what = f"{total} rollouts to run" if total else "continuous: groups are pulled as the trainer consumes them"
-            console.print(f"farm {run_id}: {what}", highlight=False, soft_wrap=True)
 
     def _statuses(self) -> str:
         return " ".join(f"{k}={v}" for k, v in sorted(self.by_status.items()))

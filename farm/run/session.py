@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from farm.config import FarmConfig
+from farm.output.groups import GROUPS_OF_ONE
 from farm.run.done import DoneRollouts
 from farm.run.lock import RunLock
 from farm.run.progress import RunProgress
@@ -198,7 +199,9 @@ class RunSession:
     def progress(self, total: int) -> RunProgress:
         """The progress display (and the loggers' metrics), told what resuming found."""
         progress = RunProgress(self.console or Console(quiet=True), total, run_id=self.cfg.run_id,
-                               loggers=self.loggers)  # fmt: skip
+                               out_dir=str(self.out_dir), loggers=self.loggers)  # fmt: skip
+        if self.cfg.rollout.n_samples == 1:  # what a newcomer's first trainer would meet: all advantages 0
+            progress.note(f"note: {GROUPS_OF_ONE}")
         if self.recovery:
             progress.note(f"recovered {self.out_dir}: " + " | ".join(self.recovery))
         if self.skipped:

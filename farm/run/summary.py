@@ -1,4 +1,5 @@
-"""The end-of-run summary: counts by status, resolved rate, turns, tokens, throughput,
+"""The end-of-run summary: counts by status, resolved rate, turns, tokens, wall and busy time,
+throughput over busy time (``farm.output.busy``: the report's definition too),
 duration percentiles. Printed as a table and written as ``summary.json``."""
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.output.busy import BusyTime, per_busy_minute, per_busy_second
+from farm.output.reader import INVOCATIONS
 from farm.output.rows import RolloutSummary
 from farm.output.tally import RESOLVED_REWARD, RolloutsTally, directory_rollouts
-INVOCATIONS_FILE = "invocations.jsonl"  # one line per `farm run` invocation on this output dir
+
+INVOCATIONS_FILE = INVOCATIONS  # one line per invocation on this output dir (farm run, farm.Farm, farm.Rollouts)
 log = logging.getLogger(__name__)
 
 
@@ -61,9 +65,16 @@ class RunSummary(BaseModel):
     turns: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
-    wall_s: float = 0.0
-    rollouts_per_min: float = 0.0
-    output_tokens_per_s: float = 0.0
+    wall_s: float = Field(
+        default=0.0, description="this invocation's wall time, start-up to exit (Ray, engine, environments, shutdown)"
+    )
+    busy_s: float = Field(
+        default=0.0,
+        description="seconds at least one rollout was running: the union of the rollouts' [started_at, finished_at] "
+        "(farm.output.busy; what farm report's rates are over too)",
+    )
+    rollouts_per_min: float = Field(default=0.0, description="finished rollouts per minute of busy time")
+    output_tokens_per_s: float = Field(default=0.0, description="output tokens per second of busy time")
     duration_p50_s: float = 0.0
     duration_p95_s: float = 0.0
     redispatched: int = 0
@@ -167,6 +178,7 @@ class SummaryTally:
         self.turns = self.prompt_tokens = self.output_tokens = 0
         self.durations = Durations()
         self.nodes: Counter[str] = Counter()
+        self.busy = BusyTime()
 
     @classmethod
     def of(cls, summaries: Iterable[RolloutSummary]) -> SummaryTally:
@@ -181,6 +193,7 @@ class SummaryTally:
         self.turns += s.turns
         self.prompt_tokens += s.prompt_tokens
         self.output_tokens += s.output_tokens
+        self.busy.add(s.started_at, s.finished_at)  # a cancelled rollout ran too (an interrupted one has no times)
         if s.status.reruns:  # cancelled / interrupted: counted, not a finished rollout
             return
         self.finished += 1
@@ -202,7 +215,7 @@ class SummaryTally:
         self, run_id: str, *, planned: int, skipped_done: int = 0, wall_s: float, redispatched: int = 0,
         retried: int = 0, interrupted: bool = False,
     ) -> RunSummary:
-        n = self.finished
+        n, busy = self.finished, self.busy.seconds
         return RunSummary(
             run_id=run_id,
             planned=planned,
@@ -216,8 +229,9 @@ class SummaryTally:
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,
             wall_s=wall_s,
-            rollouts_per_min=60.0 * n / wall_s if wall_s > 0 else 0.0,
-            output_tokens_per_s=self.output_tokens / wall_s if wall_s > 0 else 0.0,
+            busy_s=busy,
+            rollouts_per_min=per_busy_minute(n, busy),
+            output_tokens_per_s=per_busy_second(self.output_tokens, busy),
             duration_p50_s=self.durations.percentile(50),
             duration_p95_s=self.durations.percentile(95),
             redispatched=redispatched,
@@ -331,8 +345,10 @@ def summary_table(summary: RunSummary):
         ("mean reward", f"{summary.mean_reward:.3f}"),
         ("turns", str(summary.turns)),
         ("prompt / output tokens", f"{summary.prompt_tokens} / {summary.output_tokens}"),
-        ("wall time", f"{summary.wall_s:.1f} s"),
-        ("throughput", f"{summary.rollouts_per_min:.2f} rollouts/min, {summary.output_tokens_per_s:.1f} tok/s"),
+        ("wall time (start-up to exit)", f"{summary.wall_s:.1f} s"),
+        ("busy time (rollouts running)", f"{summary.busy_s:.1f} s"),
+        ("throughput (over busy time)",
+         f"{summary.rollouts_per_min:.2f} rollouts/min, {summary.output_tokens_per_s:.1f} tok/s"),
         ("duration p50 / p95", f"{summary.duration_p50_s:.1f} s / {summary.duration_p95_s:.1f} s"),
         ("re-dispatched", str(summary.redispatched)),
     ]

@@ -46,6 +46,12 @@ class SandboxSpec(BaseModel):
         description="host paths a local sandbox shows read-only at the same path (e.g. the harness CLI's "
         "package); E2B ignores it",
     )
+    host_programs: list[str] = Field(
+        default_factory=list,
+        description="host executables the sandbox runs (the harness CLI): a local sandbox whose root is a "
+        "container image runs relinked copies of them, on their own loader and libraries "
+        "(farm.sandboxes.hostrt); elsewhere they are seen through ro_binds; E2B ignores it",
+    )
     view: SnapshotView | None = Field(
         default=None,
         description="start from a frozen environment: its tree at view.mount, as a private copy-on-write view "

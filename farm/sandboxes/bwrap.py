@@ -8,6 +8,10 @@ Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs ro
   4. the forwarded ports' socket dir at /run/farm (read-only: the sockets are the host's);
   5. the sandbox's root read-write at the same path (paths are identical in and out);
   6. its environment view (``farm.sandboxes.views``) read-write at the path it was built at.
+
+A container image's view is the root itself (mounted first, then /proc and /dev; the host's
+system is not shown; the relinked host programs at ``/.farm/rt``; nothing remounted
+read-only: the view's upper is the sandbox's own).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from farm.sandboxes.config import LocalLimits
+from farm.sandboxes.hostrt import RT_MOUNT
 from farm.sandboxes.hostview import ro_bind_mounts, system_mounts
 
 FORWARD_DIR = "/run/farm"  # where forwarded ports' unix sockets appear inside the jail
@@ -34,6 +39,15 @@ class HostMounts:
     @classmethod
     def of(cls, etc_dir: str, ro_binds: Sequence[str], staged_etc: str | None = None) -> HostMounts:
         return cls(tuple(system_mounts(etc_dir, staged_etc)), tuple(ro_bind_mounts(ro_binds)))
+
+    @classmethod
+    def of_image(cls, runtime_dir: str, etc: Sequence[str], ro_binds: Sequence[str]) -> HostMounts:
+        """A container image's jail: the image is the system; the host gives farm's relinked
+        programs (``hostrt``) and the name-resolution files ``etc`` names (as docker does)."""
+        system = ["--ro-bind", runtime_dir, RT_MOUNT]
+        for path in etc:
+            system += ["--ro-bind-try", path, path]
+        return cls(tuple(system), tuple(ro_bind_mounts(ro_binds)))
 
 
 def prlimit_prefix(prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
@@ -70,8 +84,13 @@ def bwrap_argv(
     uid: int | None,
     unshare_user: bool,
     unshare_net: bool,
+    gid: int | None = None,
 ) -> list[str]:
-    """The full bwrap command running ``argv`` (already wrapped in the rlimit prefix)."""
+    """The full bwrap command running ``argv`` (already wrapped in the rlimit prefix). A
+    ``view`` mounted at ``/`` (a container image) is the jail's root instead of bwrap's empty
+    tmpfs: the host's system is not shown, the root stays writable (the view's upper is the
+    sandbox's own), and ``host.system`` holds what the host adds to it."""
+    image = view is not None and view[1] == "/"
     args = [
         bwrap,
         "--die-with-parent",
@@ -85,27 +104,31 @@ def bwrap_argv(
     if unshare_user:
         args += ["--unshare-user"]
         if uid is not None:
-            args += ["--uid", str(uid), "--gid", str(uid)]
+            args += ["--uid", str(uid), "--gid", str(uid if gid is None else gid)]
     if unshare_net:
         args += ["--unshare-net"]
     # When farm runs as root, bwrap would keep every capability in the sandbox.
     args += ["--cap-drop", "ALL"]
+    if image:
+        assert view is not None
+        args += ["--bind", view[0], "/", "--proc", "/proc", "--dev", "/dev"]
     args += host.system
     args += ["--bind", tmp_dir, "/tmp"]
     args += host.ro
     if sock_dir is not None:
         args += ["--ro-bind", sock_dir, FORWARD_DIR]
     args += ["--bind", root, root]
-    if view is not None:
+    if view is not None and not image:
         args += ["--bind", view[0], view[1]]
-    # bwrap's root is a tmpfs: read-only, so nothing outside root, /tmp and /run is writable.
-    args += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
+    if not image:  # bwrap's root is a tmpfs: read-only, so nothing outside root, /tmp and /run is writable.
+        args += ["--remount-ro", "/"]
+    args += ["--chdir", cwd, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *argv]
 
 
-def forwarder_prefix(socat: str, ports: Sequence[int]) -> list[str]:
+def forwarder_prefix(socat: str, ports: Sequence[int], *, grep: str = "grep", sleep: str = "sleep") -> list[str]:
     """Run inside the jail before the command: one socat per forwarded port, listening on
     the jail's own loopback and relaying to the unix socket bound at FORWARD_DIR. The
     command starts once every listener is up (seen in /proc/net/tcp, so no probe
@@ -119,9 +142,9 @@ def forwarder_prefix(socat: str, ports: Sequence[int]) -> list[str]:
     for port in ports:
         hex_port = f"{port:04X}"
         lines.append(
-            f"i=0; until grep -q ' 0100007F:{hex_port} 00000000:0000 0A' /proc/net/tcp; do "
+            f"i=0; until {grep} -q ' 0100007F:{hex_port} 00000000:0000 0A' /proc/net/tcp; do "
             f"i=$((i+1)); [ $i -gt 500 ] && {{ echo 'farm: port forwarder {port} did not start' >&2; exit 125; }}; "
-            "sleep 0.01; done"
+            f"{sleep} 0.01; done"
         )
     lines.append('exec "$@"')
     return ["/bin/sh", "-c", "\n".join(lines), "farm-forward"]

@@ -101,6 +101,11 @@ class LocalSandboxConfig(BaseModel):
         "(kernel overlayfs, needs root), 'fuse-overlayfs' (unprivileged), 'copy' (full copy; reflinked on "
         "btrfs/xfs); 'auto' = the first that works here (see farm.sandboxes.views)",
     )
+    runtime_dir: str = Field(
+        default="~/.cache/farm/hostrt",
+        description="where the host programs a container-image sandbox runs (the agent CLI, prlimit, socat) are "
+        "kept relinked on their own loader and libraries, once per node (farm.sandboxes.hostrt)",
+    )
     keep: bool = Field(default=False, description="keep the sandbox directory after close (debugging)")
     kill_grace_s: float = Field(default=10.0, gt=0, description="how long to wait for a killed tree to exit")
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from farm.errors import SandboxError
 
 # Top-level system dirs: on merged-/usr Debian these are symlinks into /usr (recreated
 # as symlinks); elsewhere they are real dirs (bound read-only).
@@ -117,3 +120,42 @@ def ro_bind_mounts(paths: Sequence[str]) -> list[str]:
             else:
                 args += ["--ro-bind-try", path, path]
     return args
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    """Who a container image's commands run as (its config's ``User``), inside the user namespace."""
+
+    uid: int
+    gid: int
+    home: str
+
+
+def _table(path: str) -> list[list[str]]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [line.rstrip("\n").split(":") for line in fh if line.strip() and not line.startswith("#")]
+    except OSError:
+        return []
+
+
+def image_user(root: str, user: str) -> ImageUser:
+    """``user`` (``''``, ``name``, ``uid``, ``name:group``, ``uid:gid``) looked up in the image whose
+    file system is at ``root`` on the host, as docker does (no entry: the numbers as given, home
+    ``/``). Inside the sandbox's user namespace every file of the image belongs to this user."""
+    name, _, group = (user or "root").partition(":")
+    passwd = _table(os.path.join(root, "etc/passwd"))
+    entry = next((e for e in passwd if len(e) >= 6 and (e[0] == name or e[2] == name)), None)
+    if entry is not None:
+        uid, gid, home = int(entry[2]), int(entry[3]), entry[5]
+    elif name.isdigit():
+        uid, gid, home = int(name), int(name), "/"
+    else:
+        raise SandboxError(f"the image's user {user!r} is not in its /etc/passwd")
+    if group:
+        groups = _table(os.path.join(root, "etc/group"))
+        found = next((g for g in groups if len(g) >= 3 and (g[0] == group or g[2] == group)), None)
+        gid = int(found[2]) if found is not None else int(group) if group.isdigit() else gid
+    if not os.path.isdir(os.path.join(root, home.lstrip("/"))):
+        home = ""
+    return ImageUser(uid=uid, gid=gid, home=home)

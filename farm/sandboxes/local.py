@@ -38,6 +38,7 @@ from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
 from farm.sandboxes.hostetc import staged_etc
 from farm.sandboxes.hostview import user_files
+from farm.sandboxes.local_image import LocalImage
 from farm.sandboxes.local_files import LocalFiles
 from farm.sandboxes.local_net import LocalNetwork
 from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend's public names
@@ -66,7 +67,7 @@ def _describe(cmd: str | list[str]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
+class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
     """A sandbox on this machine. Build with ``await LocalSandbox.create(cfg, spec)``."""
 
     def __init__(
@@ -94,6 +95,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         self._view_map: tuple[str, str] | None = None  # (host dir, mount path) once made
         if self.view is not None and not self._isolated:
             raise SandboxError("a sandbox started from an environment snapshot needs sandbox.local.isolation: bwrap")
+        self._init_image(cfg.runtime_dir)
         self.tmp = "/tmp" if self._isolated else self._tmp_dir  # TMPDIR as its commands see it
         self._procs: set[HostProcess] = set()
         self._closed = False
@@ -214,10 +216,15 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 upper = Path(self.view.upper) if self.view.upper else None
                 host = str(mount_view(self.view.layers, self.dir / "view", self.view_mode, upper=upper))
             self._view_map = (host, self.view.mount)
+            if self.image:
+                self._image_ready(host)
             self.view_ready_s = time.monotonic() - t0
 
     # --- commands ------------------------------------------------------------
     def _uid(self, user: str | None) -> int | None:
+        ids = self._image_ids(user, self._cfg.unshare_user)
+        if ids is not None:
+            return ids[0]
         if user is None:
             return self._cfg.uid if self._isolated and self._cfg.unshare_user else None
         if self._isolated and self._cfg.unshare_user:
@@ -239,9 +246,14 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
         """What the sandbox sees of the host beyond the system runtime, read-only: farm's
         own Python environment (tasks run their tests with the interpreter running farm,
         ``tasks.python: auto``), the spec's binds (the harness CLI's package) and config's."""
-        binds = [sys.prefix, sys.base_prefix, *self._spec.ro_binds]
+        binds = [] if self.image else [sys.prefix, sys.base_prefix, *self._spec.ro_binds]  # an image has its own
         binds += [os.path.expanduser(p) for p in self._cfg.ro_binds]
         return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
+
+    def _host_mounts(self) -> HostMounts:
+        if self.image:
+            return self._image_mounts(self._ro_binds())
+        return HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
 
     # --- limits --------------------------------------------------------------
     @property
@@ -279,6 +291,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             "LANG": "C.UTF-8",
             MARKER_ENV: self.id,
         }
+        if self.view is not None:
+            merged.update(self.view.env)  # a container image's (its Env, activated)
         merged.update(self._spec.env)
         merged.update(env or {})
         return merged
@@ -293,16 +307,18 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
             raise SandboxError("exec: empty command")
         workdir = os.path.normpath(os.path.join(self.root, cwd or self.root))
         inner_env = self._env(env)
-        rlimits = prlimit_prefix(self._prlimit, self._cfg.limits, memory_per_process=self._cgroup is None)
-        limited = [*rlimits, *argv] if self._prlimit else argv
+        prlimit = self._in_jail(self._prlimit) if self._prlimit else None
+        rlimits = prlimit_prefix(prlimit, self._cfg.limits, memory_per_process=self._cgroup is None) if prlimit else []
+        limited = [*rlimits, *argv]
         if self._isolated:
             assert self._bwrap is not None
             isolated = self._net_isolated()
             if isolated and self._forwards:
                 assert self._socat is not None
-                limited = [*forwarder_prefix(self._socat, self._forwards), *limited]
+                limited = [*forwarder_prefix(self._in_jail(self._socat), self._forwards, **self._helper_tools()),
+                           *limited]  # fmt: skip
             if self._host is None:
-                self._host = HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
+                self._host = self._host_mounts()
             full = bwrap_argv(
                 bwrap=self._bwrap,
                 root=self.root,
@@ -314,6 +330,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, ClosingContext):
                 env=inner_env,
                 argv=limited,
                 uid=self._uid(user),
+                gid=(self._image_ids(user, self._cfg.unshare_user) or (None, None))[1],
                 unshare_user=self._cfg.unshare_user,
                 unshare_net=isolated,
             )

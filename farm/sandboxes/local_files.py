@@ -48,8 +48,10 @@ class LocalFiles:
         if self._view_map is not None:
             host, mount = self._view_map
             areas.append(host)
-            if _within(inside, mount):
-                inside = host + inside[len(mount) :]
+            # a container image's view is the whole root; the sandbox's own root and /tmp are bound over it
+            bound_over = mount == "/" and any(_within(inside, a) for a in (self.root, self._tmp_dir))
+            if _within(inside, mount) and not bound_over:
+                inside = host + inside[len(mount.rstrip("/")) :]
         real = os.path.realpath(inside)
         if not any(_within(real, area) for area in areas):
             raise SandboxError(f"{path}: outside the sandbox's writable areas ({', '.join(areas)})")

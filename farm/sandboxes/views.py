@@ -80,6 +80,15 @@ class SnapshotView(BaseModel):
     writable: bool = False
     upper: str = Field(default="", description="local: a build's upper directory (its writes: the new layer)")
     template: str | None = Field(default=None, description="E2B: the environment's template to create from")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="a container image's (mount '/'): the environment every command starts with"
+    )
+    user: str = Field(default="", description="a container image's: the user its commands run as ('' = root)")
+
+    @property
+    def root(self) -> bool:
+        """The view is the sandbox's whole file system (a container image), not one directory in it."""
+        return self.mount == "/"
 
     @property
     def lower(self) -> str:
@@ -143,6 +152,8 @@ def mount_view(
         lowers.append(layer.path)
         if layer.deleted and i < len(layers) - 1:
             lowers.append(str(_mask(layer.deleted, view_dir / f"mask-{i}", kernel=mode == "overlay")))
+    if sum(len(x) + 1 for x in lowers) > _MAX_LOWERDIR:
+        lowers = _short_names(lowers, view_dir / "l")
     opts = f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}"
     if mode == "overlay":
         if building:  # a build's upper dir becomes a layer: self-contained (no redirects, no metadata-only copy-ups)
@@ -151,6 +162,22 @@ def mount_view(
     else:
         _run(["fuse-overlayfs", "-o", opts, str(merged)], "mounting the fuse-overlayfs view")
     return merged
+
+
+# mount(2) takes at most a page of options: an image of many layers names them by short links
+_MAX_LOWERDIR = 3000
+
+
+def _short_names(lowers: Sequence[str], links: Path) -> list[str]:
+    """A symlink per lower directory, ``links/<i>`` (the kernel and fuse-overlayfs follow them)."""
+    links.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, path in enumerate(lowers):
+        link = links / str(i)
+        if not link.is_symlink():
+            os.symlink(path, link)
+        out.append(str(link))
+    return out
 
 
 def _mask(deleted: Sequence[str], mask: Path, *, kernel: bool) -> Path:

@@ -148,6 +148,7 @@ class RolloutHandle:
     # --- what a caller asks --------------------------------------------------------------
     @property
     def done(self) -> bool:
+        """The rollout has ended (any status); its result is there."""
         return self._result is not None
 
     @property
@@ -160,6 +161,8 @@ class RolloutHandle:
         return self._result.summary() if self._result is not None else None
 
     def state(self) -> dict[str, Any]:
+        """Now: id, task, harness, status (``running`` until it ends), phase (``queued``,
+        ``create_sandbox``, ``prepare``, ``agent``, ``grade``, ...), turns, tokens, elapsed seconds, finalized."""
         end = self._ended_at if self._ended_at is not None else time.monotonic()
         return {
             "id": self.id, "task_id": self.spec.task.id, "harness": self.harness,
@@ -215,6 +218,7 @@ class RolloutHandle:
         return self.summary()
 
     async def wait(self) -> RolloutResult:
+        """Wait for the end; the ``RolloutResult`` (as ``result()``)."""
         await self._done.wait()  # set by the task's done callback
         assert self._result is not None
         return self._result
@@ -238,6 +242,8 @@ class RolloutHandle:
         return {**self.summary(), **self._finalized, "outputs": self._outputs if self._finalized["stored"] else {}}
 
     def summary(self) -> dict[str, Any]:
+        """The ended rollout as JSON-able fields (id, status, reason, reward, turns, tokens,
+        duration, diff, grading, ...); while it runs, its ``state()``."""
         r = self._result
         if r is None:
             return self.state()

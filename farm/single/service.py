@@ -14,7 +14,10 @@ table. Only the dispatch differs: a caller starts each rollout and watches it::
 
 A rollout is stored only when finalized; ``close()`` finalizes the finished rollouts
 nobody finalized (nothing is lost) and aborts the running ones (nothing half-done is
-stored). One ``Rollouts`` is one run session on its output directory
+stored). Where: the ``rollouts`` directory beside the config's ``output.dir``
+(``runs/local`` -> ``runs/rollouts``), run id ``rollouts``, unless ``overrides`` name
+``output.dir`` / ``run_id`` (``farm.config.load_single_config``): never into the
+directory a ``farm run`` of the same config writes. One ``Rollouts`` is one run session on its output directory
 (``farm.run.session``, as one ``farm run``): it owns the directory (``RunLock``), writes
 ``run_config.yaml``, feeds the configured ``loggers:`` and, on ``close()``, adds its line
 to ``invocations.jsonl`` and rewrites ``summary.json`` (when it stored a rollout).
@@ -28,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from farm.config import SINGLE_DEFAULTS, FarmConfig, endpoint_api_key, load_config
+from farm.config import FarmConfig, endpoint_api_key, load_single_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
@@ -45,11 +48,26 @@ TaskLike = str | Task | InlineTask | dict[str, Any]  # a task id, a Task, or an 
 
 
 class Rollouts:
+    """The farm, one rollout at a time: ``start`` a task, watch its handle, ``finalize`` it.
+
+    ``cfg``: a config file (or None: farm's defaults) loaded with ``overrides`` (``a.b=c``
+    strings, as ``--set`` takes them, applied over the file), or a ``FarmConfig`` used as
+    it is. Written to: the ``rollouts`` directory beside the config's ``output.dir``
+    (``runs/local`` -> ``runs/rollouts``) with run id ``rollouts``, unless ``overrides``
+    name ``output.dir`` / ``run_id`` (``out_dir`` says where). ``tasks``: the task set
+    (default: the config's ``tasks.path``); ``secrets``: the E2B / hosted endpoint keys
+    (default: ``e2b_api_key`` and the endpoint's ``api_key_env`` from the environment);
+    ``placement``: ``local`` (this process, no Ray), ``ray`` (the farm's actors on the
+    Ray cluster), ``auto`` (``ray`` when ``RAY_ADDRESS`` or ``ray.address`` is set);
+    ``parts_factory``: tests' hook to build the sandbox actors' parts.
+
+    Use it as ``async with Rollouts(...) as service:`` (or ``await start_farm()`` and
+    ``await close()``)."""
+
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                  tasks: list[Task] | None = None, secrets: RunSecrets | None = None, parts_factory: Any = None,
                  placement: Literal["auto", "local", "ray"] = "auto", e2b_api_key: str | None = None) -> None:
-        self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides,
-                                                                                  defaults=SINGLE_DEFAULTS))
+        self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_single_config(cfg, overrides))
         self.out_dir = Path(self.cfg.output.dir)
         self._tasks_given = tasks
         self._parts_factory = parts_factory
@@ -75,9 +93,11 @@ class Rollouts:
 
     async def start_farm(self) -> Rollouts:
         """Open the run session (own the output dir, load the tasks), start the reducer and
-        the engine."""
+        the engine; returns self. Idempotent. Raises ``ConfigError`` / ``TaskError`` when
+        the config or the task set is bad, or the output directory is another run's."""
         if self._started:
             return self
+        log.info("farm.Rollouts: run %s, writing %s", self.cfg.run_id, self.out_dir)
         session = RunSession(self.cfg, tasks=self._tasks_given, command="rollouts")
         await asyncio.to_thread(session.open)  # the lock first; the task file may be large
         self.session = session
@@ -97,7 +117,8 @@ class Rollouts:
         return self._started
 
     async def close(self) -> None:
-        """Abort running rollouts, finalize finished ones, stop everything started."""
+        """Abort running rollouts, finalize finished ones (nothing lost, nothing half-done
+        stored), stop everything started, write ``summary.json`` (``self.summary``)."""
         running = [h for h in self.handles.values() if not h.done]
         await asyncio.gather(*(h.abort() for h in running), return_exceptions=True)
         for h in self.handles.values():
@@ -146,7 +167,13 @@ class Rollouts:
         return rid, i
 
     async def start(self, task: TaskLike, *, harness: str | None = None) -> RolloutHandle:
-        """Start one rollout; returns at once with its handle (the rollout runs in this loop)."""
+        """Start one rollout of ``task`` (a task id of the loaded set, a ``Task``, or an
+        inline task: ``farm.InlineTask`` or its dict) with ``harness`` (default: the
+        config's ``harness.name``); returns at once with its ``RolloutHandle`` (events,
+        state, messages, abort, result, finalize) while the rollout runs in this event loop.
+        Its id is ``<task id>.<i>``, the first index this output directory has not used.
+        Raises ``TaskError`` for an unknown task, ``ConfigError`` for an unknown harness or
+        a service not started."""
         if not self._started:
             raise ConfigError("Rollouts not started: use 'async with Rollouts(...)' or await start_farm()")
         resolved = self.resolve_task(task)
@@ -168,17 +195,20 @@ class Rollouts:
         return handle
 
     async def run(self, task: TaskLike, *, harness: str | None = None) -> dict[str, Any]:
-        """Start, wait, finalize: the result summary."""
+        """Start, wait, finalize: the result summary (``RolloutHandle.finalize``'s)."""
         handle = await self.start(task, harness=harness)
         return await handle.finalize()
 
     def get(self, rollout_id: str) -> RolloutHandle:
+        """The handle of a rollout started by this service; ``KeyError`` if unknown."""
         try:
             return self.handles[rollout_id]
         except KeyError:
             raise KeyError(f"unknown rollout {rollout_id!r}") from None
 
     def list(self, status: str | None = None) -> list[dict[str, Any]]:
+        """The state (``RolloutHandle.state``) of every rollout started here, or of those
+        with ``status`` (``running``, or how it ended: ``completed``, ``aborted``, ...)."""
         states = [h.state() for h in self.handles.values()]
         return [s for s in states if status is None or s["status"] == status]
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TaskFormat = Literal["auto", "farm", "swebench", "swegym", "swesmith", "r2e"]
+from farm.images.config import ImagesConfig
+
+TaskFormat = Literal["auto", "farm", "swebench", "swegym", "swesmith", "swerebench", "r2e"]
 
 
 class TasksConfig(BaseModel):
@@ -17,7 +20,9 @@ class TasksConfig(BaseModel):
         description="task file (.jsonl / .json / .parquet) or 'demo' (the built-in demo set, generated into cache_dir)",
     )
     format: TaskFormat = Field(
-        default="auto", description="row format; 'auto' detects it per row (farm, swebench, swegym, swesmith, r2e)"
+        default="auto",
+        description="row format; 'auto' detects it per row (farm, swebench, swesmith, r2e; SWE-Gym and SWE-rebench "
+        "rows read as swebench: name the format to use their datasets' image layout, tasks.images.datasets)",
     )
     recipes: str | list[str] | None = Field(
         default="builtin",
@@ -47,16 +52,21 @@ class TasksConfig(BaseModel):
         description="host cache: repos fetched from their URL, per-commit workspace tarballs, the demo set",
     )
     fetch: bool = Field(
-        default=True,
-        description="when no mirror has a repo, clone it from its url (or https://github.com/<owner>/<repo>.git) "
-        "into cache_dir once; False: a missing repo is a task error",
+        default=False,
+        description="opt-in network fetch: when no mirror has a repo, clone it from its url (or "
+        "https://github.com/<owner>/<repo>.git) into cache_dir once; False (the default, what air-gapped clusters "
+        "need): a missing repo is a task error naming where farm looked, reported once, never retried",
     )
     python: str = Field(
         default="auto",
-        description="interpreter whose directory is put first on PATH for setup, test and verify commands, so "
-        "`python -m pytest` finds pytest: 'auto' = the interpreter running farm (local sandboxes see the host "
-        "read-only; on E2B the path does not exist and the template's python is used), 'none' = leave PATH alone, "
-        "or an absolute path of a python inside the sandbox",
+        description="interpreter whose directory is put first on PATH for setup, test and verify commands and the "
+        "agent (a row's own `python` or its recipe's wins): 'auto' = the interpreter running farm (local sandboxes "
+        "see the host read-only; on E2B the path does not exist and the template's python is used), but a "
+        "SWE-bench / SWE-Gym / SWE-smith row that nothing gives an environment (no recipe, no setup commands, no "
+        "image) is refused at load rather than run on it; 'host' = the same interpreter, and such rows run their "
+        "tests on it (knowingly: they get its packages, not their repository's); a version ('3.11': pyenv, then "
+        "python3.X on PATH) or an absolute path of a python inside the sandbox; 'none' = leave PATH alone. Any "
+        "value but 'auto' says where tests run, so no row is refused for lacking an environment",
     )
     max_diff_bytes: int = Field(
         default=4 << 20, ge=1024, description="largest model diff captured; a larger one is graded as patch_failed"
@@ -67,3 +77,15 @@ class TasksConfig(BaseModel):
         description="SWE reward = fraction of FAIL_TO_PASS tests passing (0 if any PASS_TO_PASS fails) instead of 1/0",
     )
     git_timeout_s: float = Field(default=900.0, gt=0, description="host-side git clone/fetch/archive budget")
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig,
+        description="container images as environments (rows that name one, or whose dataset names them by "
+        "convention): registry, mirrors, credentials, pull policy, per-dataset layout (farm.images)",
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, value: str) -> str:
+        if value in ("auto", "host", "none") or value.startswith("/") or re.fullmatch(r"\d+(\.\d+){0,2}", value):
+            return value
+        raise ValueError(f"expected auto, host, none, a version ('3.11') or an absolute path, got {value!r}")

@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from farm.tasks.environment import BY_CONVENTION, IMAGE_FIELDS
 from farm.tasks.model import GitSource, ImageSource, Task
 from farm.tasks.patches import paths_after, reverse_patch
 
@@ -168,6 +169,15 @@ def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
     return f"swebench/sweb.eval.{arch}.{instance_id.replace('__', '_1776_').lower()}:latest"
 
 
+def named_image(row: dict[str, Any]) -> str | None:
+    """The container image a dataset row names (``image``, ``image_name`` or ``docker_image``), if any."""
+    for name in IMAGE_FIELDS:
+        value = _str_or_none(row, name)
+        if value is not None:
+            return value
+    return None
+
+
 def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
     _need(row, "instance_id", "repo", "base_commit", "problem_statement")
     f2p, p2p = _test_list(row, "FAIL_TO_PASS"), _test_list(row, "PASS_TO_PASS")
@@ -187,9 +197,10 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
         metadata["log_parser_default"] = True  # a recipe's log_parser may replace it
     metadata["test_files"] = files
     metadata["source"] = source
-    metadata["docker_image"] = (
-        _str_or_none(row, "image") or _str_or_none(row, "image_name") or swebench_image(str(row["instance_id"]))
-    )
+    named = named_image(row)
+    metadata["docker_image"] = named or swebench_image(str(row["instance_id"]))
+    if named is None:  # SWE-bench's name for the instance's image, not one the row names (farm.tasks.environment)
+        metadata[BY_CONVENTION] = True
     return _validated(
         lambda: Task(
             id=str(row["instance_id"]),
@@ -213,6 +224,11 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
 
 def from_swegym(row: dict[str, Any]) -> Task:
     return from_swebench(row, source="swegym")
+
+
+def from_swerebench(row: dict[str, Any]) -> Task:
+    """SWE-rebench: SWE-bench's format, its own images (``swerebench/sweb.eval.x86_64.<id>``)."""
+    return from_swebench(row, source="swerebench")
 
 
 # --- SWE-smith ----------------------------------------------------------------------------
@@ -242,6 +258,9 @@ def from_swesmith(row: dict[str, Any]) -> Task:
     if statement is None:
         raise RowError("problem_statement", "missing or empty (SWE-smith rows without an issue text cannot be used)")
     metadata = {"source": "swesmith", "bug_patch": bug}
+    image = named_image(row)
+    if image is not None:  # the repository's image (SWE-smith names one per repository and commit)
+        metadata["docker_image"] = image
     for key in ("image_name", "created_at"):
         if row.get(key):
             metadata[key] = row[key]
@@ -255,6 +274,8 @@ def from_swesmith(row: dict[str, Any]) -> Task:
             test_command=test_cmd,
             fail_to_pass=f2p,
             pass_to_pass=p2p,
+            setup_commands=_str_list(row, "setup_commands"),
+            base_setup_commands=_str_list(row, "base_setup_commands"),
             metadata=metadata,
         ),
         {"id": "instance_id", "instruction": "problem_statement", "workspace": "repo"},
@@ -310,6 +331,7 @@ CONVERTERS: dict[str, Callable[[dict[str, Any]], Task]] = {
     "farm": from_farm,
     "swebench": from_swebench,
     "swegym": from_swegym,
+    "swerebench": from_swerebench,
     "swesmith": from_swesmith,
     "r2e": from_r2e,
 }

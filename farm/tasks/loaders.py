@@ -18,9 +18,11 @@ from typing import Any
 
 from farm.errors import TaskFileErrors, TaskLoadError
 from farm.tasks.config import TasksConfig
+from farm.tasks.environment import environment_error
 from farm.tasks.formats import CONVERTERS, RowError, detect_format
 from farm.tasks.model import Task
-from farm.tasks.recipes import RecipeError, apply_recipe, load_book
+from farm.tasks.image_rows import with_environment
+from farm.tasks.recipes import RecipeError, load_book
 
 _JSONL = (".jsonl", ".ndjson", ".jsonl.gz")
 _CONFIG = object()  # load_tasks' recipes / check_requirements default: the TasksConfig's (or its default)
@@ -105,11 +107,14 @@ def _open_text(path: Path):  # noqa: ANN202 - a text file object
 def load_tasks(
     source: str | Path | TasksConfig, *, format: str | None = None, strict: bool | None = None,
     recipes: Any = _CONFIG, check_requirements: Any = _CONFIG, check: Callable[[Task], None] | None = None,
+    environments: bool = True, convention_images: bool = False,
 ) -> TaskLoadResult:
     """Every task in ``source`` (a file, or a ``TasksConfig``: its path — ``demo`` resolved —
-    format, strict and recipes). Bad rows become ``TaskLoadError``s in the result (with
+    format, strict, recipes and python). Bad rows become ``TaskLoadError``s in the result (with
     ``strict``: raised together, ``TaskFileErrors``, once the whole file is read); so do rows
-    whose recipe is missing or needs what this machine lacks;
+    whose recipe is missing or needs what this machine lacks, and (``environments``) dataset
+    rows whose environment nothing provides (``farm.tasks.environment``; ``convention_images``:
+    the sandboxes start from the image a row's format names by convention, as E2B's do);
     duplicate ids are errors on the later row. The result iterates its tasks. ``recipes``
     and ``check_requirements`` default to the config's (``TasksConfig``'s defaults for a file).
     ``check`` (the layers above: e.g. can the grader read the task's ``log_parser``) raises
@@ -140,7 +145,10 @@ def load_tasks(
             fmt = detect_format(row) if format == "auto" else format
             try:
                 task = CONVERTERS[fmt](row)
-                task = apply_recipe(task, book, check_requirements=requirements)
+                task = with_environment(task, row, fmt, images=cfg.images, book=book, check_requirements=requirements)
+                missing = environment_error(task, python=cfg.python, convention_images=convention_images)
+                if environments and missing:
+                    raise RowError("environment", missing)
                 if check is not None:
                     check(task)
             except RowError as exc:

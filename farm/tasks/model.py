@@ -68,11 +68,17 @@ class TarballSource(_Model):
 
 
 class ImageSource(_Model):
-    """An E2B template / container image that already holds the workspace at ``Task.workdir``."""
+    """A container image (local sandboxes: its file system is the sandbox's root; E2B: the
+    template of that name) that already holds the workspace at ``Task.workdir``."""
 
     type: Literal["image"] = "image"
-    image: str
+    image: str = Field(description="the image's name, as docker reads it ('swebench/sweb.eval.x86_64.x:latest')")
     base_commit: str | None = Field(default=None, description="checked out when given (else HEAD as is)")
+    activate: str | None = Field(
+        default=None,
+        description="bash run once in the image (local sandboxes): the environment it leaves is every command's "
+        "(e.g. 'source /opt/miniconda3/bin/activate && conda activate testbed')",
+    )
 
 
 WorkspaceSource = Annotated[GitSource | TarballSource | ImageSource, Field(discriminator="type")]
@@ -110,7 +116,11 @@ class Task(_Model):
     instruction: str = Field(min_length=1)
     workspace: WorkspaceSource | None = Field(default=None, description="None: an empty git-initialised dir")
     workdir: str = Field(default="repo", description="workspace dir, relative to the sandbox root (or absolute)")
-    image: str | None = Field(default=None, description="sandbox template/image the task needs (E2B); local ignores it")
+    image: str | None = Field(
+        default=None,
+        description="E2B: the template the task's sandboxes are created from; local sandboxes run from a container "
+        "image given as the workspace (an image source), not by this field",
+    )
     pre_patch: str | None = Field(
         default=None,
         description="diff applied on top of the base commit before setup and committed as a parentless "

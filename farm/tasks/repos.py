@@ -6,10 +6,13 @@ Where a repository comes from, in order:
    mirrors; clusters without GitHub access only need these);
 2. the task's ``url`` when it is a path on this host;
 3. ``<cache_dir>/repos/<owner>__<repo>.git``, cloned once from the task's ``url`` (or
-   ``https://github.com/<owner>/<repo>.git``) when ``fetch`` is on.
+   ``https://github.com/<owner>/<repo>.git``) when ``fetch`` is on (``tasks.fetch``: off
+   unless asked).
 
 A missing repository or base commit is a ``TaskError`` naming the task's repo and where
-farm looked.
+farm looked (``RepositoryNotFound`` / ``CommitNotFound``: deterministic, never retried; a
+failed clone is not known to be, so it is). A SWE-smith row's repository is
+``swesmith/<owner>__<repo>.<commit>``: its mirror is ``swesmith__<owner>__<repo>.<commit>.git``.
 
 Each (repository, base commit[, pre-patch]) becomes one **workspace tarball** in
 ``<cache_dir>/workspaces/``: a fresh repo holding *only* the objects reachable from the
@@ -43,7 +46,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from farm.errors import TaskError
+from farm.errors import CommitNotFound, RepositoryNotFound, TaskError, TaskSourceError
 from farm.tasks.model import GitSource
 
 log = logging.getLogger(__name__)
@@ -129,7 +132,7 @@ class RepoCache:
         *,
         cache_dir: str | Path,
         mirror_dirs: Sequence[str | Path] = (),
-        fetch: bool = True,
+        fetch: bool = False,
         git_timeout_s: float = 900.0,
     ) -> None:
         self.cache_dir = Path(os.path.expanduser(str(cache_dir)))
@@ -138,6 +141,7 @@ class RepoCache:
         self.git_timeout_s = git_timeout_s
         self._locks: dict[str, asyncio.Lock] = {}
         self._resolved: set[tuple[Path, str]] = set()
+        self._clone_failed: dict[str, tuple[int, str]] = {}  # url -> (failed clones, the last one's reason)
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -173,10 +177,15 @@ class RepoCache:
             url = f"https://github.com/{source.repo}.git"
         what = source.repo or source.url
         if not self.fetch or url is None:
-            raise TaskError(f"repository {what} not found (looked in: {', '.join(looked)}; fetching is off)")
+            why = "fetching is off (tasks.fetch)" if url is not None else "no url to fetch it from"
+            raise RepositoryNotFound(f"repository {what} not found (looked in: {', '.join(looked)}; {why})")
+        failures_before = self._clone_failed.get(url, (0, ""))[0]
         async with self._lock(str(cached)), FileLock(cached.with_suffix(".lock"), self.git_timeout_s):
             if cached.is_dir():
                 return cached
+            failures, failed = self._clone_failed.get(url, (0, ""))
+            if failures > failures_before:  # it failed for another task while this one waited: not cloned twice at once
+                raise TaskError(failed)
             tmp = cached.parent / f".tmp-{uuid.uuid4().hex}"
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -185,7 +194,10 @@ class RepoCache:
                 code, out = -1, f"timed out after {self.git_timeout_s:g} s"
             if code != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise TaskError(f"repository {what} not found (looked in: {', '.join(looked)}); cloning {url} failed: {out}")
+                # not known to be deterministic (the network may come back): retried like any infrastructure failure
+                failed = f"repository {what} not found (looked in: {', '.join(looked)}); cloning {url} failed: {out}"
+                self._clone_failed[url] = (self._clone_failed.get(url, (0, ""))[0] + 1, failed)
+                raise TaskError(failed)
             os.replace(tmp, cached)
         return cached
 
@@ -197,7 +209,7 @@ class RepoCache:
         )
         sha = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or len(sha) != 40:
-            raise TaskError(f"repository {what}: base commit {commit} not found in {repo}")
+            raise CommitNotFound(f"repository {what}: base commit {commit} not found in {repo}")
         if sha == commit:
             self._resolved.add((repo, commit))
         return sha
@@ -266,7 +278,7 @@ class RepoCache:
             try:
                 await git("apply", "--index", "--whitespace=nowarn", "-", stdin=pre_patch.encode())
             except TaskError as exc:
-                raise TaskError(f"repository {what}: the task's pre_patch does not apply at {sha[:12]}: {exc}") from None
+                raise TaskSourceError(f"repository {what}: the task's pre_patch does not apply at {sha[:12]}: {exc}") from None
             tree = (await git("write-tree")).strip().splitlines()[-1]
             commit = (await git("commit-tree", tree, "-m", "task base")).strip().splitlines()[-1]
             await git("reset", "--quiet", "--hard", commit)
@@ -324,7 +336,7 @@ class RepoCache:
                              f"packed either: {history_error})")  # fmt: skip
 
 
-class IncompleteTree(TaskError):
+class IncompleteTree(TaskSourceError):
     """A commit's tree lacks objects in the mirror: the paths and blob ids are named. ``describe``
     says which commit it is to the task (its base commit, or the commit its base environment
     is built at)."""

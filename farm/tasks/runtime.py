@@ -20,19 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from farm.errors import TaskError
+from farm.errors import RequirementUnmet
 from farm.tasks.config import TasksConfig
-from farm.tasks.model import Task
+from farm.tasks.model import ImageSource, Task
 from farm.tasks.repos import RepoCache
 
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+HOST = ("auto", "host")  # tasks.python values meaning the interpreter running farm (farm.tasks.config)
 
 
 def python_path_prefix(python: str) -> str | None:
     """The directory to put first on PATH for ``tasks.python`` (None: leave PATH alone)."""
     if python == "none":
         return None
-    exe = sys.executable if python == "auto" else python
+    exe = sys.executable if python in HOST else python
     return os.path.dirname(exe) or None
 
 
@@ -88,7 +89,7 @@ def _pyenv_roots() -> list[str]:
 
 def find_python(version: str) -> str:
     """An interpreter of ``version`` ("3.9", "3.11.7") on this machine: pyenv's versions
-    (newest patch release first), then ``python3.X`` on PATH. TaskError if none."""
+    (newest patch release first), then ``python3.X`` on PATH. RequirementUnmet if none."""
     parts = version.split(".")
     candidates: list[str] = []
     for root in _pyenv_roots():
@@ -102,7 +103,7 @@ def find_python(version: str) -> str:
     for exe in candidates:
         if _version_of(exe).startswith(version):
             return exe
-    raise TaskError(f"no python {version} on this machine (looked in pyenv {_pyenv_roots()} and PATH)")
+    raise RequirementUnmet(f"no python {version} on this machine (looked in pyenv {_pyenv_roots()} and PATH)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -121,6 +122,7 @@ class TaskRuntime:
     repos: RepoCache
     path_prefix: str | None = None  # tasks.python's (tasks without a python of their own)
     envs: Any = None  # farm.envs.provider.EnvProvider when snapshots are on (set by its owner)
+    no_images: str = ""  # why local sandboxes cannot run from container images here (set with envs)
     _pythons: dict[str, PythonChoice] = field(default_factory=dict)
 
     @classmethod
@@ -138,8 +140,10 @@ class TaskRuntime:
         return cls(config=cfg, repos=repos, path_prefix=python_path_prefix(cfg.python))
 
     def python_for(self, task: Task | None) -> PythonChoice:
-        """The task's interpreter (its own ``python``, else ``tasks.python``), resolved once."""
-        spec = (task.python if task is not None else None) or self.config.python
+        """The task's interpreter (its own ``python``, else ``tasks.python``), resolved once. A
+        task in a container image uses the image's (its PATH, activated) unless it names one."""
+        image = task is not None and isinstance(task.workspace, ImageSource)
+        spec = (task.python if task is not None else None) or ("none" if image else self.config.python)
         if spec not in self._pythons:
             self._pythons[spec] = self._resolve(spec)
         return self._pythons[spec]
@@ -147,7 +151,7 @@ class TaskRuntime:
     def _resolve(self, spec: str) -> PythonChoice:
         if spec == "none":
             return PythonChoice(spec=spec, exe=None)
-        if spec == "auto":
+        if spec in HOST:
             return PythonChoice(spec=spec, exe=sys.executable, version=_version_of(sys.executable))
         if _VERSION.match(spec):
             exe = find_python(spec)
@@ -163,6 +167,9 @@ class TaskRuntime:
         """``spec`` (a SandboxSpec) with what ``task`` needs of a sandbox: its interpreter's
         prefix shown read-only, and its environment snapshot (built first if needed)."""
         update: dict[str, Any] = {}
+        if isinstance(task.workspace, ImageSource) and self.envs is None and self.no_images:
+            raise RequirementUnmet(f"task {task.id} runs in the image {task.workspace.image}: local sandboxes run images from "
+                            f"the environment store, which is off here ({self.no_images})")  # fmt: skip
         python = self.python_for(task)
         if python.ro_bind and python.ro_bind not in spec.ro_binds:
             update["ro_binds"] = [*spec.ro_binds, python.ro_bind]

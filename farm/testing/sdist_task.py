@@ -165,7 +165,6 @@ def swebench_row(base: str, gold: str, instance: str = "pypi__inflection-1", *, 
         "FAIL_TO_PASS": json.dumps(project.fail_to_pass),
         "PASS_TO_PASS": json.dumps(project.pass_to_pass),
         "log_parser": project.log_parser,
-        "image_name": f"swebench/sweb.eval.x86_64.{instance.replace('__', '_1776_')}:latest",
         "created_at": "2020-01-01T00:00:00Z",
     }
 

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError
+from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError, TaskSourceError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
@@ -58,6 +58,11 @@ class SetupReport(BaseModel):
     reason: str = ""
     duration_s: float = 0.0
 
+    @property
+    def failed_for_good(self) -> bool:
+        """The step that failed would fail the same way again (``CommandReport.failed_for_good``)."""
+        return not self.ok and bool(self.steps) and self.steps[-1].failed_for_good
+
 
 class Workspace(BaseModel):
     """A prepared workspace in one sandbox."""
@@ -75,7 +80,7 @@ class Workspace(BaseModel):
 
 def workdir_of(sandbox: Sandbox, task: Task) -> str:
     view = getattr(sandbox, "view", None)  # an environment snapshot's tree (farm.envs): the workdir
-    if view is not None:
+    if view is not None and not view.root:  # (a container image's is the whole root: the task says where)
         return view.mount
     return task.workdir if posixpath.isabs(task.workdir) else posixpath.join(sandbox.root, task.workdir)
 
@@ -112,7 +117,7 @@ async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdi
         return await _checked(sandbox, "git rev-parse HEAD", cwd=workdir, what=what)  # pre_patch: done in the tarball
     if isinstance(src, TarballSource):
         if not os.path.isfile(os.path.expanduser(src.path)):
-            raise TaskError(f"{what}: workspace tarball {src.path} not found")
+            raise TaskSourceError(f"{what}: workspace tarball {src.path} not found")
         await _upload(sandbox, os.path.expanduser(src.path), workdir, budget)
         res = await sandbox.exec("test -e .git", cwd=workdir, timeout=60)
         if res.exit_code != 0:
@@ -122,10 +127,15 @@ async def materialize(sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdi
         if res.exit_code != 0:
             exists = await sandbox.exec(f"test -d {shlex.quote(workdir)}", cwd=parent, timeout=60)
             if exists.exit_code != 0:
-                raise TaskError(f"{what}: image {src.image} has no workspace at {workdir}")
+                raise TaskSourceError(f"{what}: image {src.image} has no workspace at {workdir}")
             await _checked(sandbox, _INIT_AND_COMMIT, cwd=workdir, what=what)
-        elif src.base_commit:
-            await _checked(sandbox, f"git checkout -q -f {shlex.quote(src.base_commit)}", cwd=workdir, what=what, timeout=budget)
+        else:
+            # an unpacked image's files have other inodes and times than its git index recorded:
+            # refresh it, or `git apply --index` (the pre-patch) finds every file "does not match index"
+            await _checked(sandbox, "git update-index -q --refresh >/dev/null; true", cwd=workdir, what=what, timeout=budget)
+            if src.base_commit:
+                await _checked(sandbox, f"git checkout -q -f {shlex.quote(src.base_commit)}", cwd=workdir, what=what,
+                               timeout=budget)  # fmt: skip
     else:
         res = await sandbox.exec(["mkdir", "-p", workdir], timeout=60)
         if res.exit_code != 0:
@@ -267,7 +277,7 @@ async def prepare_workspace(
     if not setup.ok:
         ws = Workspace(task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base, baseline_commit=base, setup=setup)
         if raise_on_setup_failure:
-            raise SetupCommandFailed(f"task {task.id}: {setup.reason}", report=setup)
+            raise SetupCommandFailed(f"task {task.id}: {setup.reason}", report=setup, deterministic=setup.failed_for_good)
         return ws
     baseline = await snapshot(sandbox, workdir, scratch)
     timings = {"materialize_s": t1 - t0, "setup_s": t2 - t1, "snapshot_s": time.monotonic() - t2}

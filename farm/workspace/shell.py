@@ -42,6 +42,13 @@ class CommandReport(BaseModel):
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    @property
+    def failed_for_good(self) -> bool:
+        """It ended with an error of its own (an exit status below 128): the same command
+        fails the same way again. Not a timeout, nor a kill by a signal (128 + its number,
+        e.g. a memory limit's SIGKILL), which a machine under load or short of memory causes."""
+        return not self.timed_out and self.exit_code is not None and 0 < self.exit_code < 128
+
     def describe(self) -> str:
         cmd = self.command if len(self.command) <= 120 else self.command[:117] + "..."
         if self.timed_out:

@@ -50,13 +50,32 @@ def demo_run(tmp_path_factory, tokenizer_dir, hf_tokenizer) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def grpo_run(tmp_path_factory, tokenizer_dir, hf_tokenizer) -> Path:
+    """A run with groups (``--set rollout.n_samples=2 --set output.dir=runs/grpo``, the
+    trainer how-to's): two tasks, each a group of two rollouts rewarded 1 and 0."""
+    kit = _report_kit()
+    out = tmp_path_factory.mktemp("grpo-run") / "grpo"
+    out.mkdir()
+    (out / "run_config.yaml").write_text(yaml.safe_dump({"run_id": "grpo", "rollout": {"n_samples": 2},
+                                                         "engine": {"tokenizer": str(tokenizer_dir)}}))  # fmt: skip
+    asyncio.run(kit.write_rollouts(out, hf_tokenizer, [
+        (f"{task}.{i}", "completed", reward, kit.GRADING_OK if reward else kit.GRADING_BAD)
+        for task, rewards in (("calc__fix-divide", (1.0, 0.0)), ("calc__fix-modulo", (0.0, 1.0)))
+        for i, reward in enumerate(rewards)
+    ]))  # fmt: skip
+    return out
+
+
 @pytest.fixture
-def scratch(tmp_path, demo_run) -> Path:
+def scratch(tmp_path, demo_run, grpo_run) -> Path:
     """A working directory like a checkout after a run: configs/, examples/, scripts/,
-    docs/ and .venv/ of this checkout, and runs/local (a copy: snippets may write)."""
+    docs/ and .venv/ of this checkout, runs/local (a copy: snippets may write) and runs/grpo
+    (a run with groups)."""
     for name in ("configs", "examples", "scripts", "docs"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     shutil.copytree(demo_run, tmp_path / "runs" / "local")
+    shutil.copytree(grpo_run, tmp_path / "runs" / "grpo")
     (tmp_path / "home").mkdir()
     return tmp_path

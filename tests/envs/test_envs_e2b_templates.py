@@ -216,3 +216,20 @@ async def test_layered_templates_an_instance_from_its_base(fake_api, tmp_path, s
     with pytest.raises(EnvBuildFailed, match="base environment .* exit status 7"):
         await provider.view_for(bad)
     assert len(fake_api.requests) == n + 1
+
+
+async def test_a_swesmith_row_in_its_image_gets_its_bug_in_the_template(fake_api, tmp_path, swe_row):
+    """A row run in its image (SWE-smith's: the repository at /testbed, the bug as a pre-patch):
+    the template starts from the image and applies the bug there, as a local sandbox does."""
+    from farm.tasks.model import ImageSource
+
+    provider, task = setup(tmp_path, swe_row)
+    task = task.model_copy(update={"workspace": ImageSource(image="swebench/swesmith.x86_64.pypi__inflection.0000"),
+                                   "workdir": "/testbed", "pre_patch": task.gold_patch})  # fmt: skip
+    view = await provider.view_for(task)
+    (start,) = fake_api.starts.values()
+    assert start["fromImage"] == "swebench/swesmith.x86_64.pypi__inflection.0000" and view.mount == "/testbed"
+    runs = [s["args"][0] for s in start["steps"] if s["type"] == "RUN"]
+    assert any("git apply --index --whitespace=nowarn /tmp/farm-pre.patch" in r for r in runs)
+    copied = [s for s in start["steps"] if s["type"] == "COPY"]
+    assert copied and copied[0]["args"][1] == "/tmp/farm-pre.patch"

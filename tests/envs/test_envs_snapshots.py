@@ -138,6 +138,20 @@ async def test_a_cancelled_waiter_does_not_cancel_the_build(world):
     assert len(p.built) == 1 and (Path(view.lower) / "f.txt").exists()
 
 
+async def test_settle_waits_for_a_build_no_one_waits_for_any_more(world):
+    """A build whose every waiter was cancelled (a validation's sibling grading) goes on,
+    shielded; settle() waits for it to be published, so the event loop never closes on it."""
+    p = world["provider"]()
+    t = task(setup=["sleep 1", *SETUP])
+    waiter = asyncio.ensure_future(p.view_for(t))
+    await asyncio.sleep(0.3)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert p._builds and p.store.record(p._ids[t.id].key) is None  # still building, no one asking
+    await p.settle()
+    assert not p._builds and p.store.record(p._ids[t.id].key).ok
+
+
 def test_a_build_killed_midway_is_never_used(world, tmp_path):
     """SIGKILL of `farm envs build` during setup: nothing published; the next build
     starts over and publishes a complete snapshot."""

@@ -53,7 +53,11 @@ class FakeParts:
         self.sessions: set[str] = set()
 
     async def start(self) -> str:
-        return "http://fake-gateway"
+        """No gateway runs: the URL it would be reached at (gateway.public_url as its actor
+        filled it, a fixed port), else a fake one."""
+        from farm.gateway.public_url import public_url
+
+        return public_url(self.cfg.gateway.public_url, 8700) or "http://fake-gateway"
 
     async def stop(self) -> None:
         return None

@@ -2,7 +2,11 @@
 local sandboxes (Ray started by the test module), on a real SWE-bench-format row: a
 repository built from a PyPI sdist, its environment (a venv installed with uv from the
 registry) supplied by a recipe and built once for the whole group (farm.envs). Each run's
-per-rollout artifacts are checked, and Claude Code's run's report is opened in Chromium."""
+per-rollout artifacts are checked, and Claude Code's run's report is opened in Chromium.
+
+Each run also has a row that names its container image, pulled from a real registry on
+127.0.0.1 and run as the sandbox's root (farm.images): SWE-bench's layout graded by the row's
+eval script (Claude Code), SWE-smith's (Codex), SWE-rebench's (OpenCode)."""
 
 from __future__ import annotations
 
@@ -61,14 +65,16 @@ def recorded_outputs(tmp_path: Path) -> dict[str, list[tuple[int, ...]]]:
     return out
 
 
-def check_output(tmp_path: Path, *, expect_resolved: bool) -> tuple[list, list]:
+def check_output(tmp_path: Path, *, expect_resolved: bool, task_ids: set[str] | None = None) -> tuple[list, list]:
     out = tmp_path / "out"
     rows = ShardReader(out, name=ROLLOUTS_TABLE).read_table().to_pylist()
+    rows = [r for r in rows if task_ids is None or r["task_id"] in task_ids]
     samples = table_to_samples(open_sample_reader(out).read_table())  # validates the invariants
     recorded = recorded_outputs(tmp_path)
     by_rollout = defaultdict(list)
     for s in samples:
         by_rollout[s.rollout_id].append(s)
+    assert set(by_rollout) <= {r["rollout_id"] for r in rows}  # a failed rollout has no Sample
     for row in rows:
         assert row["status"] == "completed", row["reason"]
         report = json.loads(row["grading"])
@@ -135,23 +141,98 @@ def check_report_in_browser(tmp_path: Path, row: dict) -> None:
 MOE = {"layers": 4, "top_k": 2, "experts": 32}
 
 
+IMAGE_ROW = {"claude_code": "swebench_eval", "codex": "swesmith", "opencode": "swerebench"}
+SDIST_TASK = "pypi__inflection-1"
+
+
+def with_image_row(tmp_path: Path, tasks: dict[str, Path], row: dict) -> dict[str, Path]:
+    """The task set with one more row: one that names its image."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(tasks["tasks"].read_text().rstrip("\n") + "\n" + json.dumps(row) + "\n")
+    return {**tasks, "tasks": path}
+
+
+def check_image_rollouts(tmp_path: Path, rows: list[dict], row: dict) -> None:
+    """The image row's rollouts ran in its image: its layers unpacked once into the run's
+    environment store, its activated environment, the repository at /testbed."""
+    mine = [r for r in rows if r["task_id"] == row["instance_id"]]
+    assert len(mine) == 2 and all(r["reward"] == 1.0 for r in mine)
+    records = {m["key"]: m for m in (json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json"))}
+    instance = records[json.loads(mine[0]["sandbox_policy"])["env_key"]]
+    image = records[instance["base_key"]]
+    assert instance["kind"] == "instance" and instance["mount"] == "/" and image["kind"] == "image"
+    assert image["image"]["name"] == (row.get("image_name") or row.get("docker_image"))
+    assert image["env"]["CONDA_DEFAULT_ENV"] == "testbed" and image["env"]["PATH"].startswith("/opt/miniconda3/envs/testbed/bin:")
+    assert [records[k]["kind"] for k in image["layers"]] == ["layer"] * 3
+    from farm.output.artifacts import read_text
+
+    for r in mine:
+        report = json.loads(r["grading"])
+        assert report["resolved"] and not [f for f in report["flags"] if f.startswith(("runtime:", "static:"))]
+        # the agent's own test run passed: its tool calls found `python` (the image has only python3: the
+        # activated conda env's bin came first on their PATH, whatever the CLI's shell did at start-up)
+        assert " passed in " in read_text(tmp_path / "out", r["rollout_id"], "agent.stdout")
+        if "eval_script" in row:  # its own script graded it: SWE-bench's markers are in its log
+            assert ">>>>> Start Test Output" in read_text(tmp_path / "out", r["rollout_id"], "test.log")
+
+
+def with_deterministic_failures(tmp_path: Path, tasks: dict[str, Path]) -> dict[str, Path]:
+    """The task set plus rows every attempt of which fails the same way: a repository no mirror
+    holds (fetching is off), a base commit the mirror lacks, a setup command that exits with an
+    error of its own, an interpreter this machine lacks."""
+    good = json.loads(tasks["tasks"].read_text().splitlines()[0])
+    rows = [
+        good,
+        {**good, "instance_id": "getmoto__moto-1", "repo": "getmoto/moto", "setup_commands": ["true"]},
+        {**good, "instance_id": "pypi__inflection-nocommit", "base_commit": "0" * 40},
+        {**good, "instance_id": "pypi__inflection-badsetup", "setup_commands": ["echo 'no such package' >&2; exit 3"]},
+        {"id": "needs-python-2.1", "instruction": "say hi", "python": "2.1", "verify_commands": ["true"]},
+    ]
+    path = tmp_path / "tasks-with-failures.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {**tasks, "tasks": path}
+
+
+# each fails deterministically: recorded on its first attempt, once, with its reason (farm.rollout.retry)
+DETERMINISTIC = {
+    "getmoto__moto-1": "fetching is off (tasks.fetch)",  # the default: no network fetch unless asked
+    "pypi__inflection-nocommit": f"base commit {'0' * 40} not found",
+    "pypi__inflection-badsetup": "exited 3: no such package",
+    "needs-python-2.1": "no python 2.1 on this machine",
+}
+
+
 @pytest.mark.parametrize("harness", ["claude_code", "codex", "opencode"])
-def test_farm_run_each_harness(tmp_path, harness, swe_row):
-    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, swe_row)
+def test_farm_run_each_harness(tmp_path, harness, swe_row, dataset_images):
+    failures = harness == "codex"  # one run also carries rows that can never set up
+    image_row = dataset_images[1][IMAGE_ROW[harness]]  # and each a row that runs in its image
+    tasks = with_deterministic_failures(tmp_path, swe_row) if failures else swe_row
+    cfg = e2e_config(tmp_path, f"e2e-{harness}", harness, with_image_row(tmp_path, tasks, image_row))
     if harness == "claude_code":  # MoE routing replay on: the scripted workers simulate a MoE behind the router
         engine = cfg.engine.model_copy(update={"routed_experts": "on", "moe": MoEShape(**MOE)})
         cfg = cfg.model_copy(update={"engine": engine})
     summary = run_farm(cfg, console=Console(quiet=True))
-    assert summary.by_status == {"completed": 2}, summary
-    rows, samples = check_output(tmp_path, expect_resolved=True)
-    assert len(rows) == 2 and summary.resolved == 2
+    if failures:
+        assert summary.by_status == {"completed": 4, "setup_failed": 8} and summary.retried == 0, summary
+        failed = [r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()
+                  if r["status"] != "completed"]  # fmt: skip
+        assert sorted(r["rollout_id"] for r in failed) == sorted(f"{t}.{i}" for t in DETERMINISTIC for i in range(2))
+        for row in failed:
+            assert row["attempt"] == 1 and DETERMINISTIC[row["task_id"]] in row["reason"], row
+    else:
+        assert summary.by_status == {"completed": 4}, summary
+    rows, samples = check_output(tmp_path, expect_resolved=True, task_ids={SDIST_TASK, image_row["instance_id"]})
+    assert len(rows) == 4 and summary.resolved == 4
+    check_image_rollouts(tmp_path, rows, image_row)
+    rows = [r for r in rows if r["task_id"] == SDIST_TASK]  # the recipe row's own checks below
     # every Sample's context was compared with a fresh chat-template render (farm.gateway.fidelity)
     assert summary.fidelity["samples_measured"] == len(samples) and all("fidelity" in s.metadata for s in samples)
     print(f"fidelity {harness}: {summary.fidelity}")
     # Setup ran once for the whole group: one environment was built, and every agent and
     # grading sandbox worked from it (the setup report each grading used is the build's).
-    (env,) = [json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json")]
-    assert env["ok"] and env["task_ids"] == ["pypi__inflection-1"] and len(env["setup"]["steps"]) == 3
+    (env,) = [m for m in (json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json"))
+              if m["ok"] and m["task_ids"] == [SDIST_TASK]]  # fmt: skip
+    assert len(env["setup"]["steps"]) == 3
     for row in rows:
         report = json.loads(row["grading"])
         assert report["setup"] == env["setup"] and json.loads(row["sandbox_policy"])["env_key"] == env["key"]

@@ -116,3 +116,39 @@ def test_node_killed_mid_run_loses_nothing_and_its_return_gets_work(cluster, tmp
     assert list(summary.lost_nodes) == [dead_id] and "when it rejoined" in what, summary.lost_nodes
     assert int(what.split("came back: ")[1].split()[0]) >= 1, what  # the sandboxes of its lost rollouts
     assert not _left(tmp_path / "sb")
+
+
+def test_e2b_sandboxes_of_every_node_reach_their_own_nodes_gateway(cluster, tmp_path):
+    """gateway.public_url as a template: each sandbox actor fills in its own node, so every
+    node's E2B sandboxes reach that node's gateway; a fixed URL on two nodes is refused when
+    the actors start, naming both (the config alone cannot tell how many nodes there are)."""
+    import farm_helpers
+    import ray
+
+    from farm.actors.assembly import FarmActors
+    from farm.errors import ConfigError
+
+    ray.cloudpickle.register_pickle_by_value(farm_helpers)
+
+    def actors(run_id: str, url: str) -> FarmActors:
+        cfg = _cfg(tmp_path, run_id, limit=1).model_copy(deep=True)
+        cfg.gateway.public_url = url
+        return FarmActors(cfg, parts_factory=farm_helpers.FakeParts)
+
+    per_node = actors("urls", "https://gw-{node_id}.example.com:{port}")
+    try:
+        per_node.start_sandbox_actors()
+        where = [ray.get(ref) for ref in per_node.where.values()]
+    finally:
+        per_node.close()
+    assert {w["node"] for w in where} == {cluster.node_id("w0"), cluster.node_id("w1")}
+    for w in where:
+        assert w["gateway_url"] == f"https://gw-{w['node']}.example.com:8700", w
+    fixed = actors("fixedurl", "https://tunnel.example.com")
+    try:
+        with pytest.raises(ConfigError, match=r"sandbox actors farm-fixedurl-sandbox-\d and farm-fixedurl-sandbox-\d "
+                                              r"\(node \w+\) would both be reached at https://tunnel.example.com"):
+            fixed.start_sandbox_actors()
+    finally:
+        fixed.close()
+

@@ -31,8 +31,19 @@ def _summaries(n: int, seed: int = 0) -> list[RolloutSummary]:
             status=rng.choice(STATUSES), reward=rng.choice([0.0, 0.25, 1.0, 1.0]), turns=rng.randint(0, 30),
             prompt_tokens=rng.randint(0, 9000), output_tokens=rng.randint(0, 3000),
             duration_s=rng.choice([0.0, rng.uniform(0.5, 900.0)]), node=rng.choice(["", "n1", "n2", "n3"]),
+            started_at=(t := rng.choice([0.0, rng.uniform(1e9, 1e9 + 5000.0)])), finished_at=t and t + rng.uniform(0, 600),
         ))  # fmt: skip
     return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by the intervals, by a sweep over their sorted ends."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def _over_the_list(run_id, summaries, *, planned, skipped_done, wall_s, redispatched, retried, interrupted):
@@ -43,15 +54,16 @@ def _over_the_list(run_id, summaries, *, planned, skipped_done, wall_s, redispat
     durations = np.array([s.duration_s for s in finished], dtype=np.float64)
     by_status = Counter(s.status.value for s in summaries)
     output_tokens = sum(s.output_tokens for s in summaries)
+    busy = _union([(s.started_at, s.finished_at) for s in summaries if s.started_at > 0])
     return RunSummary(
         run_id=run_id, planned=planned, skipped_done=skipped_done, finished=len(finished),
         by_status={k: by_status[k] for k in sorted(by_status)}, resolved=resolved,
         resolved_rate=resolved / len(finished) if finished else 0.0,
         mean_reward=float(np.mean([s.reward for s in finished])) if finished else 0.0,
         turns=sum(s.turns for s in summaries), prompt_tokens=sum(s.prompt_tokens for s in summaries),
-        output_tokens=output_tokens, wall_s=wall_s,
-        rollouts_per_min=60.0 * len(finished) / wall_s if wall_s > 0 else 0.0,
-        output_tokens_per_s=output_tokens / wall_s if wall_s > 0 else 0.0,
+        output_tokens=output_tokens, wall_s=wall_s, busy_s=busy,
+        rollouts_per_min=60.0 * len(finished) / busy if busy > 0 else 0.0,
+        output_tokens_per_s=output_tokens / busy if busy > 0 else 0.0,
         duration_p50_s=float(np.percentile(durations, 50)) if len(durations) else 0.0,
         duration_p95_s=float(np.percentile(durations, 95)) if len(durations) else 0.0,
         redispatched=redispatched, retried=retried, interrupted=interrupted,

@@ -294,3 +294,16 @@ def test_listed_ids_meet_exact_ids_swebench_style():
     assert seaborn.status_of("t.py::test_y[a", "MISSING") == "PASSED"
     mpl = TestIds({"t.py::test_m[MouseButton.LEFT-a b]": S.PASSED}, IdRule.MATPLOTLIB)
     assert mpl.status_of("t.py::test_m[1-a", "MISSING") == "PASSED"
+
+
+def test_a_listed_id_the_run_did_not_report_gets_the_closest_it_did():
+    """A FAIL_TO_PASS id that matches nothing (MISSING): the reported ids most like it, and
+    only those (the other tests of the same file share its path)."""
+    statuses = {"tests/test_lru.py::test_get_refreshes": S.FAILED, "tests/test_lru.py::test_update_refreshes": S.PASSED,
+                "tests/test_lru.py::test_put_get": S.PASSED, "t.py::test_x[1]": S.PASSED, "t.py::test_x[2]": S.PASSED}  # fmt: skip
+    ids = TestIds(statuses, IdRule.CUT)
+    assert ids.status_of("tests/test_lru.py::test_get_refresh", "MISSING") == "MISSING"
+    assert ids.closest("tests/test_lru.py::test_get_refresh") == ["tests/test_lru.py::test_get_refreshes"]
+    assert ids.closest("tests/test_lru.py::TestLRU::test_get_refreshes") == ["tests/test_lru.py::test_get_refreshes"]
+    assert ids.closest("t.py::test_x[3]") == ["t.py::test_x[1]", "t.py::test_x[2]"]  # equally close: both
+    assert ids.closest("other/test_nothing_alike.py::test_q") == []

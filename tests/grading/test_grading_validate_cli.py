@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,10 @@ def test_validate_tasks_cli(demo_cache: Path, tmp_path: Path) -> None:
     demo = ensure_demo_set(demo_cache)
     good = load_tasks(demo.tasks_path).by_id()["demo-lrucache"]
     bad = good.model_copy(update={"id": "bad-gold", "gold_patch": ""})  # gold does not resolve
+    # a FAIL_TO_PASS id pytest never reports (a typo): MISSING, and the ids it did report that are close
+    typo = good.model_copy(update={"id": "bad-id", "fail_to_pass": ["tests/test_lru.py::test_get_refresh"]})
     path = tmp_path / "tasks.jsonl"
-    path.write_text(good.model_dump_json() + "\n" + bad.model_dump_json() + "\n" + '{"id": "x"}\n')
+    path.write_text("".join(t.model_dump_json() + "\n" for t in (good, bad, typo)) + '{"id": "x"}\n')
     report = tmp_path / "out" / "report.json"
     base = [
         sys.executable, "-m", "farm", "validate-tasks", str(path),
@@ -28,15 +31,19 @@ def test_validate_tasks_cli(demo_cache: Path, tmp_path: Path) -> None:
         "--set", f"sandbox.local.base_dir={tmp_path / 'sandboxes'}",
         "--report", str(report),
     ]
-    res = subprocess.run(base, capture_output=True, text=True, timeout=600)
+    wide = {**os.environ, "COLUMNS": "400"}  # the table's cells on one line each
+    res = subprocess.run(base, capture_output=True, text=True, timeout=600, env=wide)
     assert res.returncode == 1, res.stderr
     data = json.loads(report.read_text())
-    assert (data["total"], data["valid"], data["invalid"]) == (2, 1, 1)
-    assert len(data["load_errors"]) == 1 and ":3: field 'instruction'" in data["load_errors"][0]
+    assert (data["total"], data["valid"], data["invalid"]) == (3, 1, 2)
+    assert len(data["load_errors"]) == 1 and ":4: field 'instruction'" in data["load_errors"][0]
     by_id = {r["task_id"]: r for r in data["results"]}
     assert by_id["demo-lrucache"]["valid"] and by_id["demo-lrucache"]["gold"]["status"] == "resolved"
     assert not by_id["bad-gold"]["valid"] and "gold patch does not resolve" in by_id["bad-gold"]["reason"]
     assert "farm validate-tasks" in res.stderr and "INVALID" in res.stderr  # the table and progress lines
+    assert ("tests/test_lru.py::test_get_refresh: MISSING (the run reported 4 tests; closest: "
+            "tests/test_lru.py::test_get_refreshes)") in by_id["bad-id"]["reason"], by_id["bad-id"]["reason"]
+    assert "closest: tests/test_lru.py::test_get_refreshes)" in res.stderr  # in the table's reason too
 
     ok = subprocess.run([*base, "--only", "demo-lrucache", "--strict"], capture_output=True, text=True, timeout=600)
     assert ok.returncode == 2 and "instruction" in ok.stderr  # strict: the malformed row stops it
@@ -80,3 +87,31 @@ def test_a_flagged_gold_patch_is_named_in_a_valid_tasks_reason() -> None:
     assert valid and reason == "valid, but the gold patch has hack findings (flag): static:sys_modules"
     valid, reason = verdict(report(False, ["runtime:body_not_run"], "zero_reward"), report(True))
     assert not valid and reason.startswith("gold patch does not resolve") and "empty patch resolves" in reason
+
+
+def test_validate_tasks_ends_when_a_repository_is_missing(tmp_path: Path) -> None:
+    """A row whose repository cannot be found (no mirror; its clone refused at once) is
+    INVALID with that reason, and the command still ends: the report written, exit 1. (The
+    gold and empty gradings ask for the repository together: the one left cloning when the
+    other failed was cancelled as the loop closed, mid-spawn, and never ended.)"""
+    row = {
+        "instance_id": "getmoto__moto-5000", "repo": "getmoto/moto", "repo_url": "http://127.0.0.1:9/moto.git",
+        "base_commit": "0123456789abcdef0123456789abcdef01234567", "problem_statement": "fix it",
+        "patch": "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-a\n+b\n",
+        "test_patch": "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-a\n+b\n",
+        "FAIL_TO_PASS": '["t.py::test_a"]', "PASS_TO_PASS": "[]", "setup_commands": ["true"],
+    }  # fmt: skip
+    path = tmp_path / "moto.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    report = tmp_path / "report.json"
+    cmd = [
+        sys.executable, "-m", "farm", "validate-tasks", str(path), "--report", str(report),
+        "--set", f"tasks.mirror_dir={tmp_path / 'mirrors'}", "--set", f"tasks.cache_dir={tmp_path / 'cache'}",
+        "--set", "tasks.fetch=true", "--set", f"envs.cache_dir={tmp_path / 'envs'}",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    data = json.loads(report.read_text())
+    assert (data["total"], data["invalid"]) == (1, 1)
+    reason = data["results"][0]["reason"]
+    assert "repository getmoto/moto not found" in reason and "cloning http://127.0.0.1:9/moto.git failed" in reason

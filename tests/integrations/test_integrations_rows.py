@@ -96,3 +96,23 @@ def test_main_row_keeps_its_own_logprobs_where_both_train():
     row = main_row([branch, main])
     assert row.loss_mask.tolist() == [1, 1, 0, 1, 1]
     np.testing.assert_allclose(row.rollout_logprobs, np.float32([-0.1, -0.2, 0.0, -0.3, -0.4]))
+
+
+def test_advantages_of_groups_of_one_are_zero_and_said_so(groups):
+    """rollout.n_samples: 1 (the demo run's): every group-relative advantage is 0, and the
+    caller is told once why (GroupsOfOneWarning), not once per group; real groups are quiet."""
+    import warnings
+
+    from farm.output.groups import GroupsOfOneWarning
+
+    ones = [dataclasses.replace(g, size=1, rollouts=g.rollouts[:1], samples=[s for s in g.samples if s.sample_index == 0])
+            for g in groups]  # fmt: skip
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # Python's own: once per calling line
+        advantages = [rollout_advantages(g) for g in ones]
+    assert all(set(a.values()) == {0.0} for a in advantages)
+    assert [w.category for w in seen] == [GroupsOfOneWarning] and "rollout.n_samples >= 2" in str(seen[0].message)
+    assert seen[0].filename == __file__  # it points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GroupsOfOneWarning)
+        assert any(v != 0 for g in groups for v in rollout_advantages(g).values())  # groups of two: no warning

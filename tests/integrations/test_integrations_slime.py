@@ -18,6 +18,7 @@ import pytest
 from farm.errors import IntegrationError
 from farm.integrations.rows import rollout_key
 from farm.integrations.slime import SlimeRollout, generate_rollout, reward_post_process
+from farm.output.groups import GroupsOfOneWarning
 from farm.output.groups import GroupReader
 
 
@@ -204,6 +205,11 @@ def test_reward_post_process_normalizes_per_farm_group(run_dir):
     assert adv["t3.0"] == pytest.approx(1 / (np.std([1.0, 0.0], ddof=1) + 1e-6) * 0.5)
     plain = Namespace(advantage_estimator="ppo", rewards_normalization=True)
     assert reward_post_process(plain, flat) == (raw, raw)
+    # groups of one rollout (rollout.n_samples: 1): every normalized reward is 0, and slime's log says why
+    ones = [s for s in flat if s.metadata["farm"]["rollout_id"].endswith(".0")]
+    grpo = Namespace(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True)
+    with pytest.warns(GroupsOfOneWarning, match="rollout.n_samples >= 2"):
+        assert set(reward_post_process(grpo, ones)[1]) == {0.0}
 
 
 def test_reward_post_process_uses_the_rollout_reward_under_split():

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from farm.integrations.pytorch import make_group_dataset  # noqa: E402
+from farm.output.groups import GroupsOfOneWarning  # noqa: E402
 
 
 def _rows(dataset, workers: int = 2) -> Counter:
@@ -85,3 +86,5 @@ def test_group_dataset_once_across_workers_and_ranks(run_dir):
     assert len(t3["tokens"]) == 4 and len(t3["loss_mask"][2]) == len(t3["tokens"][2]) - t3["prompt_length"][2]
     ranks = [[g["group_id"] for g in make_group_dataset(run_dir, rank=r, world_size=2)] for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == COMPLETE
+    with pytest.warns(GroupsOfOneWarning, match="is 0 for every rollout"):  # asked for groups of one
+        make_group_dataset(run_dir, size=1)

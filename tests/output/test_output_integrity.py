@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -165,3 +166,20 @@ def test_farm_verify_repair_adopts_quarantines_and_rebuilds(tmp_path, capsys):
     assert "adopted 1 unlisted shard" in out and "quarantined 1" in out and "run again (t1)" in out
     assert sorted(open_sample_reader(tmp_path).read_table().column("rollout_id").to_pylist()) == ["t2", "t3"]
     assert (tmp_path / "quarantine" / samples[0].shard).is_file()
+
+
+@pytest.mark.parametrize("algorithm", ["xxh3_128", "sha256"])
+def test_a_checksum_of_pieces_is_the_checksum_of_the_bytes(algorithm):
+    """StreamChecksum (the shard writer's, hashing in a thread as pieces are written) gives
+    what ``checksum`` gives for the pieces joined: large and tiny pieces, empty ones, in order."""
+    from farm.output.integrity import StreamChecksum, checksum
+
+    rng = np.random.default_rng(0)
+    pieces = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (0, 1, 7, 4096, 0, 3 << 20, 5, 9 << 20)]
+    digest = StreamChecksum(algorithm)
+    for p in pieces:
+        digest.update(memoryview(p))
+    assert digest.hexdigest() == checksum(b"".join(pieces), algorithm)
+    assert digest.hexdigest() == checksum(b"".join(pieces), algorithm)  # asked again: the same
+    with pytest.raises(ShardError, match="unknown checksum algorithm"):
+        StreamChecksum("md5")

@@ -230,3 +230,76 @@ def test_corrupt_manifest_middle_line_is_an_error(tmp_path):
         assert w.durable_ids == {"a", "b"} and w.recovery.manifest_rebuilt
         assert sorted(w.recovery.adopted) == sorted(json.loads(x)["shard"] for x in lines[:2])
     assert (tmp_path / "quarantine" / "kv" / "kv.manifest.jsonl").read_bytes().startswith(b"garbage")
+
+
+def _shard_files_only(monkeypatch, write):
+    """``os.write`` replaced by ``write(real_write, fd, data)`` for the shard files being
+    written (temporary names in a table directory); every other write as it is."""
+    real = os.write
+
+    def patched(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            return write(real, fd, data)
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", patched)
+
+
+@pytest.mark.parametrize(("fmt", "compression"), [("arrow", None), ("arrow", "zstd"), ("parquet", None)])
+def test_a_shard_is_the_bytes_its_format_writer_makes_checksummed_as_written(tmp_path, monkeypatch, fmt, compression):
+    """The writer's pieces go straight to the file (never put together in memory), through
+    short writes too: the file is byte for byte what pyarrow writes for the shard's one
+    table, and its manifest checksum is the file's."""
+    import pyarrow.parquet as pq
+
+    from farm.output.integrity import checksum
+
+    _shard_files_only(monkeypatch, lambda real, fd, data: real(fd, bytes(memoryview(data)[:4096])))  # short writes
+    tables = [samples_for(f"r{i}", n_turns=i + 1) for i in range(3)]
+    long = TurnTree("s-long")  # a 1.2 MB token column: pieces hashed in the checksum's thread
+    add(long, None, list(range(1000)), [7] * 300_000, output_logprobs=[-0.5] * 300_000)
+    tables.append(samples_to_table(linearize(long, RolloutInfo(rollout_id="long", reward=1.0))))
+    with ShardWriter(tmp_path, SAMPLE_SCHEMA, format=fmt, compression=compression) as w:
+        for i, t in enumerate(tables):
+            w.write_rollout(f"r{i}", t)
+        w.write_rollout("empty", SAMPLE_SCHEMA.empty_table())
+    (entry,) = w.entries
+    data = (tmp_path / entry.shard).read_bytes()
+    table = pa.concat_tables(tables).combine_chunks().replace_schema_metadata(SAMPLE_SCHEMA.metadata)
+    sink = pa.BufferOutputStream()
+    if fmt == "arrow":
+        with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as iw:
+            iw.write_table(table)
+    else:
+        pq.write_table(table, sink, compression="none")
+    assert data == sink.getvalue().to_pybytes()
+    assert entry.bytes == len(data) and entry.checksum == checksum(data) and entry.rows == 4
+    assert open_sample_reader(tmp_path, verify=True).read_table().num_rows == 4
+
+
+def test_a_shard_write_that_fails_lists_nothing_keeps_the_rows_and_leaves_no_thread(tmp_path, monkeypatch):
+    """A disk full mid-shard: the error is raised, no line names a shard, nothing is durable,
+    the checksum's thread has ended; the rows are still buffered and a later flush seals them."""
+    import errno
+
+    before = set(threading.enumerate())
+    written = [0]
+
+    def full(real, fd, data):  # the disk fills up after 1 MiB of the shard
+        if written[0] + memoryview(data).nbytes > 1 << 20:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, data)
+        written[0] += n
+        return n
+
+    w = ShardWriter(tmp_path, KV, name="kv", max_rows=1 << 20)
+    w.write_rollout("a", kv("a", 200_000))  # a 1.6 MB column: its checksum runs in a thread
+    with monkeypatch.context() as m:
+        _shard_files_only(m, full)
+        with pytest.raises(OSError, match="No space left"):
+            w.flush()
+    assert set(threading.enumerate()) == before
+    assert not (tmp_path / "kv.manifest.jsonl").exists() and not w.is_durable("a") and w.pending_ids == ["a"]
+    assert w.flush() == ["a"]
+    w.close()
+    assert ShardReader(tmp_path, name="kv", verify=True).read_table().num_rows == 200_000

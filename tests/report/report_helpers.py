@@ -25,8 +25,10 @@ TASK = "calc__fix-divide"
 DIFF = "diff --git a/calc.py b/calc.py\n@@ -1 +1 @@\n-    return a / 0\n+    return a / b  # </script> safe\n"
 GRADING_OK = {"resolved": True, "outcome": "resolved", "fail_to_pass": {"tests/test_calc.py::test_divide": "PASSED"},
               "pass_to_pass": {"tests/test_calc.py::test_add": "PASSED"}}  # fmt: skip
+# a rollout whose diff went for the tests and tried a reward hack the grader found: flagged
 GRADING_BAD = {"resolved": False, "outcome": "unresolved", "fail_to_pass": {"tests/test_calc.py::test_divide": "FAILED"},
-               "pass_to_pass": {"tests/test_calc.py::test_add": "PASSED"}}  # fmt: skip
+               "pass_to_pass": {"tests/test_calc.py::test_add": "PASSED"},
+               "flags": ["diff_touches_tests", "static:sys_modules"], "hack_action": "flag"}  # fmt: skip
 
 
 async def record_session(tokenizer, sid: str, plan: list[tuple[str, list[tuple[str, dict]]]]):

@@ -28,6 +28,13 @@ def test_report_holds_every_rollout_and_its_trajectory(real_run):
     # summary over policy outcomes: the sandbox_error is counted but not in the resolved rate
     assert ">1 / 2<" in html and ">50.0%<" in html and ">status sandbox_error<" in html
     assert "<svg" in html and "mean reward by task" in html
+    # the grading's flags: on every row, counted on the first page, each a filter
+    assert [r["flags"] for r in rows] == [[], ["diff_touches_tests", "static:sys_modules"], []]
+    assert ">1 / 3<" in html and "flagged rollouts (grading flags)" in html
+    flags = html[html.index('<section id="flags">'):html.index("</section>", html.index('<section id="flags">'))]
+    assert re.findall(r'data-flag="([^"]+)">[^<]*<b>(\d+)</b>', flags) == [
+        ("*", "1"), ("diff_touches_tests", "1"), ("static:sys_modules", "1")]
+    assert '<option value="static:sys_modules">static:sys_modules (1)</option>' in html
     assert not re.search(r'<(script|link|img)[^>]+(src|href)=', html)  # nothing fetched at view time
     d = data["r0"]
     assert d["diff"] == DIFF  # whole, "</script>" included
@@ -108,14 +115,25 @@ def test_report_answers_what_the_task_was(real_run):
 
 
 def test_report_wall_time_throughput_and_group_spread(tmp_path, real_run, tokenizer_dir, hf_tokenizer):
-    from farm.report.stats import busy_seconds, group_spread, throughput
+    from farm.output.busy import BusyTime
+    from farm.report.stats import group_spread, throughput
 
-    assert busy_seconds([(0, 10), (5, 12), (100, 101)]) == 13  # overlaps once, the gap not at all
+    busy = BusyTime.of([(100, 101), (1, 10), (5, 12), (11, 11.5), (20, 30), (12, 20)])  # any order
+    assert (busy.seconds, busy.span, len(busy)) == (29 + 1, 100, 2)  # overlaps once, the gap not at all
     rows = [{"started_at": 1000.0, "finished_at": 1060.0, "turns": 6, "output_tokens": 600},
             {"started_at": 1030.0, "finished_at": 1120.0, "turns": 3, "output_tokens": 300},
             {"started_at": 0.0, "finished_at": 0.0, "turns": 9, "output_tokens": 900}]  # rebuilt row: no times
-    assert throughput(rows) == {"timed_rollouts": 2, "wall_busy_s": 120.0, "wall_span_s": 120.0,
+    assert throughput(rows) == {"timed_rollouts": 2, "busy_s": 120.0, "span_s": 120.0,
                                 "rollouts_per_min": 1.0, "turns_per_s": 0.075, "output_tokens_per_s": 7.5}
+    # one definition: the run's own summary (what `farm run` prints) counts the same time and rates
+    from farm.output.rows import RolloutSummary
+    from farm.run.summary import SummaryTally
+
+    run = SummaryTally.of(RolloutSummary(rollout_id=f"t.{i}", group_id="t", task_id="t", status="completed",
+                                         started_at=r["started_at"], finished_at=r["finished_at"],
+                                         output_tokens=r["output_tokens"]) for i, r in enumerate(rows[:2]))
+    summ = run.summary("r", planned=2, wall_s=300.0)
+    assert (summ.busy_s, summ.rollouts_per_min, summ.output_tokens_per_s) == (120.0, 1.0, 7.5)
     html = render_report(real_run)
     assert ">1 / 1<" in html and "groups with reward spread (GRPO signal)" in html and ">90<" in html
     [g] = group_spread(blobs(html)["rows"])  # over policy outcomes: the sandbox_error is excluded
@@ -128,7 +146,13 @@ def test_report_wall_time_throughput_and_group_spread(tmp_path, real_run, tokeni
                                                         ("a__t.1", "completed", 1.0, None),
                                                         ("b__t.0", "completed", 0.0, None),
                                                         ("b__t.1", "completed", 1.0, None)]))  # fmt: skip
+    with open(tmp_path / "invocations.jsonl", "w") as fh:  # the commands that wrote it: start-up to exit
+        fh.write('{"command": "run", "started_at": 100.0, "ended_at": 190.0}\n')
+        fh.write('{"command": "run", "started_at": 5000.0, "ended_at": 5030.5}\n{"command": "ru')  # cut by a crash
     html = render_report(tmp_path)
+    cards = {k: v for v, k in re.findall(r'<div class="cv">([^<]*)</div><div class="ck">([^<]*)</div>', html)}
+    assert cards["wall time (start-up to exit, 2 commands)"] == "2m 00s"
+    assert {"busy time (rollouts running)", "first start to last end", "rollouts / min (over busy time)"} <= set(cards)
     groups = html[html.index('id="groups"'):]
     assert "1 of 2 groups have all rewards equal" in groups
     flat = re.findall(r'<tr class="flat"><td>([^<]+)</td>.*?</tr>', groups)

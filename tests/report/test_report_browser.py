@@ -44,6 +44,16 @@ def test_click_into_a_rollout(real_run, tmp_path):
             page.fill("#filter", "sandbox_error")
             assert rows.count() == 1 and page.inner_text("#count") == "1 of 3 rollouts"
             page.fill("#filter", "")
+            # the first page counts the flagged rollouts; a flag's button lists them
+            assert "1 of 3 rollouts have a grading flag" in page.inner_text("#flags")
+            page.click('#flags button[data-flag="static:sys_modules"]')
+            assert rows.count() == 1 and rows.first.get_attribute("data-rollout") == f"{TASK}.1"
+            assert "diff_touches_tests, static:sys_modules" in rows.first.inner_text()
+            page.select_option("#flag", "")
+            assert rows.count() == 3
+            page.fill("#filter", "diff_touches")  # the text filter finds flags too
+            assert rows.count() == 1
+            page.fill("#filter", "")
             page.click(f'#rollouts tbody tr[data-rollout="{TASK}.0"]')
             detail = page.locator("#detail")
             detail.wait_for(state="visible")

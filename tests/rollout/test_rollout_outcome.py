@@ -87,3 +87,57 @@ def test_a_truncated_rollout_after_grading():
     bad = truncated_outcome(cut, Outcome(status=S.PATCH_FAILED, reason="does not apply"))
     assert bad.status is S.TRUNCATED and bad.reason == "ran out; does not apply"
     assert truncated_outcome(cut, Outcome(status=S.SETUP_FAILED, reason="grading: x")).status is S.SETUP_FAILED
+
+
+def _incomplete_tree() -> E.TaskError:
+    from pathlib import Path
+
+    from farm.tasks.repos import IncompleteTree
+
+    return IncompleteTree(what="pvlib/pvlib-python", commit="0" * 40, repo=Path("/m"), missing=["a.h5 (6f73de)"], detail="")
+
+
+def _env_build_failed() -> E.TaskError:
+    from farm.envs.provider import EnvBuildFailed
+
+    return EnvBuildFailed("environment abc failed to build (once)")
+
+
+@pytest.mark.parametrize(
+    "make, deterministic",
+    [
+        (lambda: E.RepositoryNotFound("repository getmoto/moto not found"), True),
+        (lambda: E.CommitNotFound("base commit deadbeef not found"), True),
+        (_incomplete_tree, True),
+        (lambda: E.TaskSourceError("the task's pre_patch does not apply"), True),
+        (lambda: E.RequirementUnmet("no python 3.5 on this machine"), True),
+        (lambda: E.SetupCommandFailed("setup command 1/1 'exit 3' exited 3", deterministic=True), True),
+        (_env_build_failed, True),
+        # not known to come back: a failed clone, a timed-out or killed setup command, the sandbox
+        (lambda: E.TaskError("cloning https://github.com/x/y.git failed"), False),
+        (lambda: E.SetupCommandFailed("setup command 1/1 'pip install' timed out"), False),
+        (lambda: E.SandboxError("bwrap died"), False),
+        (lambda: E.EngineError("router down"), False),
+    ],
+)
+def test_a_deterministic_error_makes_a_deterministic_outcome(make, deterministic):
+    """The error classes carry what the retry decision needs (``FarmError.deterministic``);
+    the one mapping keeps it on the outcome, whatever the phase."""
+    for phase in (Phase.CREATE_SANDBOX, Phase.PREPARE):
+        out = outcome_for_error(make(), phase)
+        assert out.deterministic is deterministic, (out, phase)
+        assert out.status.failure_class.value == "infrastructure"
+
+
+def test_a_setup_step_fails_for_good_only_on_an_exit_of_its_own():
+    from farm.workspace.prepare import SetupReport
+    from farm.workspace.shell import CommandReport
+
+    def report(**step) -> SetupReport:
+        return SetupReport(ok=False, steps=[CommandReport(command="pip install -e .", **step)])
+
+    assert report(exit_code=1).failed_for_good and report(exit_code=127).failed_for_good
+    assert not report(exit_code=137).failed_for_good  # SIGKILL (a memory limit, the OOM killer)
+    assert not report(exit_code=None, timed_out=True).failed_for_good
+    assert not report(exit_code=-9).failed_for_good
+    assert not SetupReport(ok=True, steps=[CommandReport(command="true", exit_code=0)]).failed_for_good

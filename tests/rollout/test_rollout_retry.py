@@ -153,3 +153,21 @@ def test_an_actor_death_leaves_every_infrastructure_retry():
     endings = [(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] + [(S.ENGINE_ERROR, Ending.FINISHED)] * 9
     spec = _dispatches(endings, RetryBudgets(infrastructure=2, actor_lost=2))
     assert spec.attempt == 4 and spec.reruns == Reruns(infrastructure=2, actor_lost=1)
+
+
+@pytest.mark.parametrize("status", list(S), ids=lambda s: s.value)
+def test_a_deterministic_failure_is_recorded_at_once(status):
+    """A failure every attempt would meet again (a missing repository, a setup command's own
+    error) is recorded on its first attempt, with its budget untouched; a policy outcome stays
+    one, and a run that is stopping still drops what it stopped."""
+    d = decide(status, Reruns(), BUDGETS, deterministic=True)
+    if status in (S.INTERRUPTED, S.CANCELLED):
+        assert d.verdict is V.DROP
+    elif status is S.STALE:
+        assert d.verdict is V.RUN_AGAIN  # stale is about weights, not the task: run again under the new ones
+    else:
+        assert d.verdict is V.RECORD and d.kind is None, d
+    assert decide(status, Reruns(), BUDGETS, deterministic=True, stopping=True).verdict is (
+        V.RECORD if status in GRADED else V.DROP)
+    if FINISHED[status] == (V.RUN_AGAIN, K.INFRASTRUCTURE):
+        assert "not retried" in d.reason and decide(status, Reruns(), BUDGETS).runs_again

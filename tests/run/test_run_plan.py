@@ -42,23 +42,31 @@ def test_expand_rejects_duplicate_task_ids():
         expand_rollouts("r", _tasks("a", "a"), 1)
 
 
-def _s(rid: str, status: RolloutStatus, reward: float = 0.0, dur: float = 1.0, out: int = 10) -> RolloutSummary:
-    return RolloutSummary(rollout_id=rid, group_id="g", task_id="t", status=status, reward=reward,
-                          turns=2, prompt_tokens=100, output_tokens=out, duration_s=dur)
+def _s(rid: str, status: RolloutStatus, reward: float = 0.0, dur: float = 1.0, out: int = 10,
+       at: float = 0.0) -> RolloutSummary:
+    return RolloutSummary(rollout_id=rid, group_id="g", task_id="t", status=status, reward=reward, turns=2,
+                          prompt_tokens=100, output_tokens=out, duration_s=dur, started_at=at,
+                          finished_at=at + dur if at else 0.0)  # fmt: skip
 
 
 def test_summary_counts_rates_and_percentiles(tmp_path):
     S = RolloutStatus
-    rows = [_s("a", S.COMPLETED, 1.0, 1.0), _s("b", S.COMPLETED, 0.0, 2.0), _s("c", S.TIMEOUT, 0.0, 3.0),
-            _s("d", S.CANCELLED, 0.0, 100.0, out=5)]
-    summ = summarize("r", rows, planned=5, skipped_done=1, wall_s=10.0, redispatched=1)
+    # running: a 1000-1001, b 1000.5-1002.5, c 1010-1013 (a gap of 7.5 s between), d (cancelled) 1012-1112
+    rows = [_s("a", S.COMPLETED, 1.0, 1.0, at=1000.0), _s("b", S.COMPLETED, 0.0, 2.0, at=1000.5),
+            _s("c", S.TIMEOUT, 0.0, 3.0, at=1010.0), _s("d", S.CANCELLED, 0.0, 100.0, out=5, at=1012.0)]
+    summ = summarize("r", rows, planned=5, skipped_done=1, wall_s=300.0, redispatched=1)
     assert summ.by_status == {"cancelled": 1, "completed": 2, "timeout": 1}
     assert (summ.finished, summ.resolved) == (3, 1)
     assert summ.resolved_rate == pytest.approx(1 / 3)
     assert summ.duration_p50_s == pytest.approx(2.0)  # cancelled excluded
     assert summ.duration_p95_s == pytest.approx(2.9)
     assert (summ.turns, summ.output_tokens) == (8, 35)
-    assert summ.rollouts_per_min == pytest.approx(18.0)
+    # the rates are over busy time (what farm report's are over), not the command's wall time
+    assert (summ.wall_s, summ.busy_s) == (300.0, pytest.approx(2.5 + 102.0))
+    assert summ.rollouts_per_min == pytest.approx(60 * 3 / 104.5)
+    assert summ.output_tokens_per_s == pytest.approx(35 / 104.5)
+    labels = [row[0] for row in _table_rows(summary_table(summ))]
+    assert {"wall time (start-up to exit)", "busy time (rollouts running)", "throughput (over busy time)"} <= set(labels)
     path = write_summary(summ, tmp_path)
     assert json.loads(path.read_text())["by_status"]["timeout"] == 1
     assert summary_table(summ).row_count > 10
@@ -91,3 +99,8 @@ def test_farm_run_config_errors_are_clear(tmp_path, capsys):
     bad.write_text("rollout:\n  concurrency: 0\n")
     assert main(["run", str(bad)]) == 2
     assert "concurrency" in capsys.readouterr().err
+
+
+def _table_rows(table) -> list[list[str]]:
+    cols = [list(c.cells) for c in table.columns]
+    return [list(r) for r in zip(*cols)]

@@ -21,7 +21,9 @@ def test_rollouts_past_the_line_rate_are_summed_up_once_a_second(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(progress_mod.time, "monotonic", lambda: clock[0])
     out = io.StringIO()
-    p = RunProgress(Console(file=out, force_terminal=False, width=400), 60, run_id="run")
+    p = RunProgress(Console(file=out, force_terminal=False, width=400), 60, run_id="noop", out_dir="/data/runs/noop")
+    # the run's id and where it writes, first (the id names its sandboxes, actors, report)
+    assert out.getvalue() == "farm run noop: 60 rollouts to run into /data/runs/noop\n"
     for i in range(50):  # 50 rollouts in the same second
         p.advance(_summary(i, RolloutStatus.SANDBOX_ERROR if i % 10 == 9 else RolloutStatus.COMPLETED), 7)
     lines = out.getvalue().splitlines()[1:]

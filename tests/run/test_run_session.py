@@ -123,3 +123,23 @@ def test_continuous_plan_pulls_groups_and_counts_done_as_skipped(tmp_path):
         plan = session.plan(continuous=True)
         assert plan and plan.total is None and plan.skipped == 2
         assert [s.rollout_id for s in plan.feed.next()] == ["b.0", "b.1"]
+
+
+def test_a_run_of_groups_of_one_says_at_its_start_what_that_gives_a_trainer(tmp_path):
+    """farm run and farm.Farm print it first (rollout.n_samples: 1, the demo config's):
+    every group-relative advantage of such a run is 0."""
+    import io
+
+    from rich.console import Console
+
+    def start_lines(n_samples: int) -> list[str]:
+        out = io.StringIO()
+        cfg = config(tmp_path, run_id="").model_copy(update={"rollout": config(tmp_path).rollout.model_copy(
+            update={"n_samples": n_samples})})  # fmt: skip
+        RunSession(cfg, console=Console(file=out, force_terminal=False, width=400)).progress(4).close()
+        return out.getvalue().splitlines()
+
+    first, note = start_lines(1)
+    assert first == f"farm run out: 4 rollouts to run into {tmp_path / 'out'}"  # the run id: the directory's name
+    assert note.startswith("note: groups of one rollout (rollout.n_samples: 1): a group-relative advantage")
+    assert len(start_lines(2)) == 1  # groups to train on: nothing to say

@@ -318,3 +318,24 @@ async def test_read_tail_runs_tail_inside_and_maps_a_missing_file() -> None:
     assert "tail -c 10 /home/user/logs/out.txt" in fake.commands.calls[0]["cmd"]
     with pytest.raises(SandboxFileNotFound):
         await sb.read_tail("x", 10)
+
+
+async def test_an_e2b_sandbox_reaches_its_own_actors_gateway_by_its_public_url() -> None:
+    """E2B on many nodes: a sandbox actor's E2B sandboxes are handed the URL its gateway.public_url
+    template gives that actor (its node's facts as the actor fills them, its gateway's bound port),
+    with nothing forwarded: another actor's template gives another URL."""
+    from farm.config import FarmConfig
+    from farm.gateway.config import fill_url
+    from farm.gateway.public_url import public_url
+    from farm.rollout.actor_layers import ActorLayers
+
+    cfg = FarmConfig.model_validate({"sandbox": {"backend": "e2b"}, "ray": {"num_sandbox_actors": 2},
+                                     "gateway": {"public_url": "https://gw-{node_id}.example.com:{port}"}})  # fmt: skip
+    urls = []
+    for node, port in (("node-a", 41001), ("node-b", 41002)):  # two actors, as farm.actors.sandbox fills them in
+        layers = ActorLayers(cfg, "http://engine")
+        layers.gateway_url = public_url(fill_url(cfg.gateway.public_url, node_id=node), port)
+        sb, fake = make()
+        urls.append(await layers._connect(sb, "secret"))
+        assert fake.commands.calls == []  # no port forwarding, no relay in the VM
+    assert urls == ["https://gw-node-a.example.com:41001", "https://gw-node-b.example.com:41002"]

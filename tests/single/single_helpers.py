@@ -103,9 +103,10 @@ class SleepParts:
 
 @contextmanager
 def serve(tmp_path: Path, token: str, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``farm serve [flags]`` in a subprocess on a free port with ``single_config``:
-    (its base URL, the process); stopped as a user would (SIGTERM: its sandboxes closed),
-    then for sure."""
+    """``farm serve [flags]`` in a subprocess on a free port with ``single_config`` as its
+    config file: (its base URL, the process); stopped as a user would (SIGTERM: its
+    sandboxes closed), then for sure. The file's ``output.dir`` (``out``) is `farm run`'s:
+    the server writes beside it, into ``tmp_path / "rollouts"``, and says so first."""
     cfg = single_config(tmp_path, concurrency=8)
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
@@ -114,7 +115,9 @@ def serve(tmp_path: Path, token: str, *flags: str) -> Iterator[tuple[str, subpro
                             env=env, stdout=subprocess.PIPE, stderr=open(tmp_path / "serve.err", "w"), text=True)
     try:
         line = proc.stdout.readline()
-        assert line.startswith("farm serve: listening on http://127.0.0.1:"), (tmp_path / "serve.err").read_text()
+        said = (tmp_path / "serve.err").read_text()
+        assert line.startswith("farm serve: listening on http://127.0.0.1:"), said
+        assert f"farm serve: run rollouts, rollouts written to {tmp_path / 'rollouts'}\n" in said, said
         yield line.split()[4], proc
     finally:
         if proc.poll() is None:  # a failed test: stop it as a user would (its sandboxes closed), then for sure

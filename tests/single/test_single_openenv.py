@@ -85,5 +85,6 @@ async def test_openenv_client_drives_the_farm(server, tmp_path):
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
-    samples, rows = stored_ids(tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # the config file's output.dir is farm run's: beside it
+    samples, rows = stored_ids(tmp_path / "rollouts")
     assert samples == rows == {watched, *rest, one["id"]}

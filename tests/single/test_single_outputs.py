@@ -1,39 +1,64 @@
 """Where one-at-a-time rollouts go, and the summary they leave: `farm rollout` / `farm
-serve` / farm.Rollouts default to runs/rollouts (run id `rollouts`), never `farm run`'s
-runs/local; a session that stores rollouts is an invocation of its directory, so
-summary.json's counts stay those of the rollouts table. Fast: real local sandboxes, the
-real pipeline and reducer, an agent that only sleeps."""
+serve` / farm.Rollouts write into the `rollouts` directory beside the config's output.dir
+(run id `rollouts`), never into the directory a `farm run` of the same config writes, unless
+an override names another; a session that stores rollouts is an invocation of its
+directory, so summary.json's counts stay those of the rollouts table. Fast: real local
+sandboxes, the real pipeline and reducer, an agent that only sleeps."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from farm.config import SINGLE_DEFAULTS, load_config
+from farm.config import load_config, load_single_config
 from farm.errors import ConfigError
 from farm.single import Rollouts
 from farm.tasks.model import Task
 
 from single_helpers import SleepParts, single_config
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _task(tid: str) -> Task:
     return Task(id=tid, instruction="sleep", verify_commands=["true"], metadata={"agent_s": 0.1})
 
 
-def test_single_rollouts_have_their_own_default_directory_and_run_id(tmp_path):
-    cfg = load_config(None, defaults=SINGLE_DEFAULTS)
+def test_single_rollouts_have_their_own_directory_and_run_id(tmp_path):
+    cfg = load_single_config(None)
     assert (cfg.output.dir, cfg.run_id) == ("runs/rollouts", "rollouts")
     assert (load_config(None).output.dir, load_config(None).run_id) == ("runs/local", "local")  # farm run's
+    # the default config names farm run's runs/local: one rollout at a time goes beside it
+    local = ROOT / "configs" / "local.yaml"
+    assert load_config(local).output.dir == "runs/local"
+    assert (load_single_config(local).output.dir, load_single_config(local).run_id) == ("runs/rollouts", "rollouts")
     path = tmp_path / "c.yaml"
-    path.write_text("run_id: mine\noutput: {dir: here}\n")
-    cfg = load_config(path, defaults=SINGLE_DEFAULTS)  # the file wins
-    assert (cfg.output.dir, cfg.run_id) == ("here", "mine")
-    cfg = load_config(None, ["output.dir=there"], defaults=SINGLE_DEFAULTS)  # and --set
-    assert (cfg.output.dir, cfg.run_id) == ("there", "rollouts")
-    service = Rollouts(None, tasks=[_task("a")], parts_factory=SleepParts, placement="local")
-    assert service.out_dir.name == "rollouts" and service.cfg.run_id == "rollouts"
+    path.write_text("run_id: mine\noutput: {dir: /data/runs/swe}\n")
+    cfg = load_single_config(path)  # the file's directory and run id are farm run's: on the same disk, its own
+    assert (cfg.output.dir, cfg.run_id) == ("/data/runs/rollouts", "rollouts")
+    cfg = load_single_config(path, ["output.dir=there"])  # told: there, its run id derived from it
+    assert (cfg.output.dir, cfg.run_id) == ("there", "there")
+    cfg = load_single_config(path, ["output.dir=there", "run_id=exp"])
+    assert (cfg.output.dir, cfg.run_id) == ("there", "exp")
+    service = Rollouts(str(local), tasks=[_task("a")], parts_factory=SleepParts, placement="local")
+    assert service.out_dir == (Path.cwd() / "runs" / "rollouts").resolve() and service.cfg.run_id == "rollouts"
+    service = Rollouts(str(local), overrides=[f"output.dir={tmp_path / 'mine'}"], tasks=[_task("a")],
+                       parts_factory=SleepParts, placement="local")
+    assert service.out_dir == tmp_path / "mine" and service.cfg.run_id == "mine"
+
+
+def test_run_id_defaults_to_the_output_directorys_name(tmp_path):
+    assert load_config(None, ["output.dir=runs/noop"]).run_id == "noop"
+    assert load_config(None, ["output.dir=/data/farm runs/swe gym/"]).run_id == "swe-gym"  # a path component
+    assert load_config(None, ["output.dir=runs/noop", "run_id=base"]).run_id == "base"  # set: kept
+    for name in ("local", "local_codex", "local_opencode", "e2b", "hosted", "cluster"):
+        cfg = load_config(ROOT / "configs" / f"{name}.yaml")
+        assert cfg.run_id == Path(cfg.output.dir).name, name
+        # the quickstart's baseline (--set output.dir=runs/noop) is a run of its own: its
+        # sandboxes are labelled, and reaped, apart from a run of the same config
+        assert load_config(ROOT / "configs" / f"{name}.yaml", ["output.dir=runs/noop"]).run_id == "noop", name
 
 
 async def _session(cfg, tids: list[str], *, abort: bool = False) -> None:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from farm.errors import TaskFileErrors, TaskLoadError
+from farm.images.config import CONDA_TESTBED, ImagesConfig
 from farm.tasks.config import TasksConfig
 from farm.tasks.formats import detect_format
 from farm.tasks.loaders import load_tasks
@@ -166,7 +167,7 @@ def test_swebench_rows(tmp_path: Path) -> None:
             swebench_row(instance_id="acme__thing-4", test_cmd="./runtests.py core", image_name="img:1"),
         ],
     )
-    result = load_tasks(path)
+    result = load_tasks(path, environments=False)  # the conversion alone (environments: test_a_row_needs_...)
     task, custom = result.tasks
     assert task.id == "acme__thing-1" and task.instruction == "add is broken"
     assert task.workspace == GitSource(repo="acme/thing", base_commit="b" * 40)
@@ -184,7 +185,8 @@ def test_swebench_rows(tmp_path: Path) -> None:
 
 def test_swegym_rows_with_plain_lists(tmp_path: Path) -> None:
     row = swebench_row(FAIL_TO_PASS=["tests/test_core.py::test_add"], PASS_TO_PASS=[])
-    result = load_tasks(write_jsonl(tmp_path / "gym.jsonl", [row, swebench_row(instance_id="x", problem_statement=None)]), format="swegym")
+    result = load_tasks(write_jsonl(tmp_path / "gym.jsonl", [row, swebench_row(instance_id="x", problem_statement=None)]),
+                        format="swegym", environments=False)  # fmt: skip
     assert result.tasks[0].metadata["source"] == "swegym"
     assert result.tasks[0].fail_to_pass == ["tests/test_core.py::test_add"]
     assert [(e.line, e.field) for e in result.errors] == [(2, "problem_statement")]
@@ -205,7 +207,14 @@ def test_swesmith_rows_reverse_the_bug(tmp_path: Path) -> None:
     result = load_tasks(write_jsonl(tmp_path / "smith.jsonl", [row, bad, no_issue]))
     (task,) = result.tasks
     assert detect_format(row) == "swesmith"
-    assert task.workspace == GitSource(repo="swesmith/acme__thing.abc123", base_commit="HEAD")
+    # it names its image: it runs there (the repository at /testbed, its clean commit as the image has it)
+    assert task.workspace == ImageSource(image="swesmith.x86_64.acme__thing.abc123", activate=CONDA_TESTBED)
+    assert task.workdir == "/testbed" and task.metadata["image_dataset"] == "swesmith"
+    mirror = load_tasks(TasksConfig(path=str(tmp_path / "smith.jsonl"), images=ImagesConfig(prefer="recipe")))
+    assert mirror.tasks[0].workspace == ImageSource(image="swesmith.x86_64.acme__thing.abc123", activate=CONDA_TESTBED)
+    # without it, nothing gives it an environment (no recipe, no setup): refused as it loads (farm.tasks.environment)
+    no_image = load_tasks(write_jsonl(tmp_path / "smith2.jsonl", [{k: v for k, v in row.items() if k != "image_name"}]))
+    assert [e.field for e in no_image.errors] == ["environment"]
     assert task.pre_patch == BUG
     assert task.gold_patch == reverse_patch(BUG)
     assert "+    return a + b" in task.gold_patch
@@ -276,7 +285,15 @@ def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
         swebench_row(instance_id="other__x-1", repo="other/x"),
     ]
     path = write_jsonl(tmp_path / "swe.jsonl", rows)
-    t1, t2, t3, t4 = load_tasks(path, format="swebench", recipes=recipes).tasks
+    # the first names its image: by default it runs there, graded by its own eval script
+    in_image = load_tasks(path, format="swebench", recipes=recipes).tasks[0]
+    assert in_image.workspace == ImageSource(image="docker.io/acme:1", base_commit="b" * 40, activate=CONDA_TESTBED)
+    assert in_image.test_command == "{\n#!/bin/bash\nrun\n} 2>&1" and in_image.metadata["graded_by"] == "eval_script"
+    assert not in_image.setup_commands and in_image.python is None and in_image.workdir == "/testbed"
+    # with tasks.images.prefer: recipe, the recipe gives its environment instead
+    cfg = TasksConfig(path=str(path), format="swebench", recipes=str(recipes), images=ImagesConfig(prefer="recipe"))
+    result = load_tasks(cfg)
+    t1, t2, t3 = result.tasks
     assert t1.log_parser == "parse_log_pytest_v2" and t1.metadata["docker_image"] == "docker.io/acme:1"
     assert t1.metadata["eval_script"].startswith("#!/bin/bash") and t1.metadata["recipe"] == "acme/thing@1.0"
     assert t1.setup_commands[0] == "uv venv -q .venv" and t1.python == "3.11" and t1.env == {"A": "1"}
@@ -284,7 +301,8 @@ def test_current_swebench_rows_and_recipes(tmp_path: Path) -> None:
     assert t2.setup_commands == ["echo any-version"] and t2.test_command.startswith("python -m pytest")
     assert t2.env == {"A": "row"}
     assert t3.test_command == "./run.sh" and t3.setup_commands == ["row's own"]  # the row's own values win
-    assert t4.setup_commands == [] and "recipe" not in t4.metadata  # no recipe for that repository
+    # no recipe for that repository, nor setup or image of its own: nothing provides its environment
+    assert [(e.line, e.field) for e in result.errors] == [(4, "environment")]
     with pytest.raises(TaskLoadError, match="setup"):
         (tmp_path / "bad.yaml").write_text("acme/thing:\n  '1.0': {setup: 3}\n")
         load_tasks(path, recipes=tmp_path / "bad.yaml")
@@ -322,7 +340,7 @@ def test_swebench_test_files_are_those_the_test_patch_leaves(tmp_path: Path) -> 
     (the old one no longer exists, and pytest given a missing path runs nothing); a deleted file
     and data files (SWE-bench's NON_TEST_EXTS) are not run either."""
     path = write_jsonl(tmp_path / "swe.jsonl", [swebench_row(test_patch=RENAMING_TEST_PATCH)])
-    (task,) = load_tasks(path).tasks
+    (task,) = load_tasks(path, environments=False).tasks
     assert task.metadata["test_files"] == ["test/rules/new_combo_test.py", "test/rules/old_combo_test.py"]
     assert task.test_command.endswith(" test/rules/new_combo_test.py test/rules/old_combo_test.py")
 
@@ -330,7 +348,11 @@ def test_swebench_test_files_are_those_the_test_patch_leaves(tmp_path: Path) -> 
 def test_an_unknown_log_parser_is_a_row_error_when_the_rows_load(tmp_path: Path) -> None:
     """What farm run and farm validate-tasks load with (farm.run.tasks.load_task_file):
     a row whose log_parser farm cannot read is reported on its line, before any grading."""
+    from farm.config import FarmConfig
     from farm.run.tasks import load_task_file
+
+    def cfg(**tasks) -> FarmConfig:  # tasks.python host: these rows bring no environment (not this test's point)
+        return FarmConfig.model_validate({"tasks": {"path": str(path), "python": "host", **tasks}})
 
     rows = [
         swebench_row(log_parser="parse_log_sqlfluff"),
@@ -339,15 +361,15 @@ def test_an_unknown_log_parser_is_a_row_error_when_the_rows_load(tmp_path: Path)
         swebench_row(instance_id="acme__thing-4", log_parser="parse_log_django"),
     ]
     path = write_jsonl(tmp_path / "swe.jsonl", rows)
-    result = load_task_file(TasksConfig(path=str(path)))
+    result = load_task_file(cfg())
     assert [t.id for t in result.tasks] == ["acme__thing-1", "acme__thing-4"]
     assert result.tasks[0].log_parser == "parse_log_sqlfluff"  # kept as the row names it
     first, second = (str(e) for e in result.errors)
     assert ":2: field 'log_parser'" in first and "did you mean 'parse_log_sqlfluff'" in first
     assert ":3: field 'log_parser'" in second and "Go test runners" in second
     with pytest.raises(TaskLoadError, match=":2: field 'log_parser'"):
-        load_task_file(TasksConfig(path=str(path), strict=True))
-    assert len(load_tasks(path).tasks) == 4  # farm.tasks alone knows no parsers: the check is the caller's
+        load_task_file(cfg(strict=True))
+    assert len(load_tasks(path, environments=False).tasks) == 4  # farm.tasks alone knows no parsers: the check is the caller's
 
 
 def test_farm_envs_build_refuses_an_unknown_log_parser_before_building(tmp_path: Path, capsys) -> None:
@@ -357,7 +379,7 @@ def test_farm_envs_build_refuses_an_unknown_log_parser_before_building(tmp_path:
 
     path = write_jsonl(tmp_path / "swe.jsonl", [swebench_row(log_parser="parse_log_sqlfuff")])
     rc = main(["envs", "build", str(path), "--set", f"envs.cache_dir={tmp_path / 'envs'}",
-               "--set", "tasks.recipes=null"])  # fmt: skip
+               "--set", "tasks.recipes=null", "--set", "tasks.python=host"])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 1 and "farm envs build: no tasks" in err
     assert ":1: field 'log_parser'" in err and "did you mean 'parse_log_sqlfluff'" in err

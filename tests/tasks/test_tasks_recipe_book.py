@@ -43,8 +43,7 @@ def row(repo: str, version: str, **extra) -> dict:
         "instance_id": f"{name}-{version}", "repo": repo, "base_commit": "b" * 40, "environment_setup_commit": "c" * 40,
         "version": version, "problem_statement": "it is broken", "patch": "", "test_patch": test_patch,
         "FAIL_TO_PASS": json.dumps(["tests/foo/tests.py::test_y"]), "PASS_TO_PASS": [],
-        "image": f"swebench/sweb.eval.x86_64.{name}:latest",
-    }  # fmt: skip
+    }  # fmt: skip  (no image named: a row naming one runs in it, tasks.images.prefer)
     out.update(extra)
     return out
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import PatchApplyError, SetupCommandFailed, TaskError
+from farm.errors import CommitNotFound, PatchApplyError, RepositoryNotFound, SetupCommandFailed, TaskError
 from farm.sandboxes.base import SandboxSpec
 from farm.workspace.capture import capture_diff
 from farm.tasks.loaders import load_tasks
@@ -145,15 +145,40 @@ async def test_setup_output_is_part_of_the_baseline(demo, runtime, new_sandbox) 
 async def test_missing_repo_and_commit_are_task_errors(tmp_path: Path, runtime, new_sandbox) -> None:
     missing = Task(id="m", instruction="x", workspace=GitSource(repo="nobody/nothing", base_commit="a" * 40))
     cache = RepoCache(cache_dir=tmp_path / "c", mirror_dirs=runtime.repos.mirror_dirs, fetch=False)
-    with pytest.raises(TaskError, match="repository nobody/nothing not found.*fetching is off"):
+    with pytest.raises(RepositoryNotFound, match="repository nobody/nothing not found.*fetching is off"):
         await cache.workspace_tarball(missing.workspace)
     bad_commit = GitSource(repo="acme/romans", base_commit="f" * 40)
-    with pytest.raises(TaskError, match=f"base commit {'f' * 40} not found"):
+    with pytest.raises(CommitNotFound, match=f"base commit {'f' * 40} not found"):
         await cache.workspace_tarball(bad_commit)
     async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
         rt = type(runtime)(config=runtime.config, repos=cache, path_prefix=runtime.path_prefix)
         with pytest.raises(TaskError, match="nobody/nothing"):
             await prepare_workspace(sb, missing, rt)
+
+
+async def test_a_failed_clone_is_tried_once_for_the_tasks_waiting_on_it(tmp_path: Path, monkeypatch) -> None:
+    """With tasks.fetch on, rollouts asking together for a repository no mirror holds wait for
+    one clone: when it fails, those that waited get its error instead of cloning again (a later
+    ask tries again: a clone failure is not known to last)."""
+    import farm.tasks.repos as repos
+
+    clones = []
+    real_run = repos._run
+
+    async def counted(argv, **kw):  # the real git, counted
+        if "clone" in argv:
+            clones.append(argv)
+        return await real_run(argv, **kw)
+
+    monkeypatch.setattr(repos, "_run", counted)
+    cache = RepoCache(cache_dir=tmp_path / "c", fetch=True)
+    source = GitSource(repo="getmoto/moto", url="http://127.0.0.1:9/moto.git", base_commit="a" * 40)
+    errors = await asyncio.gather(*(cache.locate(source) for _ in range(3)), return_exceptions=True)
+    assert len(clones) == 1 and all(isinstance(e, TaskError) and not e.deterministic for e in errors), errors
+    assert {str(e) for e in errors} == {str(errors[0])} and "cloning http://127.0.0.1:9/moto.git failed" in str(errors[0])
+    with pytest.raises(TaskError, match="cloning"):
+        await cache.locate(source)
+    assert len(clones) == 2
 
 
 async def test_repo_from_local_url_tarball_source_and_pre_patch(tmp_path: Path, runtime, new_sandbox) -> None:

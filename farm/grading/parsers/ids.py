@@ -32,6 +32,7 @@ merge): the printed ids only add tests the probe did not see.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -144,6 +145,20 @@ class TestIds:
         """The status (a value) of a listed id, ``missing`` when nothing matches it."""
         status, _ = self.resolve(test_id)
         return missing if status is None else status.value
+
+    def closest(self, test_id: str, n: int = 3, margin: float = 0.05) -> list[str]:
+        """The reported ids most like ``test_id``, best first: for a listed id that matches
+        none, what the run did report (a typo, a renamed test, a parameter spelt otherwise).
+        difflib's ratio, at least 0.6 and within ``margin`` of the best (the ids of one test
+        file share their path: the others of the file are not suggested)."""
+        matcher = difflib.SequenceMatcher(b=test_id)
+        scored = []
+        for candidate in dict.fromkeys([*self.listed, *self.statuses]):
+            matcher.set_seq1(candidate)
+            if matcher.real_quick_ratio() >= 0.6 and matcher.quick_ratio() >= 0.6 and (r := matcher.ratio()) >= 0.6:
+                scored.append((r, candidate))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        return [c for r, c in scored[:n] if r >= scored[0][0] - margin]
 
     def members(self, test_ids: Iterable[str]) -> list[str]:
         """The exact ids the listed ``test_ids`` stand for (those that match), in order."""

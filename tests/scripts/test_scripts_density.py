@@ -12,25 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_lines import assert_last_line
 
 ROOT = Path(__file__).resolve().parents[2]
-LAST = re.compile(
-    r"^bench_density: in_flight=(?P<in_flight>\S+) slot_utilization=(?P<slot_utilization>\S+) "
-    r"overhead_p50_s=(?P<overhead_p50_s>\S+) farm_cpu_ms_per_turn=(?P<farm_cpu_ms_per_turn>\S+) "
-    r"capacity_at_90=(?P<capacity_at_90>\d+) bare_capacity_at_90=(?P<bare_capacity_at_90>\d+) "
-    r"capacity_ratio=(?P<capacity_ratio>\S+) farm_cpu_share=(?P<farm_cpu_share>\S+)$"
-)
 
 
 @pytest.mark.slow
-def test_bench_density_quick_prints_its_figures(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "scripts/bench_density.py", "--quick"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=1200, env={**os.environ, "TMPDIR": str(tmp_path)})
+def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: Path) -> None:
+    cache = tmp_path / "tokenizers"  # the session's builtin tokenizer: the benchmark trains none
+    cache.mkdir()
+    (cache / "farm-test").symlink_to(tokenizer_dir, target_is_directory=True)
+    res = subprocess.run([sys.executable, "scripts/bench_density.py", "--quick", "--cache-dir", str(cache)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=1200, env={**os.environ, "TMPDIR": str(tmp_path)})
     out = res.stdout.strip().splitlines()
     assert res.returncode == 0 and out, res.stderr[-3000:]
-    m = LAST.match(out[-1])
-    assert m, f"last line: {out[-1]!r}\n{res.stdout[-3000:]}\n{res.stderr[-2000:]}"
-    fig = {k: float(v) for k, v in m.groupdict().items()}
+    fig = {k: float(v) for k, v in assert_last_line(out[-1], ROOT / "scripts" / "bench_density.py").items()}
     assert 0 < fig["in_flight"] <= 1.0 and 0 < fig["slot_utilization"] <= 1.0
     assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
     assert fig["capacity_ratio"] > 0 or math.isnan(fig["capacity_ratio"])
