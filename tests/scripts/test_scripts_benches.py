@@ -36,6 +36,7 @@ QUICK = [
     pytest.param("bench_scale.py", False, True, id="scale", marks=slow),
     pytest.param("bench_envs.py", False, True, id="envs", marks=slow),  # real package installs, Claude Code
     pytest.param("bench_nodes.py", False, True, id="nodes", marks=slow),  # a 4-node Ray cluster, Claude Code
+    pytest.param("bench_images.py", False, False, id="images", marks=slow),  # a real registry, image sandboxes
 ]
 # benchmarks no test runs yet: their quick size is being reworked with them; once a test runs
 # one (names it and "--quick"), the last test fails until it leaves this set
