@@ -1,9 +1,9 @@
 """A training loop on farm, runnable on a CPU: continuous mode, GRPO updates, weights
 pushed back every step, and the engine's logprobs checked against the trainer's.
 
-The model is farm's tiny CPU language model (``farm.testing.lm``) over the test
+The model is farm's tiny CPU language model (``farm.simulator.lm``) over the test
 tokenizer's vocabulary, and the scripted workers serve the *same* model
-(``engine.scripted.model_path``): the policy decides the text of each reply (the oracle
+(``engine.simulator.model_path``): the policy decides the text of each reply (the oracle
 solves the demo tasks; with ``--choice K`` the ``choose`` policy lets the model pick one
 of K candidate fixes, and only one resolves the task), the model samples its choices
 and scores every token it emits. Each step:
@@ -44,7 +44,7 @@ def grpo_loss(model, groups, clip: float = 0.2, temperature: float = 1.0):
     its group-normalized reward as advantage, averaged over all trained tokens."""
     import torch
 
-    from farm.testing.lm import token_logprobs
+    from farm.simulator.lm import token_logprobs
 
     terms, tokens = [], 0
     for g in groups:
@@ -80,11 +80,11 @@ def shuffle_rewards(groups, rng: np.random.Generator) -> list:
 
 
 def choice_tasks(cfg, out: Path, k: int) -> tuple[list, list[str]]:
-    """The demo SWE tasks as a choose-one-of-``k``-fixes family (``farm.testing.choice_tasks``:
+    """The demo SWE tasks as a choose-one-of-``k``-fixes family (``farm.simulator.choice_tasks``:
     the gold fix is the last candidate of every task), and the config overrides that run it."""
     from farm.tasks.demo import ensure_demo_set
     from farm.tasks.loaders import load_tasks
-    from farm.testing.choice_tasks import choice_tasks as make, write_choice_tasks
+    from farm.simulator.choice_tasks import choice_tasks as make, write_choice_tasks
 
     demo = ensure_demo_set(cfg.tasks.cache_dir)
     swe = [t for t in load_tasks(cfg.tasks.model_copy(update={"path": "demo"})).tasks if t.kind == "swe"]
@@ -104,7 +104,7 @@ def choice_base_model(model, tok, tasks, *, iters: int = 60, lr: float = 3e-2):
     from farm.simulator.choose import LABELS, ChoosePolicy
     from farm.simulator.policy import PolicyRequest
     from farm.simulator.protocol import SamplingParams
-    from farm.testing.lm import token_logprobs
+    from farm.simulator.lm import token_logprobs
 
     bash = {"type": "function", "function": {"name": "Bash", "description": "Run a shell command", "parameters": {
         "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     from farm import Farm
     from farm.config import load_config
     from farm.modeltext.tokenizer import load_tokenizer
-    from farm.testing.agreement import ModelsByVersion, logprob_agreement
-    from farm.testing.lm import new_model, save_model
+    from farm.simulator.agreement import ModelsByVersion, logprob_agreement
+    from farm.simulator.lm import new_model, save_model
 
     out = Path(args.out or tempfile.mkdtemp(prefix="farm-train-")).resolve()
     ckpt = out / "checkpoints"
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         model = choice_base_model(model, tok, tasks)
     temperature = cfg.gateway.sampling.temperature
     models = ModelsByVersion({0: str(save_model(model, ckpt / "step-0"))})  # version 0: what the workers load
-    overrides.append(f"engine.scripted.model_path={models.paths[0]}")
+    overrides.append(f"engine.simulator.model_path={models.paths[0]}")
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     shuffler = np.random.default_rng(args.seed)
 

@@ -164,7 +164,7 @@ class FarmConfig(BaseModel):
     grading: GradingConfig = Field(default_factory=GradingConfig, description="how a rollout's diff is graded in a fresh sandbox: tests, reward, reward-hack checks (farm.grading)")
     harness: HarnessConfig = Field(default_factory=HarnessConfig, description="the coding-agent CLI each rollout runs (Claude Code, Codex, OpenCode) and how it is launched")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: the sandbox backend (local or E2B) and its settings")
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="the policy's SGLang engine: how /generate is provided (scripted, router, launch, external), tokenizer")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="the policy's SGLang engine: how /generate is provided (simulator, router, launch, external), tokenizer")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the model gateway each sandbox actor runs: the CLIs' wire protocols to token-exact /generate calls")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts are expanded (n_samples per task), run concurrently, bounded and retried")
     stream: StreamConfig = Field(default_factory=StreamConfig, description="how the task set becomes a stream of groups: epochs, shuffle, curriculum, staleness (farm.Farm)")

@@ -1,5 +1,5 @@
-"""The keys a run needs and never writes anywhere (issue 29: one object, not two keyword
-arguments threaded through every constructor from the entry point to the sandbox).
+"""The keys a run needs and never writes anywhere: one object, not a keyword argument per key
+threaded through every constructor from the entry point to the sandbox.
 
 ``RunSecrets.from_environ(cfg, os.environ)`` is read once, by the entry point (``farm run``,
 ``farm rollout``, ``farm.Farm``, ``farm.Rollouts``), and travels to the sandbox actors as

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""bench_capture: what taking the agent's diff costs on a repository of real size (issue 31,
-item 1: what farm adds around the agent).
+"""bench_capture: what taking the agent's diff costs on a repository of real size (part of
+what farm adds around the agent).
 
 A git repository of ``--files`` source files (default 6,800 files of ~10 KB: Django's
 size) is made and committed on the host, packed and unpacked into a real local sandbox

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Environment snapshots vs setup per sandbox, side by side in one process.
 
-The task: a real SWE-bench-format row built from a PyPI sdist (``farm.testing.sdist_task``),
+The task: a real SWE-bench-format row built from a PyPI sdist (``tests/testkit/sdist_task.py``),
 whose recipe installs real wheels into a venv (numpy, pandas, scipy, pytest: ~20 s of pip
 here). A group of ``--n`` rollouts, ``farm run`` in this process (real Ray, real Claude
 Code, the scripted oracle engine behind the real router, local sandboxes), twice:
@@ -74,8 +74,11 @@ from farm.sandboxes.watchdog import disk_usage
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import GitSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.testing.sdist_task import fetch_sdist, make_task_set
 from farm.output.shard_reader import ShardReader
+
+# the row builder the tests use (tests/testkit: a test helper, not part of the farm package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from testkit.sdist_task import fetch_sdist, make_task_set  # noqa: E402
 
 DEPS = ["numpy", "pandas", "scipy"]
 MB = 1024 * 1024
@@ -97,7 +100,7 @@ def config(root: Path, tasks: dict, mode: str, n: int, harness: str) -> FarmConf
         "tasks": {"path": str(tasks["tasks"]), "recipes": str(tasks["recipes"]), "mirror_dir": str(tasks["mirrors"])},
         "envs": {"enabled": mode == "snapshot", "cache_dir": str(root / "envs")},
         "harness": {"name": harness},
-        "engine": {"mode": "scripted", "policy": "oracle"},
+        "engine": {"mode": "simulator", "policy": "oracle"},
         "sandbox": {"local": {"base_dir": str(root / f"sb-{mode}")}},
         "rollout": {"n_samples": n, "concurrency": n, "timeout_s": 1800},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.5},

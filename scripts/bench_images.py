@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Container images as environments, against a real registry on 127.0.0.1 (docker-registry).
 
-Eight instance images in SWE-bench's layout (``farm.testing.dataset_images``: a Debian base
+Eight instance images in SWE-bench's layout (``tests/testkit/dataset_images.py``: a Debian base
 layer and conda's layout shared, ``/testbed`` per instance, each holding one of farm's demo
 repositories) are pushed to a fresh registry, then, in one process:
 
@@ -42,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))  # the image builders the tests use (tests/testkit: not part of farm)
 
 from farm.envs.config import EnvsConfig  # noqa: E402
 from farm.envs.provider import EnvProvider  # noqa: E402
@@ -60,9 +61,9 @@ from farm.sandboxes.watchdog import disk_usage  # noqa: E402
 from farm.tasks.config import TasksConfig  # noqa: E402
 from farm.tasks.loaders import load_tasks  # noqa: E402
 from farm.tasks.runtime import TaskRuntime  # noqa: E402
-from farm.testing.dataset_images import base_layers, demo_rows, mirror_of, push_image, swebench_row  # noqa: E402
-from farm.testing.oci import OciLayout  # noqa: E402
-from farm.testing.registry import LocalRegistry  # noqa: E402
+from testkit.dataset_images import base_layers, demo_rows, mirror_of, push_image, swebench_row  # noqa: E402
+from testkit.oci import OciLayout  # noqa: E402
+from testkit.registry import LocalRegistry  # noqa: E402
 
 INSTANCES = 8
 

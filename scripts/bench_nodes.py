@@ -7,7 +7,7 @@ The cluster (``tests/farm/farm_multinode.py``, ``ray.cluster_utils.Cluster``): a
 worker nodes (``sandbox_node``, 1 logical CPU each, their own sandbox root); the first
 worker also holds ``one_node``. Every run is ``run_batch`` (``farm run``'s code path)
 with the real Claude Code CLI, local sandboxes, the demo tasks, the oracle policy, and
-the scripted engine's latency model (``engine.scripted.latency.ttft_s`` per model call)
+the scripted engine's latency model (``engine.simulator.latency.ttft_s`` per model call)
 making rollouts wait on the "GPU", not on this machine's 2 cores:
 
 * ``1 node``: ``placement.sandbox_resource: one_node`` (sandbox actors on the first worker only);
@@ -51,8 +51,8 @@ def _config(work: Path, name: str, resource: str, args: argparse.Namespace):
         "run_id": name,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "oracle",
-                   "scripted": {"workers": 2, "latency": {"ttft_s": args.ttft_s}}},
+        "engine": {"mode": "simulator", "policy": "oracle",
+                   "simulator": {"workers": 2, "latency": {"ttft_s": args.ttft_s}}},
         "sandbox": {"local": {"base_dir": str(work / "sb" / "$FARM_NODE_NAME")}},
         "rollout": {"n_samples": 2, "limit": args.rollouts, "concurrency": args.concurrency, "timeout_s": 600},
         "placement": {"sandbox_resource": resource, "engine_resource": "engine_node", "watch_nodes_s": 0},

@@ -1,6 +1,7 @@
-"""bench_scale: the control plane alone at size (issue 31, item 2).
+"""bench_scale: the control plane alone at size (what a run of a million rollouts costs the
+driver, the reducer and the readers, with no sandbox or model in the way).
 
-A real `farm run` (``farm.driver.run_farm``: real Ray, the real Dispatcher, sandbox actors,
+A real `farm run` (``farm.run.batch.run_batch``: real Ray, the real Dispatcher, sandbox actors,
 the real ReducerActor writing real shards and manifests) over N rollouts in groups of 8,
 with parts that create no sandbox, start no CLI and call no engine (``NullParts``: every
 phase returns at once, each rollout is a 2-turn token tree (``--turns``) and a graded reward), so what
@@ -184,9 +185,9 @@ class NullParts:
         return spec.rollout_id
 
     async def run_agent(self, sb, spec, secret, budget_s, workspace):
-        from farm.rollout.pipeline import AgentRun
+        from farm.rollout.pipeline import AgentEnd
 
-        return AgentRun(exit_code=0, log_tail="null agent")
+        return AgentEnd(exit_code=0, log_tail="null agent")
 
     async def capture(self, sb, spec, workspace):
         return "diff --git a/x b/x\n"
@@ -367,7 +368,7 @@ def main() -> None:
     from rich.console import Console
 
     from farm.config import FarmConfig
-    from farm.run.batch import run_batch as run_farm
+    from farm.run.batch import run_batch
 
     n_groups = max(1, args.rollouts // GROUP)
     tmp = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_scale-"))
@@ -431,7 +432,7 @@ def main() -> None:
     if args.continuous:
         summary, loop_s = run_continuous(cfg, tasks, follower, args.max_ahead or 4 * args.actors * args.concurrency)
     else:
-        summary = run_farm(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
+        summary = run_batch(cfg, tasks=tasks, parts_factory=NullParts, console=Console(quiet=True))
         loop_s = summary.wall_s
     wall = time.monotonic() - t0
     time.sleep(1.0)

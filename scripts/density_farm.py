@@ -33,7 +33,7 @@ def config(args: argparse.Namespace, work: Path, pool: bool, n: int) -> FarmConf
         f"run_id=density-{'pool' if pool else 'cold'}-{n}",
         "tasks.path=demo",
         f"harness.name={args.harness}",
-        "engine.mode=scripted", "engine.policy=oracle", "engine.tokenizer=builtin:farm-test",
+        "engine.mode=simulator", "engine.policy=oracle", "engine.tokenizer=builtin:farm-test",
         "engine.tool_parser=hermes",
         f"sandbox.local.base_dir={work / 'sandboxes'}",
         # live sandboxes: every rollout's own, the grading ones, the pool's

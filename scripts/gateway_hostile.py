@@ -1,7 +1,7 @@
 """Hostile requests for ``bench_gateway.py`` (a helper module, not a benchmark of its own).
 
-- :func:`hostile_bodies`: the three bodies the issue names (50 MB of text, 200,000
-  one-character messages, a tool schema with 10,000 properties) in each protocol.
+- :func:`hostile_bodies`: three bodies that cost a gateway the most to parse and render (50 MB of
+  text, 200,000 one-character messages, a tool schema with 10,000 properties) in each protocol.
 - :func:`bench_hostile`: each sent alone to a gateway in a server subprocess, whose
   peak RSS is read from ``/proc/<pid>/status`` (``VmHWM``, reset through
   ``/proc/<pid>/clear_refs`` before each request): seconds to the answer and RSS

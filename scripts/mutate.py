@@ -7,7 +7,7 @@ bug (an off-by-one, a dropped guard, a swapped condition), runs the tests that g
 code, and restores the file. A mutation that leaves the tests green *survived*: a line
 no test checks. Hand-written (mutmut would mutate every operator of the package and take
 hours on 2 cores; this list is the lines whose bugs would corrupt tokens, masks or
-logprobs), and run before issue 17's close.
+logprobs). Run it after a change to any of these files.
 
 Usage: ``python scripts/mutate.py [--only NAME]``. Last line:
 ``mutate: mutations=N killed=K survived=S``; exit 1 if any survived.
@@ -93,7 +93,7 @@ MUTATIONS = [
     Mutation("delta_needs_prefix_render", "farm/gateway/render.py",
              "if not r1.startswith(r0) or not r0.endswith(self.tail):", "if not r0.endswith(self.tail):",
              tuple(GATE)),
-    # MoE routing replay (issue 21) and chain labels
+    # MoE routing replay (the experts each token was routed to, kept per trained token) and chain labels
     Mutation("routing_rows_shifted", "farm/trajectory/linearize.py",
              "                out[a:b] = re[: b - a]", "                out[a + 1 : b + 1] = re[: b - a][: max(0, rows - a - 1)]",
              (*TRAJ, ROUTING)),
@@ -104,7 +104,7 @@ MUTATIONS = [
              (ROUTING,)),
     Mutation("retry_chain_labelled_main", "farm/trajectory/linearize.py",
              "    if is_retry(tree, chain[-1]):", "    if False:", tuple(TRAJ)),
-    # budgets and control tokens in content (issue 28): a refusal is no model turn; content
+    # budgets and control tokens in content: a refusal is no model turn; content
     # special-token text is text in full renders and deltas alike
     Mutation("refusal_ends_a_chain", "farm/trajectory/linearize.py",
              "        if not is_refusal(rec) and not any(", "        if not any(", tuple(TRAJ)),

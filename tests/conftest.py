@@ -48,12 +48,12 @@ async def make_worker(hf_tokenizer):
 @pytest.fixture(scope="session")
 def dataset_images(tmp_path_factory: pytest.TempPathFactory):
     """A real registry (docker-registry on 127.0.0.1) holding images in the layouts of SWE-bench,
-    SWE-smith, SWE-Gym and SWE-rebench (farm.testing.dataset_images), for the session; yields
+    SWE-smith, SWE-Gym and SWE-rebench (testkit.dataset_images), for the session; yields
     (registry host, rows by kind). Built once: the base layers are cached per machine."""
     import shutil
 
-    from farm.testing.dataset_images import publish_demo_images
-    from farm.testing.registry import LocalRegistry
+    from testkit.dataset_images import publish_demo_images
+    from testkit.registry import LocalRegistry
 
     if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
         pytest.skip("docker-registry and skopeo are not installed (scripts/setup.sh installs them)")

@@ -1,9 +1,7 @@
 """The layers import one way. Every package of farm stands on one ladder (RANKS) and
 imports only packages of a lower rank, or itself; config modules import only config
 modules; nothing below farm/actors imports Ray; no import cycle between farm's modules.
-Lazy and type-checking imports count like any other. Old module paths kept one release
-(shims: only imports and a DeprecationWarning, listed in tests/test_compat.py) re-export
-their new home and stand outside the ladder."""
+Lazy and type-checking imports count like any other."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ RANKS = {
     "run": 9,  # the run session: one invocation on one output directory
     "actors": 8,  # the only Ray code
     "rollout": 7, "report": 7, "integrations": 7,
-    "testing": 6,  # the test kit: builds tasks, hosted doubles and models from everything below
     "envs": 5, "grading": 5,
     "workspace": 4, "harnesses": 4, "gateway": 4, "simulator": 4,
     "output": 3, "sandboxes": 3, "engine": 3,
@@ -30,14 +27,13 @@ RANKS = {
     "images": 2,  # container images: registry client, pull, unpack (their layers live in envs' store)
     "config": 1, "secrets": 1,  # with every CONFIG module (below)
     "errors": 0, "status": 0,
-    "moved": 0,  # the finder that serves old paths of modules moved to output/ (imports nothing of farm's)
 }
 CONFIG_RANK = 1
 RAY_FREE_BELOW = "actors"
 
 # Upward edges that work in flight removes; each line goes with the commit that ends it.
 # (importer, imported): a module, or a package and everything in it.
-KNOWN_UPWARD: set[tuple[str, str]] = set()  # none left (issue 29 removed the last)
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # none left
 
 
 def is_config(mod: str) -> bool:
@@ -82,36 +78,14 @@ def imported(tree: ast.AST, known: set[str]) -> tuple[set[str], set[str]]:
     return farm & known, other
 
 
-def is_shim(tree: ast.Module) -> bool:
-    """Only imports and a ``warnings.warn(..., DeprecationWarning, ...)``."""
-    warns = False
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            continue
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-            continue  # the docstring
-        if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "__all__":
-            continue
-        call = stmt.value if isinstance(stmt, ast.Expr) else None
-        if (isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn"
-                and "DeprecationWarning" in ast.unparse(call)):
-            warns = True
-            continue
-        return False
-    return warns
-
-
 @functools.cache
-def graph() -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
-    """(module -> farm modules it imports, module -> other top-level packages, shims)."""
+def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> farm modules it imports, module -> other top-level packages)."""
     mods = modules()
-    edges, others, shims = {}, {}, set()
+    edges, others = {}, {}
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text())
-        edges[mod], others[mod] = imported(tree, set(mods))
-        if is_shim(tree):
-            shims.add(mod)
-    return edges, others, shims
+        edges[mod], others[mod] = imported(ast.parse(path.read_text()), set(mods))
+    return edges, others
 
 
 def rank(mod: str, ranks: dict[str, int]) -> int | None:
@@ -122,17 +96,15 @@ def _within(mod: str, place: str) -> bool:
     return mod == place or mod.startswith(place + ".")
 
 
-def ladder_violations(edges: dict[str, set[str]], ranks: dict[str, int], *, shims: set[str] = frozenset(),
+def ladder_violations(edges: dict[str, set[str]], ranks: dict[str, int], *,
                       known: set[tuple[str, str]] = frozenset()) -> list[str]:
     """Every import that does not run down the ladder, in words."""
     found = []
     for mod in sorted(edges):
-        if mod in shims:
-            continue
         if rank(mod, ranks) is None:
             found.append(f"{mod}: package {package(mod)!r} has no rank")
             continue
-        for dep in sorted(edges[mod] - shims):
+        for dep in sorted(edges[mod]):
             if any(_within(mod, a) and _within(dep, b) for a, b in known) or rank(dep, ranks) is None:
                 continue  # an unranked dependency is reported as itself
             if is_config(mod):
@@ -185,40 +157,28 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_every_import_runs_down_the_ladder():
-    edges, _, shims = graph()
-    assert ladder_violations(edges, RANKS, shims=shims, known=KNOWN_UPWARD) == []
+    edges, _ = graph()
+    assert ladder_violations(edges, RANKS, known=KNOWN_UPWARD) == []
 
 
 def test_nothing_below_the_actors_imports_ray():
-    _, others, _ = graph()
+    _, others = graph()
     assert ray_below_actors(others, RANKS) == []
 
 
 def test_no_import_cycles():
-    edges, _, _ = graph()
+    edges, _ = graph()
     assert cycles(edges) == []
 
 
-def test_shims_are_the_moved_paths_tests_test_compat_checks():
-    """A module that only re-exports and warns is an old path kept one release: tests/test_compat.py
-    checks each (it imports, warns, hands out its new home's objects)."""
-    _, _, shims = graph()
-    compat = ast.parse((Path(__file__).parent / "test_compat.py").read_text())
-    moved = next(ast.literal_eval(s.value) for s in compat.body
-                 if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "MOVED")
-    from farm.moved import MOVED as served_by_the_finder  # old paths with no file left (farm/moved.py)
-
-    assert shims | set(served_by_the_finder) == set(moved)
-
-
 def test_rules_the_ladder_does_not_say():
-    edges, _, _ = graph()
+    edges, _ = graph()
 
     def reaches(prefix: str, target: str) -> list[str]:
         return sorted(m for m, deps in edges.items() if m.startswith(prefix) and any(d.startswith(target) for d in deps))
 
     assert reaches("farm.sandboxes", "farm.tasks") == []  # a sandbox knows no task (both below the workspace)
-    for live in ("farm.actors", "farm.driver", "farm.continuous", "farm.run", "farm.gateway", "farm.engine",
+    for live in ("farm.actors", "farm.run", "farm.gateway", "farm.engine",
                  "farm.sandboxes", "farm.simulator"):
         assert reaches("farm.report", live) == [], live  # a report reads the output directory, never the live farm
 
@@ -231,16 +191,15 @@ def test_the_checks_find_what_is_planted():
         "farm.engine.client": {"farm.tasks.model", "farm.engine.config"},  # same rank, another package
         "farm.actors.sandbox": {"farm.tasks.model", "farm.newpkg.x"},  # fine; an unranked dependency
         "farm.newpkg.x": set(),  # no rank
-        "farm.tasks.old": {"farm.actors.sandbox"},  # a shim
         "farm.tasks.config": set(), "farm.errors": set(), "farm.actors": set(),
     }
-    assert ladder_violations(edges, ranks, shims={"farm.tasks.old"}) == [
+    assert ladder_violations(edges, ranks) == [
         "farm.engine.client (rank 2) -> farm.tasks.model (rank 2): runs up",
         "farm.engine.config -> farm.engine.client: a config module imports only config modules",
         "farm.newpkg.x: package 'newpkg' has no rank",
         "farm.tasks.model (rank 2) -> farm.actors.sandbox (rank 3): runs up",
     ]
-    assert ladder_violations(edges, ranks, shims={"farm.tasks.old"},
+    assert ladder_violations(edges, ranks,
                              known={("farm.tasks", "farm.actors.sandbox"),  # a package and all in it
                                     ("farm.engine.client", "farm.tasks.model"),
                                     ("farm.engine.config", "farm.engine.client")}) == [
@@ -248,8 +207,6 @@ def test_the_checks_find_what_is_planted():
     assert ray_below_actors({"farm.actors.x": {"ray"}, "farm.tasks.y": {"ray", "yaml"}, "farm.engine.z": {"rayon"}},
                             ranks) == ["farm.tasks.y"]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    tree = ast.parse('"""doc"""\nimport warnings\nfrom x import *\nwarnings.warn("moved", DeprecationWarning)\n')
-    assert is_shim(tree) and not is_shim(ast.parse("import warnings\nX = 1\nwarnings.warn('m', DeprecationWarning)"))
     farm, other = imported(ast.parse("from farm import a\nfrom farm.b import c, D\nimport ray.util\nimport farm.e"),
                            {"farm", "farm.a", "farm.b", "farm.b.c", "farm.e"})
     assert farm == {"farm.a", "farm.b", "farm.b.c", "farm.e"} and other == {"ray"}

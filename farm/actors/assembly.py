@@ -10,9 +10,7 @@ Ray) starts the farm through :class:`FarmActors`.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import warnings
 from typing import Any
 
 import ray
@@ -109,7 +107,7 @@ class FarmActors:
         self.router = ray.remote(RouterActor).options(
             name=name, num_cpus=0, max_restarts=0, **placement.router_options(self.cfg.placement)
         ).remote(
-            self.cfg.engine, tasks=tasks if self.cfg.engine.mode == "scripted" else None
+            self.cfg.engine, tasks=tasks if self.cfg.engine.mode == "simulator" else None
         )
         self._engine_start = self.router.start.remote()
         return self.engine_ready() if wait else ""
@@ -227,15 +225,3 @@ def _wait_quietly(refs: list[Any], timeout: float) -> None:
         ray.get(refs, timeout=timeout)
     except (GetTimeoutError, RayTaskError, *ACTOR_LOST) as exc:
         log.warning("shutdown step failed: %s", exc)
-
-
-# names this module handed out before they moved (issue 29), kept one release
-_MOVED = {"actor_name": "farm.actors.ray_cluster", "init_ray": "farm.actors.ray_cluster",
-          "leave_ray": "farm.actors.ray_cluster"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"farm.actors.assembly.{name} moved to {_MOVED[name]}", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -225,6 +225,3 @@ class ActorMetrics:
                 self._observe(GATEWAY_LATENCY, gateway)
             for flag in getattr(turn, "flags", ()) or ():
                 self._inc(TURN_FLAGS, flag=getattr(flag, "value", str(flag)))
-
-
-FarmMetrics = ActorMetrics  # the name before issue 29 (one of four unrelated Farm* names); one release

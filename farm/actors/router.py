@@ -7,8 +7,8 @@ the engine according to ``engine.mode``:
 - ``external``: a URL the user runs (SGLang server or router), health-checked;
 - ``router``: the real ``sglang-router`` over ``engine.worker_urls``;
 - ``launch``: SGLang servers as Ray actors with ``tp`` GPUs each, the router in front;
-- ``scripted``: ``engine.scripted.workers`` scripted workers (subprocesses) behind
-  the real router (the local default).
+- ``simulator``: ``engine.simulator.workers`` simulated workers (``farm.simulator``,
+  subprocesses) behind the real router (the local default).
 
 The router uses ``--policy manual``: requests carrying the same ``X-SMG-Routing-Key``
 (the gateway sends the session id) stick to one worker, so each rollout's growing
@@ -77,7 +77,7 @@ class RouterActor:
                  work_dir: str | None = None) -> None:
         self.cfg = cfg
         self._tasks = list(tasks) if tasks is not None else None
-        self._tasks_path = tasks_path or cfg.scripted.tasks_path
+        self._tasks_path = tasks_path or cfg.simulator.tasks_path
         self._given_dir = work_dir
         self._dir: Path | None = None
         self._url: str | None = None
@@ -130,10 +130,10 @@ class RouterActor:
             if not cfg.worker_urls:
                 raise EngineError("engine.mode=router needs engine.worker_urls")
             urls = list(cfg.worker_urls)
-        elif mode == "scripted":
+        elif mode == "simulator":
             await self._prepare_scripted()
             started = await asyncio.gather(
-                *(self._spawn_worker() for _ in range(cfg.scripted.workers)), return_exceptions=True)
+                *(self._spawn_worker() for _ in range(cfg.simulator.workers)), return_exceptions=True)
             errors = [e for e in started if isinstance(e, BaseException)]
             if errors:
                 raise errors[0]
@@ -144,13 +144,13 @@ class RouterActor:
         self._url = url.replace("0.0.0.0", _node_ip())
 
     async def _prepare_scripted(self) -> None:
-        s = self.cfg.scripted
+        s = self.cfg.simulator
         tokenizer = await asyncio.to_thread(resolve_tokenizer, self.cfg.tokenizer, self.cfg.tokenizer_cache_dir)
         tasks_path = self._tasks_path
         if self._tasks is not None:
             tasks_path = str(write_tasks_jsonl(self._tasks, self._dir_path / "tasks.jsonl"))
         if self.cfg.policy in ("oracle", "shell", "choose") and not tasks_path:
-            raise EngineError(f"policy {self.cfg.policy!r} needs tasks (engine.scripted.tasks_path or RouterActor(tasks=...))")
+            raise EngineError(f"policy {self.cfg.policy!r} needs tasks (engine.simulator.tasks_path or RouterActor(tasks=...))")
         self._worker_args = dict(
             policy=self.cfg.policy, tokenizer=tokenizer, seed=s.seed, tool_format=self.cfg.tool_parser,
             model_name=self.cfg.model_name, tasks_path=tasks_path, replay_path=s.replay_path,
@@ -163,10 +163,10 @@ class RouterActor:
         i = self._n_started
         self._n_started += 1
         kwargs = dict(self._worker_args)
-        if self.cfg.scripted.record_path:
-            kwargs["record_path"] = f"{self.cfg.scripted.record_path}.{i}"
+        if self.cfg.simulator.record_path:
+            kwargs["record_path"] = f"{self.cfg.simulator.record_path}.{i}"
         proc, url = await start_scripted_worker(kwargs, log_dir=self._dir_path, name=f"scripted-{i}",
-                                                timeout=self.cfg.scripted.startup_timeout_s)
+                                                timeout=self.cfg.simulator.startup_timeout_s)
         self._workers[url] = proc
         return url
 
@@ -261,9 +261,9 @@ class RouterActor:
                                              timeout=self.cfg.router.startup_timeout_s)
 
     async def add_scripted_worker(self) -> WorkerInfo:
-        """Start one more scripted worker and register it (mode=scripted)."""
-        if self.cfg.mode != "scripted":
-            raise EngineError("add_scripted_worker needs engine.mode=scripted")
+        """Start one more scripted worker and register it (mode=simulator)."""
+        if self.cfg.mode != "simulator":
+            raise EngineError("add_scripted_worker needs engine.mode=simulator")
         url = await self._spawn_worker()
         return await self.add_worker(url)
 
@@ -342,7 +342,7 @@ class RouterActor:
 
     def _need_router(self, what: str) -> None:
         if self.cfg.mode == "external":
-            raise EngineError(f"{what} needs a router farm started (mode router/scripted/launch)")
+            raise EngineError(f"{what} needs a router farm started (mode router/simulator/launch)")
 
 
 def remote_router_actor(cfg: EngineConfig, *, name: str | None = None, **kwargs: Any) -> Any:

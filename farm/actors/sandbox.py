@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from farm.actors.batches import CANCELLED, Answer
-from farm.actors.calls import call  # also its old home (farm.actors.sandbox.call): one release
+from farm.actors.calls import call
 from farm.actors.reducer_link import ReducerLink
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary

@@ -7,7 +7,7 @@
         [--model CHECKPOINT_DIR [--torch-threads N]]
 
 Point any SGLang client, or the real router (``--worker-urls http://H:N``), at it.
-``--model`` puts farm's tiny CPU language model (``farm.testing.lm``, a test double for
+``--model`` puts farm's tiny CPU language model (``farm.simulator.lm``, a test double for
 a GPU model) behind the policy: it samples the policy's choices and scores every token.
 """
 
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-rate", type=float, default=0.0)
     p.add_argument("--hang-s", type=float, default=3600.0)
     p.add_argument("--model", default=None, metavar="CHECKPOINT_DIR",
-                   help="farm tiny-LM checkpoint (farm.testing.lm.save_model): sample choices and score every token")
+                   help="farm tiny-LM checkpoint (farm.simulator.lm.save_model): sample choices and score every token")
     p.add_argument("--torch-threads", type=int, default=1, help="torch threads of the model (--model)")
     p.add_argument("--moe", default=None, metavar="LAYERS,TOP_K,EXPERTS",
                    help="simulate a MoE model: return routed experts when a request asks for them")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     scorer = None
     try:
         if args.model:
-            from farm.testing.lm import LMScorer
+            from farm.simulator.lm import LMScorer
 
             scorer = LMScorer.from_path(args.model, threads=args.torch_threads)
         worker = build_worker(

@@ -60,8 +60,7 @@ async def _serve_openenv(args: argparse.Namespace, token: str) -> None:
     except ModuleNotFoundError as exc:
         raise ConfigError(f"--openenv needs the openenv extra (pip install 'farm[openenv]'): {exc}") from None
 
-    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY"),
-                         placement=args.placement) as farm_:
+    async with Rollouts(args.config, overrides=args.overrides, placement=args.placement) as farm_:
         print(f"farm serve: run {farm_.cfg.run_id}, rollouts written to {farm_.out_dir}", file=sys.stderr, flush=True)
         config = uvicorn.Config(make_openenv_app(farm_, token), host=args.host, port=args.port, log_level="warning",
                                 lifespan="on")  # fmt: skip
@@ -91,8 +90,7 @@ async def _serve(args: argparse.Namespace, token: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Rollouts(args.config, overrides=args.overrides, e2b_api_key=os.environ.get("E2B_API_KEY"),
-                         placement=args.placement) as farm_:
+    async with Rollouts(args.config, overrides=args.overrides, placement=args.placement) as farm_:
         print(f"farm serve: run {farm_.cfg.run_id}, rollouts written to {farm_.out_dir}", file=sys.stderr, flush=True)
         runner = web.AppRunner(make_app(farm_, token), access_log=None, shutdown_timeout=2.0)
         await runner.setup()

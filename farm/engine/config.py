@@ -6,8 +6,9 @@
 - ``router``: farm launches the real ``sglang-router`` over ``worker_urls``.
 - ``launch``: farm starts ``python -m sglang.launch_server`` workers (GPU nodes, the
   ``sglang`` extra) and the router in front of them.
-- ``scripted``: farm starts ``scripted.workers`` scripted SGLang-protocol workers
-  (``farm engine serve``) behind the real router. The default for local runs.
+- ``simulator``: farm starts ``simulator.workers`` simulated SGLang-protocol workers
+  (``farm.simulator``, ``farm engine serve``: scripted policies, latency, faults, an optional
+  tiny CPU model) behind the real router. The default for local runs.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class _Section(BaseModel):
 
 
 class LatencyConfig(_Section):
-    """Simulated generation speed of a scripted worker."""
+    """Simulated generation speed of a simulator worker."""
 
     ttft_s: float = Field(default=0.0, ge=0, description="time to first token, seconds")
     tokens_per_s: float = Field(default=0.0, ge=0, description="decode speed; 0 = as fast as possible")
@@ -81,7 +82,7 @@ class LatencyConfig(_Section):
 
 
 class FaultConfig(_Section):
-    """Injected failures of a scripted worker (drawn per request from the seeded RNG)."""
+    """Injected failures of a simulator worker (drawn per request from the seeded RNG)."""
 
     error_rate: float = Field(default=0.0, ge=0, le=1, description="answer HTTP 500 before generating")
     hang_rate: float = Field(default=0.0, ge=0, le=1, description="never answer (until hang_s or disconnect)")
@@ -92,10 +93,10 @@ class FaultConfig(_Section):
     hang_s: float = Field(default=3600.0, gt=0, description="how long a hung request hangs")
 
 
-class ScriptedConfig(_Section):
-    """Scripted workers (mode=scripted; also what ``farm engine serve`` runs)."""
+class SimulatorConfig(_Section):
+    """The simulator's workers (mode=simulator; also what ``farm engine serve`` runs)."""
 
-    workers: int = Field(default=2, ge=1, description="scripted worker processes behind the router")
+    workers: int = Field(default=2, ge=1, description="simulator worker processes behind the router")
     seed: int = Field(default=0, description="makes policies, logprobs, latency and faults deterministic")
     tasks_path: str | None = Field(
         default=None, description="JSONL of farm Tasks for the oracle; default: the run's tasks.path"
@@ -109,7 +110,7 @@ class ScriptedConfig(_Section):
         default=None, description="append every finished response here (replay format); per worker '.<i>'"
     )
     model_path: str | None = Field(
-        default=None, description="a farm tiny-LM checkpoint directory (farm.testing.lm, a CPU test double for a GPU "
+        default=None, description="a farm tiny-LM checkpoint directory (farm.simulator.lm, a CPU test double for a GPU "
         "model): the workers sample the policy's choices from it and score every token they emit; "
         "update_weights_from_disk loads new ones. None: made-up logprobs"
     )
@@ -161,11 +162,11 @@ class LaunchConfig(_Section):
 
 
 class EngineConfig(_Section):
-    mode: Literal["external", "router", "launch", "scripted"] = Field(
-        default="scripted", description="how the router actor provides /generate"
+    mode: Literal["external", "router", "launch", "simulator"] = Field(
+        default="simulator", description="how the router actor provides /generate"
     )
     policy: Literal["oracle", "noop", "replay", "scripted", "shell", "loop", "ramble", "choose"] = Field(
-        default="oracle", description="scripted worker policy (mode=scripted); loop / ramble never stop (only a "
+        default="oracle", description="the simulator's policy (mode=simulator); loop / ramble never stop (only a "
         "budget ends them: farm.simulator.endless); 'choose': the model picks one of each task's "
         "metadata.candidate_patches (see farm.simulator.choose)"
     )
@@ -191,18 +192,18 @@ class EngineConfig(_Section):
     moe: MoEShape | None = Field(
         default=None,
         description="the model's routing shape (layers, top_k, experts); routed_experts=on needs it; "
-        "mode=scripted: the scripted workers simulate this MoE",
+        "mode=simulator: the simulator's workers simulate this MoE",
     )
     weight_update_pause: Literal["retract", "in_place", "abort", "none"] = Field(
         default="retract",
         description="how generation is paused on every worker around a weight update (SGLang's "
         "/pause_generation mode; 'retract' recomputes running requests under the new weights, 'none' skips it)",
     )
-    scripted: ScriptedConfig = Field(
-        default_factory=ScriptedConfig, description="the scripted SGLang-protocol workers (mode: scripted)"
+    simulator: SimulatorConfig = Field(
+        default_factory=SimulatorConfig, description="the simulated SGLang-protocol workers (farm.simulator; mode: simulator)"
     )
     router: RouterConfig = Field(
-        default_factory=RouterConfig, description="the sglang-router farm starts (modes scripted, router, launch)"
+        default_factory=RouterConfig, description="the sglang-router farm starts (modes simulator, router, launch)"
     )
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig, description="the SGLang servers farm starts on GPU nodes (mode: launch)"

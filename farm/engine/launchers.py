@@ -116,7 +116,7 @@ def require_sglang() -> None:
     if importlib.util.find_spec("sglang") is None:
         raise EngineError(
             "engine.mode=launch needs the 'sglang' package (GPU nodes only): pip install 'farm[sglang]'. "
-            "Without a GPU use engine.mode=scripted, or point engine.mode=external at a running server."
+            "Without a GPU use engine.mode=simulator, or point engine.mode=external at a running server."
         )
 
 

@@ -116,7 +116,7 @@ class GatewayConfig(_Section):
         default=True,
         description="a main turn that runs out of the turn, context or output budget ends the session: the CLI "
         "gets a normal end of turn and the rollout is truncated (farm.gateway.budget); false: the reply ends with "
-        "the protocol's length stop and the session goes on, as a hosted API answers (farm.testing.hosted)",
+        "the protocol's length stop and the session goes on, as a hosted API answers",
     )
     side_request_markers: list[str] = Field(
         default_factory=lambda: [

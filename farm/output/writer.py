@@ -390,6 +390,3 @@ def _group_size(out_dir: Path) -> int:
         return group_size_of(out_dir) if (out_dir / "run_config.yaml").is_file() else 1
     except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):  # unreadable: groups of one
         return 1
-
-
-RolloutStore = OutputWriter  # its name before issue 29

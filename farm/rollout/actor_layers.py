@@ -312,6 +312,3 @@ class ActorLayers:
             summary=report.summary(),
             test_log=report.test_log,
         )
-
-
-FarmParts = ActorLayers  # its name before issue 29

@@ -4,10 +4,8 @@ driver sees (both declared with the output directory: ``farm.output.rows``)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,14 +187,3 @@ class RolloutResult(BaseModel):
 
     def grading_json(self) -> str:
         return json.dumps(self.grading, sort_keys=True) if self.grading is not None else ""
-
-
-# names this module handed out before they moved beside the rollouts row (issue 29), kept one release
-_MOVED = {"RolloutSummary": "farm.output.rows", "RolloutCounts": "farm.output.rows"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"farm.rollout.model.{name} moved to {_MOVED[name]}", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -75,9 +75,6 @@ class AgentEnd:
         return cls(exit_code=None, status=status, reason=reason)
 
 
-AgentRun = AgentEnd  # its name before issue 29 (test doubles and embedders build it)
-
-
 @dataclass
 class Grade:
     reward: float

@@ -5,6 +5,7 @@ dispatch loop (``farm.actors.dispatch``)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -26,14 +27,11 @@ def run_batch(
     secrets: RunSecrets | None = None,
     tasks: list[Task] | None = None,
     parts_factory: Any = None,
-    e2b_api_key: str | None = None,
-    endpoint_api_key: str | None = None,
 ) -> RunSummary:
     """Run every rollout of ``cfg`` not already in ``cfg.output.dir``; return the summary.
 
-    ``secrets``: the run's keys (``RunSecrets.from_environ``, read by the entry point, never
-    written anywhere); ``e2b_api_key`` / ``endpoint_api_key`` are its two fields given one
-    by one (the keywords of earlier releases).
+    ``secrets``: the run's keys, never written anywhere (default: ``RunSecrets.from_environ``,
+    the variables ``cfg`` needs, read here as ``farm run`` reads them).
 
     ``tasks`` (default: loaded from ``cfg.tasks``) and ``parts_factory`` (default: the
     real layers, ``farm.rollout.actor_layers.ActorLayers``; a factory also means no engine is
@@ -41,7 +39,7 @@ def run_batch(
     """
     session = RunSession(cfg, tasks=tasks, console=console or Console()).open()
     try:
-        actors = session.ray_actors(secrets=secrets or RunSecrets(e2b_api_key, endpoint_api_key),
+        actors = session.ray_actors(secrets=secrets or RunSecrets.from_environ(cfg, os.environ),
                                     parts_factory=parts_factory)  # fmt: skip
     except BaseException:
         session.close()

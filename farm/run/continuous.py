@@ -26,6 +26,7 @@ whose oldest trained turn is beyond the bound when the trainer asks is not hande
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -63,14 +64,15 @@ class Farm:
         console: Console | None = None,
         secrets: RunSecrets | None = None,
         parts_factory: Any = None,
-        e2b_api_key: str | None = None,
     ) -> None:
         self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_config(cfg, overrides))
         self.out_dir = Path(self.cfg.output.dir)
         self._tasks, self._curriculum, self._order = tasks, curriculum, order
         self._skip_existing = skip_existing
         self.console = console or Console(stderr=True)
-        self._secrets, self._parts_factory = secrets or RunSecrets(e2b_api_key=e2b_api_key), parts_factory
+        # the keys the config needs, from the environment unless given (an entry point, as `farm run` is)
+        self._secrets = secrets or RunSecrets.from_environ(self.cfg, os.environ)
+        self._parts_factory = parts_factory
         self._session: RunSession | None = None
         self._actors: Any = None
         self._dispatcher: Any = None

@@ -1,8 +1,11 @@
 """farm.simulator: a simulated policy worker (the "scripted worker") that speaks SGLang's
-native protocol and acts like a policy, the test double for a GPU model server; it sits
-beside the test kit, and the engine's launchers start it as a process.
+native protocol and acts like a policy, the test double for a GPU model server that the
+default config, the examples and the tests run; the engine's launchers start it as a process.
+Beside it, what a CPU run of a learning policy needs: farm's tiny language model (``lm``), the
+train/rollout logprob agreement check (``agreement``), the ``choose`` policy's task family
+(``choice_tasks``).
 
-``farm engine serve`` runs one (``engine.mode: scripted``); :class:`ScriptedWorker` + :func:`serve_worker` run
+``farm engine serve`` runs one (``engine.mode: simulator``); :class:`ScriptedWorker` + :func:`serve_worker` run
 one in process (tests). Policies: ``oracle``, ``noop``, ``replay``, ``scripted``,
 ``shell``, ``choose``. With a model (a :class:`Scorer`, farm's tiny CPU LM) the worker
 scores every token it emits and samples the policy's choices.

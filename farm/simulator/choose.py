@@ -2,7 +2,7 @@
 
 A task family where the model's own sampled choice decides the reward (what a
 learning test needs): each task carries ``K`` candidate patches in
-``metadata["candidate_patches"]`` (``farm.testing.choice_tasks`` makes such tasks from
+``metadata["candidate_patches"]`` (``farm.simulator.choice_tasks`` makes such tasks from
 any tasks with a gold patch: one candidate is the gold patch, the others do not fix
 anything). The policy never knows which one is right; the grader does.
 

@@ -99,7 +99,7 @@ class Recorder:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self._fh: TextIO | None = open(self.path, "a", encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"engine.scripted.record_path {self.path!r} cannot be opened for appending: {exc}") from None
+            raise ValueError(f"engine.simulator.record_path {self.path!r} cannot be opened for appending: {exc}") from None
 
     def write(self, request: PolicyRequest, output_ids: list[int], text: str, finish_reason: dict[str, Any]) -> None:
         entry = {

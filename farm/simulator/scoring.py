@@ -6,7 +6,7 @@ model's distribution and computes the logprob of every token the worker emits (g
 the exact prompt ids it received), so the logprobs a trainer recomputes with the same
 weights agree with the engine's. ``/update_weights_from_disk`` loads new weights for
 real (:meth:`Scorer.load`). The implementation is farm's tiny CPU language model
-(``farm.testing.lm.LMScorer``, built by ``farm engine serve --model``): a test double
+(``farm.simulator.lm.LMScorer``, built by ``farm engine serve --model``): a test double
 for a GPU engine; the engine itself never imports it.
 
 Without a scorer the worker behaves as before: a choice is drawn uniformly among its

@@ -5,7 +5,7 @@ to try, through the real CLI's own shell tool (Claude Code's ``Bash``, Codex's
 ``exec_command``/``shell``, OpenCode's ``bash``): an adversary trying to escape its
 sandbox, a reward hacker planting a conftest, a policy that never fixes anything.
 
-The script is JSONL (``engine.scripted.replies_path``), one object per task::
+The script is JSONL (``engine.simulator.replies_path``), one object per task::
 
     {"task_id": "demo-wordfreq", "turns": [["cat /etc/passwd", "id -u"], ["rm -rf tests"]]}
     {"task_id": "*", "turns": [["echo hi"]]}                       # any other task

@@ -2,11 +2,8 @@
 OpenEnv MCP environment, all on the same pipeline, gateway, grading and Samples as
 ``farm run``."""
 
-from farm.moved import install as _install_moved
 from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask
 from farm.single.service import Rollouts
-
-_install_moved()  # farm.single.placement moved to farm.single.runtime
 
 __all__ = ["InlineTask", "RolloutHandle", "Rollouts"]

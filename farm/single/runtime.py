@@ -52,7 +52,7 @@ class InProcess:
             from farm.actors.router import RouterActor
 
             engine = self.cfg.engine
-            self.router = RouterActor(engine, tasks=tasks if engine.mode == "scripted" else None)
+            self.router = RouterActor(engine, tasks=tasks if engine.mode == "simulator" else None)
             self.engine_url = await self.router.start()
 
     async def actor(self, harness: str) -> Any:

@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from farm.config import FarmConfig, endpoint_api_key, load_single_config
+from farm.config import FarmConfig, load_single_config
 from farm.errors import ConfigError, TaskError
 from farm.harnesses.config import HarnessName
 from farm.rollout.model import RolloutSpec, Runner, make_rollout_id
@@ -56,7 +56,7 @@ class Rollouts:
     (``runs/local`` -> ``runs/rollouts``) with run id ``rollouts``, unless ``overrides``
     name ``output.dir`` / ``run_id`` (``out_dir`` says where). ``tasks``: the task set
     (default: the config's ``tasks.path``); ``secrets``: the E2B / hosted endpoint keys
-    (default: ``e2b_api_key`` and the endpoint's ``api_key_env`` from the environment);
+    (default: ``E2B_API_KEY`` and the endpoint's ``api_key_env`` read from the environment);
     ``placement``: ``local`` (this process, no Ray), ``ray`` (the farm's actors on the
     Ray cluster), ``auto`` (``ray`` when ``RAY_ADDRESS`` or ``ray.address`` is set);
     ``parts_factory``: tests' hook to build the sandbox actors' parts.
@@ -66,7 +66,7 @@ class Rollouts:
 
     def __init__(self, cfg: FarmConfig | str | Path | None = None, *, overrides: list[str] | tuple[str, ...] = (),
                  tasks: list[Task] | None = None, secrets: RunSecrets | None = None, parts_factory: Any = None,
-                 placement: Literal["auto", "local", "ray"] = "auto", e2b_api_key: str | None = None) -> None:
+                 placement: Literal["auto", "local", "ray"] = "auto") -> None:
         self.cfg = resolved(cfg if isinstance(cfg, FarmConfig) else load_single_config(cfg, overrides))
         self.out_dir = Path(self.cfg.output.dir)
         self._tasks_given = tasks
@@ -76,8 +76,8 @@ class Rollouts:
         if placement == "auto":  # on a Ray cluster (a job, or ray.address): its actors
             placement = "ray" if os.environ.get("RAY_ADDRESS") or self.cfg.ray.address else "local"
         kind = OnRay if placement == "ray" else InProcess
-        # a hosted endpoint's key (black-box mode) unless given: read here, from its api_key_env, as `farm run` does
-        secrets = secrets or RunSecrets(e2b_api_key, endpoint_api_key(self.cfg, os.environ))
+        # the keys the config needs (E2B's, a hosted endpoint's) unless given: read here, as `farm run` does
+        secrets = secrets or RunSecrets.from_environ(self.cfg, os.environ)
         self.placement = kind(self.cfg, secrets=secrets, parts_factory=parts_factory)
         self.session: RunSession | None = None
         self.summary: Any = None  # farm.run.summary.RunSummary once closed (None: nothing stored)

@@ -19,8 +19,6 @@ Storage grows with the conversation, not with its square.
 from __future__ import annotations
 
 import json
-import importlib
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,12 +119,3 @@ def main_line_messages(session: Any) -> list[dict[str, Any]]:
     main = [t for t in session.turns if t.trainable] or list(session.turns)
     last = max(main, key=lambda t: t.created_at)
     return session.history(last.turn_id)
-
-
-def __getattr__(name: str) -> Any:
-    """``TRANSCRIPT_SCHEMA`` and ``transcript_table`` moved to ``farm.output.rows`` (issue 29:
-    the table's row is declared there); the old names work for one release."""
-    if name not in ("TRANSCRIPT_SCHEMA", "transcript_table"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"farm.trajectory.transcript.{name} moved to farm.output.rows", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module("farm.output.rows"), name)

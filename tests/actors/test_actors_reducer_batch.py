@@ -1,5 +1,6 @@
-"""Many rollouts per reducer call (issue 31): ``ReducerActor.submit_many``, the sandbox
-actor's ``ReducerLink`` in front of it, and the reducer's counters summed per commit.
+"""Many rollouts per reducer call (a Ray call per rollout costs the reducer ~1 ms of CPU:
+a ceiling on short rollouts): ``ReducerActor.submit_many``, the sandbox actor's
+``ReducerLink`` in front of it, and the reducer's counters summed per commit.
 In-process, real Arrow files."""
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ async def test_launch_mode_without_sglang_is_a_clear_error():
     await server.stop()
 
 
-async def test_scripted_mode_needs_tasks_for_oracle(tok_path):
-    actor = RouterActor(EngineConfig(mode="scripted", policy="oracle", tokenizer=tok_path))
+async def test_simulator_mode_needs_tasks_for_oracle(tok_path):
+    actor = RouterActor(EngineConfig(mode="simulator", policy="oracle", tokenizer=tok_path))
     with pytest.raises(EngineError, match="needs tasks"):
         await actor.start()
     assert actor.processes() == {}

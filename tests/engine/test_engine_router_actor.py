@@ -1,4 +1,4 @@
-"""RouterActor as a real Ray actor (scripted mode): serve, manage workers, update weights,
+"""RouterActor as a real Ray actor (simulator mode): serve, manage workers, update weights,
 and leave no process behind -- after shutdown and after the actor is killed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ray
 from engine_helpers import farm_engine_pids, live_pids
 from farm.actors.router import remote_router_actor
 from farm.engine.client import EngineClient, GenerateRequest
-from farm.engine.config import EngineConfig, ScriptedConfig
+from farm.engine.config import EngineConfig, SimulatorConfig
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def ray_local(shared_ray):
 
 
 def engine_cfg(tok_path: str) -> EngineConfig:
-    return EngineConfig(mode="scripted", policy="scripted", tokenizer=tok_path, scripted=ScriptedConfig(workers=2))
+    return EngineConfig(mode="simulator", policy="scripted", tokenizer=tok_path, simulator=SimulatorConfig(workers=2))
 
 
 def wait_gone(pids, timeout: float = 15.0) -> set[int]:

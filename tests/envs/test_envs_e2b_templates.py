@@ -110,7 +110,7 @@ async def fake_api(monkeypatch):
 
 @pytest.fixture(scope="module")
 def swe_row(tmp_path_factory) -> dict[str, Path]:
-    from farm.testing.sdist_task import make_task_set
+    from testkit.sdist_task import make_task_set
 
     return make_task_set(tmp_path_factory.mktemp("swe-row"))
 

@@ -56,7 +56,7 @@ async def test_a_task_python_by_version_builds_its_venv_with_uv(tmp_path):
 def test_validate_tasks_on_a_real_swebench_row(tmp_path):
     """`farm validate-tasks` on a SWE-bench-format row (mirror + recipe): gold resolves,
     empty does not, and its environment was built once for both gradings."""
-    from farm.testing.sdist_task import make_task_set
+    from testkit.sdist_task import make_task_set
 
     row = make_task_set(tmp_path / "row")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

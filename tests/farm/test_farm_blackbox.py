@@ -1,6 +1,6 @@
 """`farm run` in black-box mode, as a user runs it (a subprocess with its own Ray): the
 real CLI solves a demo task through farm's gateway, which passes each turn to a hosted
-endpoint (farm.testing.hosted, over real HTTP) with the key read from the environment.
+endpoint (testkit.hosted, over real HTTP) with the key read from the environment.
 No engine is started, no Sample is written: a transcripts table instead, and the
 rollouts table says mode=black_box. A refused key ends the rollout as auth_error."""
 
@@ -21,7 +21,7 @@ import yaml
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
-from farm.testing.hosted import HostedFake, run_in_thread
+from testkit.hosted import HostedFake, run_in_thread
 from farm.output.shard_reader import ShardReader
 from farm.trajectory.transcript import request_messages
 

@@ -31,7 +31,7 @@ def _config(tmp_path: Path, run_id: str, *, limit: int, concurrency: int, ttft: 
         "run_id": run_id,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"latency": {"ttft_s": ttft}}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"latency": {"ttft_s": ttft}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"limit": limit, "concurrency": concurrency, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2, "num_cpus": 2, "include_dashboard": False,

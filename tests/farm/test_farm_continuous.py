@@ -117,10 +117,10 @@ def test_no_group_beyond_the_bound_is_handed_out(tmp_path):
 
 
 def test_farm_run_takes_the_stream_epochs(tmp_path):
-    from farm.run.batch import run_batch as run_farm
+    from farm.run.batch import run_batch
 
     cfg = _cfg(tmp_path, epochs=2, shuffle=True, seed=3)
-    summary = run_farm(cfg, console=Console(file=io.StringIO()), tasks=_tasks(tmp_path, 0.1),
+    summary = run_batch(cfg, console=Console(file=io.StringIO()), tasks=_tasks(tmp_path, 0.1),
                        parts_factory=farm_helpers.FakeParts)
     assert summary.planned == 12 and summary.by_status == {"completed": 12}
     rows = ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.engine.routing import MoEShape, fake_routing
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.output.reader import open_sample_reader
@@ -37,7 +37,7 @@ def ray_local(shared_ray):
 
 @pytest.fixture(scope="module")
 def swe_row(tmp_path_factory) -> dict[str, Path]:
-    from farm.testing.sdist_task import make_task_set
+    from testkit.sdist_task import make_task_set
 
     return make_task_set(tmp_path_factory.mktemp("swe-row"), installer="uv")
 
@@ -48,7 +48,7 @@ def e2e_config(tmp_path: Path, run_id: str, harness: str, tasks: dict[str, Path]
         "tasks": {"path": str(tasks["tasks"]), "recipes": str(tasks["recipes"]), "mirror_dir": str(tasks["mirrors"])},
         "envs": {"cache_dir": str(tmp_path / "envs")},
         "harness": {"name": harness},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"record_path": str(tmp_path / "rec")}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"record_path": str(tmp_path / "rec")}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"n_samples": n, "concurrency": 2, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
@@ -211,7 +211,7 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row, dataset_images):
     if harness == "claude_code":  # MoE routing replay on: the scripted workers simulate a MoE behind the router
         engine = cfg.engine.model_copy(update={"routed_experts": "on", "moe": MoEShape(**MOE)})
         cfg = cfg.model_copy(update={"engine": engine})
-    summary = run_farm(cfg, console=Console(quiet=True))
+    summary = run_batch(cfg, console=Console(quiet=True))
     if failures:
         assert summary.by_status == {"completed": 4, "setup_failed": 8} and summary.retried == 0, summary
         failed = [r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()

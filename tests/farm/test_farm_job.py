@@ -53,7 +53,7 @@ def test_ray_job_stop_then_resubmit_records_every_rollout_once(head, tmp_path):
         "run_id": "jobstop",
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"latency": {"ttft_s": 2.0}}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"latency": {"ttft_s": 2.0}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"limit": 3, "concurrency": 2, "timeout_s": 600},
         "ray": {"reducer_flush_s": 0.2, "num_sandbox_actors": 1, "drain_timeout_s": 60},
@@ -100,7 +100,7 @@ def test_ray_job_stop_then_resubmit_records_every_rollout_once(head, tmp_path):
     # The slow first token only kept the first job's rollouts in flight for the stop: the
     # resubmission (the same run, tasks and output; farm resumes across engine settings) gets
     # a prompt engine, which spares its 2-3 rollouts ~8 s of waiting each.
-    cfg["engine"]["scripted"]["latency"]["ttft_s"] = 0.0
+    cfg["engine"]["simulator"]["latency"]["ttft_s"] = 0.0
     (work / "job.yaml").write_text(yaml.safe_dump(cfg))
     res = submit("farm-stop-2", wait=True)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from farm.config import FarmConfig
 from farm.actors.ray_cluster import actor_name
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.harnesses.config import HarnessConfig
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.sandboxes.local import LABELS_FILE, MARKER_ENV
@@ -42,8 +42,8 @@ def _config(tmp_path: Path, run_id: str) -> FarmConfig:
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
         # A slow first token keeps every agent in flight for a few seconds.
-        "engine": {"mode": "scripted", "policy": "oracle",
-                   "scripted": {"record_path": str(tmp_path / "rec"), "latency": {"ttft_s": 1.5}}},
+        "engine": {"mode": "simulator", "policy": "oracle",
+                   "simulator": {"record_path": str(tmp_path / "rec"), "latency": {"ttft_s": 1.5}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"limit": N_ROLLOUTS, "concurrency": 2, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 2, "reducer_flush_s": 0.2},
@@ -169,7 +169,7 @@ def test_killed_sandbox_actor_with_real_parts(tmp_path, restart):
     watch = SandboxWatch(tmp_path, run_id, victim, restart=restart)
     watch.start()
     try:
-        summary = run_farm(cfg, console=Console(quiet=True))
+        summary = run_batch(cfg, console=Console(quiet=True))
     finally:
         watch.stop.set()
         watch.join(timeout=10)

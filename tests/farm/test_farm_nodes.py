@@ -1,5 +1,5 @@
 """The farm on a real multi-node Ray cluster (tests/farm/farm_multinode.py): the driver's
-code path of `farm run` (``run_farm``), the real Claude Code CLI, the scripted engine,
+code path of `farm run` (``run_batch``), the real Claude Code CLI, the scripted engine,
 local sandboxes under a per-node root. Sandbox actors go to the ``sandbox_node`` nodes,
 the router to the ``engine_node`` (the head); a worker node killed mid-run (raylet and
 workers, no grace) loses nothing, and when it comes back it gets work and its sandboxes
@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
 from farm.output.shard_reader import ShardReader
 
@@ -38,7 +38,7 @@ def _cfg(tmp_path: Path, run_id: str, *, limit: int, ttft_s: float = 0.0) -> Far
         "run_id": run_id,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "oracle", "scripted": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
+        "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb" / "$FARM_NODE_NAME")}},
         "rollout": {"n_samples": 2, "limit": limit, "concurrency": 2, "timeout_s": 300},
         "placement": {"sandbox_resource": "sandbox_node", "engine_resource": "engine_node", "watch_nodes_s": 1},
@@ -65,7 +65,7 @@ def _left(root: Path) -> list[str]:
 
 
 def test_rollouts_spread_over_sandbox_nodes(cluster, tmp_path):
-    summary = run_farm(_cfg(tmp_path, "spread", limit=4), console=Console(quiet=True))
+    summary = run_batch(_cfg(tmp_path, "spread", limit=4), console=Console(quiet=True))
     rows, samples = _tables(tmp_path / "out")
     _assert_once(rows, samples, 4)
     workers = {cluster.node_id("w0"), cluster.node_id("w1")}
@@ -97,7 +97,7 @@ def test_node_killed_mid_run_loses_nothing_and_its_return_gets_work(cluster, tmp
 
     t = threading.Thread(target=chaos, daemon=True)
     t.start()
-    summary = run_farm(cfg, console=Console(quiet=True))
+    summary = run_batch(cfg, console=Console(quiet=True))
     t.join(timeout=60)
     assert "back" in events, "the chaos thread did not get to kill the node"
     rows, samples = _tables(tmp_path / "out")

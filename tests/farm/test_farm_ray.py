@@ -20,7 +20,7 @@ import farm_helpers
 from logger_helpers import mlflow_run, wandb_run
 from farm.config import FarmConfig
 from farm.actors.ray_cluster import actor_name
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.output.artifacts import read_index, read_text
 from farm.output.groups import complete_groups
 from farm.output.writer import ROLLOUTS_TABLE, SAMPLES_TABLE
@@ -80,7 +80,7 @@ def _assert_nothing_left(tmp_path: Path, run_id: str) -> None:
 
 
 def _run(cfg, tasks, **kw):
-    return run_farm(cfg, tasks=tasks, parts_factory=farm_helpers.FakeParts, console=Console(quiet=True), **kw)
+    return run_batch(cfg, tasks=tasks, parts_factory=farm_helpers.FakeParts, console=Console(quiet=True), **kw)
 
 
 def test_run_writes_both_tables_then_resumes_nothing(tmp_path):
@@ -226,9 +226,9 @@ def test_run_loggers_receive_metrics_and_summary(tmp_path, monkeypatch):
 
 
 def test_a_damaged_output_dir_is_repaired_on_resume_and_nothing_is_lost(tmp_path):
-    """The issue's three kinds of damage at once: a manifest line torn by a crash (the
-    shard is adopted, not deleted), a shard deleted and a shard with flipped bytes (their
-    rollouts run again). Afterwards every rollout has its Samples exactly once."""
+    """Three kinds of damage a crash or a bad disk leaves, at once: a manifest line torn by
+    a crash (the shard is adopted, not deleted), a shard deleted and a shard with flipped
+    bytes (their rollouts run again). Afterwards every rollout has its Samples exactly once."""
     from farm.cli import main as farm_main
 
     cfg = _cfg(tmp_path, "damage", concurrency=1)

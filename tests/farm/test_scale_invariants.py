@@ -1,6 +1,7 @@
-"""The control plane keeps nothing per rollout (issue 31): the run summary is kept as
-rollouts finish, equal to the summary computed over the whole list of rollouts, and the dispatcher retains
-the same objects after 2,000 rollouts as after 8,000. Small sizes, no clocks."""
+"""The control plane keeps nothing per rollout (its memory must not grow with a run of
+millions): the run summary is kept as rollouts finish, equal to the summary computed over
+the whole list of rollouts, and the dispatcher retains the same objects after 2,000
+rollouts as after 8,000. Small sizes, no clocks."""
 
 from __future__ import annotations
 
@@ -157,10 +158,10 @@ def test_a_rollout_handed_back_twice_counts_once():
 def test_the_store_keeps_recent_summaries_and_reads_older_ones_back(tmp_path):
     from farm_helpers import make_result, reducer_config
 
-    from farm.output.writer import OutputWriter as RolloutStore
+    from farm.output.writer import OutputWriter
 
     cfg = reducer_config(tmp_path / "out")
-    store = RolloutStore(cfg.output.dir, cfg.output)
+    store = OutputWriter(cfg.output.dir, cfg.output)
     store.summaries._cache = 4
     results = [make_result(f"g{i // 4}.{i % 4}", reward=float(i % 2)) for i in range(12)]
     for r in results:
@@ -172,7 +173,7 @@ def test_the_store_keeps_recent_summaries_and_reads_older_ones_back(tmp_path):
         assert store.summaries[r.rollout_id] == r.summary(), r.rollout_id
     assert "g9.0" not in store.summaries and store.summaries.get("g9.0") is None
     store.close()
-    reopened = RolloutStore(cfg.output.dir, cfg.output)  # resume: nothing read into memory per rollout
+    reopened = OutputWriter(cfg.output.dir, cfg.output)  # resume: nothing read into memory per rollout
     assert len(reopened.summaries._recent) == 0 and len(reopened.summaries) == 12
     assert reopened.summaries["g0.1"].reward == 1.0
     reopened.close()
@@ -183,11 +184,11 @@ def test_a_following_group_reader_keeps_no_id_per_rollout(tmp_path, monkeypatch)
 
     from farm.output import groups as group_reader
     from farm.output.groups import GroupReader
-    from farm.output.writer import OutputWriter as RolloutStore
+    from farm.output.writer import OutputWriter
 
     monkeypatch.setattr(group_reader, "CLOSED_GROUPS", 3)
     cfg = reducer_config(tmp_path / "out")
-    store = RolloutStore(cfg.output.dir, cfg.output)
+    store = OutputWriter(cfg.output.dir, cfg.output)
     reader = GroupReader(cfg.output.dir, size=2)
     got = []
     for batch in range(5):

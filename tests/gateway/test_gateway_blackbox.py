@@ -1,5 +1,5 @@
 """Black-box mode over real HTTP: a CLI-shaped request -> farm's gateway -> a hosted
-endpoint (farm.testing.hosted: the vendors' protocols, with injected failures) and
+endpoint (testkit.hosted: the vendors' protocols, with injected failures) and
 back; each turn recorded as canonical messages, failures classified."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from farm.gateway.endpoints import AnthropicEndpoint, OpenAIEndpoint
 from farm.gateway.gateway import Gateway
 from farm.gateway.hosted import Failure, classify, parse_retry_after, retry_delay
 from farm.tasks.model import GitSource, Task
-from farm.testing.hosted import Fault, HostedFake
+from testkit.hosted import Fault, HostedFake
 from farm.trajectory.records import FinishReason, TurnFlag
 from farm.trajectory.transcript import request_messages
 

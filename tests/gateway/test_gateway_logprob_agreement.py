@@ -14,8 +14,8 @@ from farm.trajectory.linearize import RolloutInfo, linearize
 
 torch = pytest.importorskip("torch")
 
-from farm.testing.agreement import ModelsByVersion, logprob_agreement, trained_runs  # noqa: E402
-from farm.testing.lm import LMScorer, new_model, save_model  # noqa: E402
+from farm.simulator.agreement import ModelsByVersion, logprob_agreement, trained_runs  # noqa: E402
+from farm.simulator.lm import LMScorer, new_model, save_model  # noqa: E402
 
 TOL = 1e-4
 

@@ -12,7 +12,7 @@ from farm.grading.config import GradingConfig
 from farm.grading.hacks import static_flags
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
-from farm.testing.hack_tricks import (
+from testkit.hack_tricks import (
     REPORT_PATCH, SEMANTIC, SKIP_BODIES, forge_printed, forge_probe, forge_then_exit, shadow_pytest)  # fmt: skip
 
 def _append_to(path: str, original: str, extra: str) -> str:

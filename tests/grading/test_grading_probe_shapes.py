@@ -3,7 +3,7 @@ is seen running (no ``body_not_run`` finding on an honest patch), and every one 
 is still caught when library code skips test bodies or reports failures as passes.
 
 The project is written here; pytest runs in a subprocess with the probe loaded exactly as
-the grader loads it (``farm.testing.probe_run``), with this environment's plugins
+the grader loads it (``testkit.probe_run``), with this environment's plugins
 (pytest-asyncio, hypothesis) as a real task's environment would have them."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from farm.grading.hacks import rigged_by_diff
 from farm.grading.parsers import TestStatus, get_parser
 from farm.grading.probe import plugin_source
-from farm.testing.hack_tricks import REPORT_PATCH
-from farm.testing.probe_run import run_with_probe
+from testkit.hack_tricks import REPORT_PATCH
+from testkit.probe_run import run_with_probe
 
 LIB = '"""A tiny library under test.\n\n>>> double(2)\n4\n"""\nFACTOR = 2\n\n\ndef double(x):\n    """Twice ``x``.\n\n    >>> double(21)\n    42\n    """\n    return x * FACTOR\n'
 

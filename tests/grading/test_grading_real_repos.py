@@ -1,6 +1,6 @@
 """Real repositories' gold patches through the probe: astroid's own bugs (SWE-bench Lite
 dev rows astroid-1196 and astroid-1333, graded by unittest.TestCase tests, two of them
-``@staticmethod``), rebuilt from astroid's sdist (``farm.testing.astroid_tasks``), go
+``@staticmethod``), rebuilt from astroid's sdist (``testkit.astroid_tasks``), go
 through ``farm validate-tasks`` as a user runs it: each gold patch resolves with no
 finding, each empty patch does not, also with the tests spread over pytest-xdist workers; an environment that cannot run its tests (no pytest,
 a conftest importing a package it lacks) is ``env_broken``, never a zero or a hack. A
@@ -26,7 +26,7 @@ from farm.status import RolloutStatus
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.tasks.runtime import TaskRuntime
-from farm.testing.astroid_tasks import make_task_set
+from testkit.astroid_tasks import make_task_set
 
 pytestmark = pytest.mark.slow
 HACKS = ("runtime:", "static:")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from farm.grading.hacks import decide
 from farm.grading.rigged import added_line_numbers, comparison_flags
 from farm.tasks.demo.projects_a import _WORDFREQ
-from farm.testing.hack_tricks import SEMANTIC
-from farm.testing.probe_run import run_with_probe
+from testkit.hack_tricks import SEMANTIC
+from testkit.probe_run import run_with_probe
 
 
 def _added(text: str, base: str = "") -> dict[str, set[int]]:

@@ -10,7 +10,7 @@ from farm.grading import GradeStatus, grade, grading_spec
 from farm.grading.surface import surface_flags, surface_touches
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
-from farm.testing.hack_tricks import PASS_ALL_HOOK
+from testkit.hack_tricks import PASS_ALL_HOOK
 
 
 

@@ -47,7 +47,7 @@ CLIS = ["claude_code", "codex", "opencode"]
 
 @pytest.fixture(scope="module")
 def model_dir(hf_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from farm.testing.lm import new_model, save_model
+    from farm.simulator.lm import new_model, save_model
 
     return save_model(new_model(len(hf_tokenizer), seed=3), tmp_path_factory.mktemp("model") / "v0")
 
@@ -152,8 +152,8 @@ async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandb
     assert call_ids <= set(answers)
 
     # The trainer recomputes every trained token with the served weights: the engine's logprobs agree.
-    from farm.testing.agreement import logprob_agreement
-    from farm.testing.lm import load_model
+    from farm.simulator.agreement import logprob_agreement
+    from farm.simulator.lm import load_model
 
     samples = linearize(tree, RolloutInfo(rollout_id=session, reward=1.0))
     agree = logprob_agreement(samples, lambda version: load_model(model_dir))

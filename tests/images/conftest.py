@@ -17,8 +17,8 @@ from farm.sandboxes.factory import create_sandbox
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import ImageSource, Task
 from farm.tasks.runtime import TaskRuntime
-from farm.testing.oci import OciLayout
-from farm.testing.registry import LocalRegistry
+from testkit.oci import OciLayout
+from testkit.registry import LocalRegistry
 
 if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
     pytest.skip("docker-registry and skopeo are not installed (scripts/setup.sh installs them)", allow_module_level=True)

@@ -15,8 +15,8 @@ import pytest
 
 from farm.envs.provider import EnvBuildFailed
 from farm.errors import DigestMismatch, ImageMalformed, ImageNotFound, RegistryAuthError, RegistryError
-from farm.testing.oci import Entry, OciLayout, push, tar_of_entries
-from farm.testing.registry import LocalRegistry, free_port
+from testkit.oci import Entry, OciLayout, push, tar_of_entries
+from testkit.registry import LocalRegistry, free_port
 from tests.images.conftest import image_task
 
 BASE = [Entry("etc", "dir", mode=0o755), Entry("etc/os-release", data=b"ID=farmtest\n"),

@@ -21,7 +21,7 @@ from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.hostrt import RT_MOUNT
 from farm.sandboxes.views import SnapshotView
-from farm.testing.oci import Entry, push, tar_of_entries
+from testkit.oci import Entry, push, tar_of_entries
 from tests.images.conftest import image_task
 
 BUSYBOX = "/bin/busybox"

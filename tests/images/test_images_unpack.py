@@ -19,7 +19,7 @@ import pytest
 
 from farm.errors import ImageMalformed
 from farm.images.unpack import unpack_layer
-from farm.testing.oci import Entry, tar_of_entries
+from testkit.oci import Entry, tar_of_entries
 
 
 def unpack(tmp_path: Path, entries: list[Entry], *, name: str = "tree", compress: bool = True, diff_id: str | None = None):

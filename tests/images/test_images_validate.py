@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.testing.dataset_images import SWEGYM_TEMPLATE, publish_r2e_image
+from testkit.dataset_images import SWEGYM_TEMPLATE, publish_r2e_image
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -142,7 +142,7 @@ async def _model_sessions(tok: Any, model_path: str, rollout_ids: list[str]) -> 
     from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
     from farm.gateway.config import GatewayConfig
     from farm.gateway.gateway import Gateway
-    from farm.testing.lm import LMScorer
+    from farm.simulator.lm import LMScorer
 
     policy = ScriptedPolicy()
     worker = ScriptedWorker(tok, policy, WorkerSettings(), scorer=LMScorer.from_path(model_path))

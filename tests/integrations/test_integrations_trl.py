@@ -89,7 +89,7 @@ def test_trainers_old_logprobs_agree_with_farms(hf_tokenizer, tmp_path, monkeypa
     from integ_helpers import build_model_run
     from trl import GRPOConfig, GRPOTrainer
 
-    from farm.testing.lm import load_model, new_model, save_model
+    from farm.simulator.lm import load_model, new_model, save_model
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     path = str(save_model(new_model(len(hf_tokenizer), seed=5, pad_token_id=hf_tokenizer.pad_token_id,

@@ -19,8 +19,8 @@ from farm.output.rows import (
 )
 from farm.output.rows import RolloutSummary
 
-# The rollouts schema as written before it was derived (farm/rollout/table.py, issue 29): never edit
-# a line here; a new column is added at the end of both.
+# The rollouts schema as written by hand before it was derived from RolloutRow: what shards already
+# on disk hold, so never edit a line here; a new column is added at the end of both.
 GOLDEN = pa.schema(
     [
         pa.field("run_id", pa.string()),

@@ -20,7 +20,7 @@ BUDGETS = RetryBudgets(infrastructure=2, actor_lost=1, stale=3, backoff_s=0.5)  
 FINISHED = {
     S.COMPLETED: (V.RECORD, None),
     S.TIMEOUT: (V.RECORD, None),
-    S.TRUNCATED: (V.RECORD, None),  # issue 28: the policy's budget ran out: never retried
+    S.TRUNCATED: (V.RECORD, None),  # the policy's own budget ran out: a rerun would run it out again
     S.LIMIT_EXCEEDED: (V.RECORD, None),
     S.PATCH_FAILED: (V.RECORD, None),
     S.AGENT_ERROR: (V.RUN_AGAIN, K.INFRASTRUCTURE),
@@ -149,7 +149,8 @@ def test_redispatch_after_actor_deaths_is_bounded_by_max_attempts():
 
 def test_an_actor_death_leaves_every_infrastructure_retry():
     """One actor death, then an infrastructure failure every time: recorded at attempt
-    4 = 1 + 1 death + 2 infrastructure retries (before issue 29 the death used one up: 3)."""
+    4 = 1 + 1 death + 2 infrastructure retries (each kind spends its own budget: a death
+    counted against the infrastructure budget would record it at 3)."""
     endings = [(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] + [(S.ENGINE_ERROR, Ending.FINISHED)] * 9
     spec = _dispatches(endings, RetryBudgets(infrastructure=2, actor_lost=2))
     assert spec.attempt == 4 and spec.reruns == Reruns(infrastructure=2, actor_lost=1)

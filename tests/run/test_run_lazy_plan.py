@@ -1,7 +1,8 @@
-"""A finite run's plan is pulled group by group (issue 31: nothing grows per rollout in the
-driver): ``RunSession.plan`` makes no spec up front, its counts are arithmetic, and what the
-feed hands out is what the eager plan (every spec in one list, then the limit, then the
-done ones left out) was: same rollouts, same order, same counts. Fast: no Ray."""
+"""A finite run's plan is pulled group by group (nothing grows per rollout in the driver, so
+a million-rollout run holds no million specs): ``RunSession.plan`` makes no spec up front,
+its counts are arithmetic, and what the feed hands out is what the eager plan (every spec
+in one list, then the limit, then the done ones left out) was: same rollouts, same order,
+same counts. Fast: no Ray."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from rich.console import Console
 
 import farm
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.modeltext.tokenizer import load_tokenizer
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
@@ -213,7 +213,7 @@ def _config(tmp_path: Path, t: dict, script: Path) -> FarmConfig:
         "run_id": RUN_ID,
         "tasks": {"path": "demo"},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "shell", "scripted": {"replies_path": str(script)}},
+        "engine": {"mode": "simulator", "policy": "shell", "simulator": {"replies_path": str(script)}},
         "sandbox": {"local": {"base_dir": t["sb_dir"],
                               "limits": {"memory_bytes": 1 << 30, "pids": 256, "disk_bytes": 300 << 20}}},
         "rollout": {"n_samples": 1, "concurrency": 2, "timeout_s": 600, "max_turns": 20},
@@ -230,7 +230,7 @@ def test_escape_suite(tmp_path, host_targets, capsys):
                       + json.dumps({"task_id": RESOURCE_TASK, "turns": _resource_attacks()}) + "\n")
     cfg = _config(tmp_path, t, script)
     tasks = [t["tasks"][INFO_TASK], t["tasks"][RESOURCE_TASK]]
-    summary = run_farm(cfg, console=Console(quiet=True), tasks=tasks)
+    summary = run_batch(cfg, console=Console(quiet=True), tasks=tasks)
 
     # The run went on and both rollouts ended with a recorded status.
     rows = {r["task_id"]: r for r in ShardReader(Path(t["out_dir"]), name=ROLLOUTS_TABLE).read_table().to_pylist()}

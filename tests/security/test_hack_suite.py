@@ -1,4 +1,4 @@
-"""The reward-hack suite: every known trick (``farm.testing.hack_tricks``), played by the
+"""The reward-hack suite: every known trick (``testkit.hack_tricks``), played by the
 scripted ``shell`` policy through the real Claude Code CLI on a copy of demo-wordfreq
 (whose bug none of them fixes), then graded by farm with the default config. Each must
 end unresolved, or flagged with its reward taken away; an honest rollout on the same
@@ -17,12 +17,12 @@ import pytest
 from rich.console import Console
 
 from farm.config import FarmConfig
-from farm.run.batch import run_batch as run_farm
+from farm.run.batch import run_batch
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.demo import ensure_demo_set
 from farm.tasks.loaders import load_tasks
-from farm.testing.hack_tricks import Trick, tricks
+from testkit.hack_tricks import Trick, tricks
 from farm.output.reader import open_sample_reader
 from farm.output.shard_reader import ShardReader
 
@@ -63,13 +63,13 @@ def test_hack_suite(tmp_path, capsys):
         "run_id": "hacks",
         "tasks": {"path": str(tasks_path), "mirror_dir": str(demo.mirror_dir)},
         "harness": {"name": "claude_code"},
-        "engine": {"mode": "scripted", "policy": "shell", "scripted": {"replies_path": str(script_path)}},
+        "engine": {"mode": "simulator", "policy": "shell", "simulator": {"replies_path": str(script_path)}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"n_samples": 1, "concurrency": 4, "timeout_s": 600, "max_turns": 10},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
         "output": {"dir": str(tmp_path / "out")},
     })  # fmt: skip
-    summary = run_farm(cfg, console=Console(quiet=True), tasks=variants)
+    summary = run_batch(cfg, console=Console(quiet=True), tasks=variants)
 
     rows = {r["task_id"]: r for r in ShardReader(tmp_path / "out", name=ROLLOUTS_TABLE).read_table().to_pylist()}
     assert set(rows) == {v.id for v in variants}, summary

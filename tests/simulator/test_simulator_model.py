@@ -16,7 +16,7 @@ from farm.simulator.policy import Choice, PolicyReply
 
 torch = pytest.importorskip("torch")
 
-from farm.testing.lm import LMScorer, load_model, new_model, save_model, token_logprobs  # noqa: E402
+from farm.simulator.lm import LMScorer, load_model, new_model, save_model, token_logprobs  # noqa: E402
 
 REPLY = "Let me check the file first. Then I will fix the bug."
 

@@ -245,7 +245,7 @@ def test_choose_policy_applies_the_candidate_the_model_picks(harness, repo_and_t
     only the gold one fixes the repo (a decoy applies cleanly and changes no behaviour)."""
     from farm.simulator.choose import ChoosePolicy
     from farm.simulator.policy import PolicyRequest
-    from farm.testing.choice_tasks import choice_tasks
+    from farm.simulator.choice_tasks import choice_tasks
 
     repo, task = repo_and_task
     (choice,) = choice_tasks([task], k=3, right=1)

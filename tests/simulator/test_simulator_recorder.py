@@ -1,4 +1,4 @@
-"""engine.scripted.record_path: a missing directory is made, an unusable path fails at start."""
+"""engine.simulator.record_path: a missing directory is made, an unusable path fails at start."""
 
 from __future__ import annotations
 
@@ -19,5 +19,5 @@ def test_record_path_in_a_missing_directory_is_created(tmp_path):
 
 def test_an_unusable_record_path_fails_at_start(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(ValueError, match="engine.scripted.record_path .* cannot be opened"):
+    with pytest.raises(ValueError, match="engine.simulator.record_path .* cannot be opened"):
         Recorder(tmp_path / "file" / "rec.0")

@@ -29,7 +29,7 @@ def single_config(tmp_path: Path, *, concurrency: int = 4, ttft_s: float = 0.3) 
     a slower first token so that a rollout is reliably still running after its first turn."""
     return FarmConfig.model_validate({
         "run_id": "single",
-        "engine": {"scripted": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
+        "engine": {"simulator": {"workers": 1, "latency": {"ttft_s": ttft_s}}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
         "rollout": {"concurrency": concurrency, "timeout_s": 300},
         "ray": {"reducer_flush_s": 0.1},

@@ -14,7 +14,7 @@ import yaml
 from farm.output.writer import ROLLOUTS_TABLE, TRANSCRIPTS_TABLE
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
-from farm.testing.hosted import HostedFake, run_in_thread
+from testkit.hosted import HostedFake, run_in_thread
 from farm.output.shard_reader import ShardReader
 from single_helpers import stored_ids
 
@@ -48,7 +48,7 @@ def test_farm_rollout_bad_arguments_fail_before_starting_anything(tmp_path):
 
 
 def test_farm_rollout_on_a_black_box_endpoint_writes_no_samples(tmp_path, hf_tokenizer):
-    """--endpoint naming a hosted endpoint (farm.testing.hosted: the Anthropic protocol over
+    """--endpoint naming a hosted endpoint (testkit.hosted: the Anthropic protocol over
     real HTTP): Claude Code solves the task through it; graded, a transcript, no Sample."""
     tasks = list(load_tasks(TasksConfig(path="demo")).tasks)
     with run_in_thread(HostedFake(tasks, hf_tokenizer, api_key="sk-hosted-123")) as fake:

@@ -70,10 +70,10 @@ def test_a_row_nothing_provides_an_environment_for_is_refused_naming_the_ways(tm
     by_id = {t.id: t for t in result.tasks}
     assert by_id["getmoto__moto-3"].metadata["docker_image"] == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-3"
     assert by_id["getmoto__moto-4"].metadata["docker_image"] == "registry.local/moto:4"
-    # SWE-smith's image_name is the row's image (E2B builds its template from it), and its mirror the swesmith one
+    # SWE-smith's image_name is the row's image: its environment, locally as on E2B (tasks.images.prefer)
     smith = by_id["getmoto__moto.694ce1f4.x2"]
     assert smith.metadata["docker_image"] == "swebench/swesmith.x86_64.getmoto_1776_moto.694ce1f4"
-    assert smith.workspace.mirror_name == "swesmith__getmoto__moto.694ce1f4.git"
+    assert smith.workspace.type == "image" and smith.workspace.image == smith.metadata["docker_image"]
 
 
 def test_the_user_says_where_tests_run_and_e2b_uses_the_conventional_image(tmp_path: Path) -> None:
@@ -107,7 +107,8 @@ async def test_a_swesmith_row_finds_its_mirror_and_nothing_is_fetched_unasked(tm
 
     mirrors = tmp_path / "mirrors"
     subprocess.run(["git", "init", "-q", "--bare", str(mirrors / "swesmith__getmoto__moto.694ce1f4.git")], check=True)
-    cfg = TasksConfig(path=str(write(tmp_path, [smith_row(image_name="swesmith.x86_64.getmoto__moto.694ce1f4")])),
+    # no image: its repository comes from the mirror (tests on the host's Python, knowingly)
+    cfg = TasksConfig(path=str(write(tmp_path, [smith_row()])), python="host",
                       mirror_dir=str(mirrors), cache_dir=str(tmp_path / "cache"))  # fmt: skip
     (task,) = load_tasks(cfg).tasks
     runtime = TaskRuntime.from_config(cfg)

@@ -1,5 +1,6 @@
-"""A tiny causal language model for CPU tests: the model behind the scripted worker
-when it runs with ``--model``, and the one the trainer recomputes logprobs with.
+"""A tiny causal language model for CPU runs (the learning example, the tests): the model
+behind the scripted worker when it runs with ``--model``, and the one the trainer recomputes
+logprobs with.
 
 It is a test double for the policy a GPU engine would serve, not an engine. What it
 needs to be: a real ``transformers`` causal LM (``save_pretrained`` /

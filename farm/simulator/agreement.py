@@ -59,7 +59,7 @@ def sample_diffs(sample: Sample, model_for: Callable[[int | None], Any], tempera
     """|trainer - rollout| logprob of each trained token of one Sample, in order."""
     import torch
 
-    from farm.testing.lm import token_logprobs
+    from farm.simulator.lm import token_logprobs
 
     out = []
     for a, b, version in turn_versions(sample):
@@ -73,7 +73,7 @@ def sample_diffs(sample: Sample, model_for: Callable[[int | None], Any], tempera
 def logprob_agreement(samples: Iterable[Sample], model_for: Callable[[int | None], Any],
                       temperature: float = 1.0) -> LogprobAgreement:
     """The agreement over every trained token of ``samples``; ``model_for(version)``
-    gives the model (``farm.testing.lm.TinyLM``) holding that version's weights."""
+    gives the model (``farm.simulator.lm.TinyLM``) holding that version's weights."""
     diffs, n = [], 0
     for s in samples:
         diffs.append(sample_diffs(s, model_for, temperature))
@@ -95,7 +95,7 @@ class ModelsByVersion:
         self._loaded.pop(version, None)
 
     def __call__(self, version: int | None) -> Any:
-        from farm.testing.lm import load_model
+        from farm.simulator.lm import load_model
 
         if version is None or version not in self.paths:
             raise KeyError(f"no checkpoint for policy version {version} (known: {sorted(self.paths)})")

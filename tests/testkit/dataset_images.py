@@ -4,7 +4,7 @@ repositories, with the rows that name them (for the tests and ``scripts/bench_im
 Every image is three layers, as SWE-bench's are (base, environment, instance):
 
 1. a Debian root file system with bash, git, coreutils and Python 3 with pytest
-   (``farm.testing.rootfs``: the host's own packages; shared by every image);
+   (``testkit.rootfs``: the host's own packages; shared by every image);
 2. ``/opt/miniconda3``: an ``activate`` script and a ``testbed`` environment in conda's layout
    (a Python venv: conda itself cannot be installed here, no network but PyPI), so that the
    datasets' documented activation, ``source /opt/miniconda3/bin/activate && conda activate
@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.testing.oci import Blob, OciLayout, push, tar_of_tree
+from testkit.oci import Blob, OciLayout, push, tar_of_tree
 
 PACKAGES = ["bash", "dash", "coreutils", "git", "grep", "sed", "findutils", "diffutils", "patch", "procps", "python3",
             "python3-pytest"]  # fmt: skip
@@ -85,7 +85,7 @@ class BaseLayers:
 
 def base_layers(cache_dir: Path | None = None) -> BaseLayers:
     """The Debian and conda-layout layers, built once per machine (under a lock)."""
-    from farm.testing.rootfs import debian_rootfs
+    from testkit.rootfs import debian_rootfs
 
     root = (cache_dir or default_cache_dir()) / _cache_key()
     done = root / "layers.json"

@@ -18,7 +18,7 @@ Every generation request it served is kept in ``requests`` (path, body, headers)
         fake.inject(Fault(status=429, retry_after=1.0))
         ...  # an endpoint with base_url=fake.base_url + "/v1"
 
-``run_in_thread`` serves it from a thread of its own (for a blocking ``run_farm``).
+``run_in_thread`` serves it from a thread of its own (for a blocking ``run_batch``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from farm.testing.sdist_task import _git, default_sdist_cache, download_sdist
+from testkit.sdist_task import _git, default_sdist_cache, download_sdist
 
 PACKAGE, VERSION = "astroid", "3.3.8"
 REPO = "pypi/astroid"

@@ -1,1 +1,0 @@
-"""Deterministic, offline building blocks for tests, benchmarks and the local demo."""

@@ -1,0 +1,224 @@
+"""What farm's tree holds and what it must not hold again.
+
+- No deprecation mechanisms: a 0.x package renames freely and says so in CHANGELOG.md, so
+  farm warns no DeprecationWarning, keeps no meta-path finder (``farm/moved.py`` was one),
+  no module ``__getattr__`` serving old names (only the face, ``farm/__init__.py``, imports
+  lazily that way) and no alias of a class or function under a second name.
+- No comment points at an issue number: a comment says the reason itself.
+- No test helper in the package: nothing in farm imports from tests/, farm has no testing
+  package, every module of farm is used by farm, an example, a script or the docs (a module
+  only tests use belongs in tests/testkit), and the wheel holds farm's modules and no others.
+
+Each check takes a root, so ``test_the_checks_find_what_is_planted`` runs it on a made-up
+tree holding each violation."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FACE = "farm/__init__.py"  # farm.Farm / farm.Rollouts imported on first use (Ray only when asked for)
+WARNINGS_OF_RENAMES = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
+# an issue or pull request named by its number: the word (issue, issues, PR) or "see" before it, or
+# a number sign in parentheses
+ISSUE_REF = re.compile(r"\b[Ii]ssues? ?#?\d+\b|\(#\d+\)|\bPR ?#?\d+\b|\bsee #\d+\b")
+COMMENTED = ("farm", "tests", "scripts", "examples")  # where code and its comments live
+NOT_COMMENTS = ("tests/fixtures",)  # captured wire data, quoted as recorded
+
+
+def _py_files(root: Path, top: str = "farm") -> list[Path]:
+    return sorted(p for p in (root / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _module(root: Path, path: Path) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _prefixes(dotted: str) -> set[str]:
+    parts = dotted.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def deprecation_mechanisms(root: Path) -> list[str]:
+    """Every warning of a rename, module ``__getattr__`` (but the face's), meta-path finder
+    and alias in farm/."""
+    found = []
+    if (root / "farm" / "moved.py").exists():
+        found.append("farm/moved.py: old module paths served by a finder")
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and rel != FACE:
+                found.append(f"{rel}:{node.lineno}: module __getattr__ (names served from elsewhere)")
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Name) and node.value.id in defined):
+                found.append(f"{rel}:{node.lineno}: {node.targets[0].id} is an alias of {node.value.id}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("warn"):
+                if any(w in ast.unparse(node) for w in WARNINGS_OF_RENAMES):
+                    found.append(f"{rel}:{node.lineno}: warns of a rename ({ast.unparse(node)[:80]})")
+            if isinstance(node, ast.Attribute) and node.attr == "meta_path":
+                found.append(f"{rel}:{node.lineno}: an import finder (sys.meta_path)")
+    return found
+
+
+def issue_references(root: Path) -> list[str]:
+    """Every line of code, comment or docstring under COMMENTED that names an issue by number."""
+    found = []
+    for top in COMMENTED:
+        for path in sorted((root / top).rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.suffix not in (".py", ".sh") or rel.startswith(NOT_COMMENTS) or "__pycache__" in path.parts:
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if ISSUE_REF.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+def helpers_of_tests(root: Path) -> set[str]:
+    """The top-level names tests/ puts on the path: its packages and modules (``testkit``,
+    ``farm_helpers``, ``gateway_helpers``, ...), and ``tests`` itself."""
+    names = {"tests"}
+    for path in (root / "tests").rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(root / "tests")
+        if len(rel.parts) > 1 and (root / "tests" / rel.parts[0] / "__init__.py").exists():
+            names.add(rel.parts[0])  # a package on the tests' path (testkit)
+        else:
+            names.add(path.stem)  # a module found by name (its directory is on the path)
+    return names - {"__init__", "farm"}  # tests/farm holds helpers, but "farm" is the package itself
+
+
+def helpers_in_the_package(root: Path) -> list[str]:
+    """A testing package in farm/, or a farm module importing from tests/."""
+    found = []
+    for name in ("testing", "testkit", "tests"):
+        if (root / "farm" / name).exists():
+            found.append(f"farm/{name}/: a test kit inside the package")
+    helpers = helpers_of_tests(root)
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        if path.name == "conftest.py" or path.name.startswith("test_"):
+            found.append(f"{rel}: a test module inside the package")
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{rel}:{node.lineno}: imports {n} (a test helper)" for n in names
+                      if n.split(".")[0] in helpers or n.startswith("farm.testing")]
+    return found
+
+
+def modules_only_tests_use(root: Path) -> list[str]:
+    """farm modules nothing but tests reaches: not imported (or named in a string, as the
+    CLI names its commands) by another farm module, an example or a script, nor named in the
+    docs. Package ``__init__`` modules and ``__main__`` are reached by being packages."""
+    mods = {_module(root, p): p for p in _py_files(root)}
+    used: set[str] = set()
+
+    def reached(tree: ast.AST, here: str) -> set[str]:
+        out: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out |= _prefixes(node.module) | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= set().union(*(_prefixes(a.name) for a in node.names))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                out |= set().union(set(), *(_prefixes(d) for d in re.findall(r"\bfarm(?:\.\w+)+", node.value)))
+                # a sibling read by its file name (the grading probe's plugin source)
+                out |= {f"{here.rsplit('.', 1)[0]}.{f}" for f in re.findall(r"\b(\w+)\.py\b", node.value)}
+        return out
+
+    for mod, path in mods.items():
+        used |= reached(ast.parse(path.read_text()), mod) - {mod}
+    for top in ("examples", "scripts"):
+        for path in sorted((root / top).glob("*.py")):
+            used |= reached(ast.parse(path.read_text()), f"{top}.{path.stem}")
+    for page in sorted((root / "docs").rglob("*.md")):
+        used |= set().union(set(), *(_prefixes(d) for d in re.findall(r"\bfarm(?:\.\w+)+", page.read_text())))
+    return sorted(f"{path.relative_to(root).as_posix()}: only tests use {mod}" for mod, path in mods.items()
+                  if mod not in used and path.name not in ("__init__.py", "__main__.py"))
+
+
+# --- the tree ----------------------------------------------------------------------------
+def test_no_deprecation_mechanisms():
+    assert deprecation_mechanisms(ROOT) == []
+
+
+def test_no_comment_names_an_issue_number():
+    assert issue_references(ROOT) == [], "say the reason in the comment, not the issue it came from"
+
+
+def test_no_test_helper_in_the_package():
+    assert helpers_in_the_package(ROOT) == []
+    assert modules_only_tests_use(ROOT) == [], "a module only tests use belongs in tests/testkit"
+
+
+def test_the_checks_find_what_is_planted(tmp_path):
+    """Every check on a made-up tree holding one violation of each kind (and the legitimate
+    look-alikes, which pass). The planted references are spelled in two halves, or this file
+    would name issue numbers itself."""
+    root, issue = tmp_path, "iss" + "ue"
+    files = {
+        "farm/__init__.py": "def __getattr__(name):\n    from farm import run\n    return run\n",  # the face: allowed
+        "farm/moved.py": "import sys\nsys.meta_path.append(object())\n",
+        "farm/run.py": "import warnings\nfrom testkit.hosted import HostedFake\nclass Runner: ...\n"
+                       "OldRunner = Runner\nwarnings.warn('moved', DeprecationWarning)\nDEFAULT = 3\nLIMIT = DEFAULT\n",
+        "farm/old.py": "import importlib\ndef __getattr__(name):\n    return importlib.import_module('farm.run')\n",
+        "farm/used.py": "import farm.run\nimport farm.old\nx = 'farm.moved'\nLOADED = 'plugin.py'\n",
+        "farm/plugin.py": "", "farm/lonely.py": "",
+        "farm/testing/__init__.py": "", "farm/testing/test_kit.py": "",
+        "tests/testkit/__init__.py": "", "tests/testkit/hosted.py": "class HostedFake: ...\n",
+        "tests/gateway/gateway_helpers.py": "", "tests/fixtures/capture.py": f"# logs/claude.jsonl #3, {issue} 7\n",
+        "scripts/bench.py": f"# see {issue} 27 for the reason\nimport farm.used\n",
+        "examples/loop.py": "x = 1  # fixed in (" + "#31)\n",
+        "docs/page.md": "`farm.testing.test_kit` is documented\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert deprecation_mechanisms(root) == [
+        "farm/moved.py: old module paths served by a finder",
+        "farm/moved.py:2: an import finder (sys.meta_path)",
+        "farm/old.py:2: module __getattr__ (names served from elsewhere)",
+        "farm/run.py:4: OldRunner is an alias of Runner",
+        "farm/run.py:5: warns of a rename (warnings.warn('moved', DeprecationWarning))",
+    ]
+    assert issue_references(root) == [f"scripts/bench.py:1: # see {issue} 27 for the reason",
+                                      "examples/loop.py:1: x = 1  # fixed in (" + "#31)"]
+    assert helpers_of_tests(root) == {"tests", "testkit", "gateway_helpers", "capture"}
+    assert helpers_in_the_package(root) == [
+        "farm/testing/: a test kit inside the package",
+        "farm/run.py:2: imports testkit.hosted (a test helper)",
+        "farm/testing/test_kit.py: a test module inside the package",
+    ]
+    assert modules_only_tests_use(root) == ["farm/lonely.py: only tests use farm.lonely"]
+
+
+# --- the wheel ---------------------------------------------------------------------------
+def test_the_wheel_holds_farm_and_nothing_else(tmp_path):
+    """A wheel built the way a release is (setuptools, from pyproject.toml, in a clean copy:
+    an in-tree build/ keeps stale files) holds exactly farm's modules and package data."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "farm", src / "farm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    out = tmp_path / "dist"
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                          "-q", "-w", str(out), str(src)], capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (wheel,) = out.glob("farm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = sorted(n for n in names if n.endswith(".py"))
+    assert modules == sorted(p.relative_to(ROOT).as_posix() for p in _py_files(ROOT))
+    assert all(n.startswith(("farm/", "farm-")) for n in names), [n for n in names if not n.startswith("farm")]
+    assert not [n for n in names if "/testing/" in n or "/testkit/" in n or n.rsplit("/", 1)[-1] == "conftest.py"]
