@@ -131,7 +131,7 @@ class ActorLayers:
             sb_spec = SandboxSpec(
                 labels=self._labels(spec, purpose),
                 image=spec.task.image,
-                timeout_s=self.cfg.rollout.timeout_s + 300,
+                timeout_s=self.cfg.rollout.lifetime_s,
                 ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
                 # (or, where the root is a container image, a relinked copy of it: farm.sandboxes.hostrt)
                 host_programs=[str(await self.harness.install())] if cli is not None else [],

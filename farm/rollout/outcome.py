@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from farm.errors import (
     EngineError,
@@ -149,6 +149,28 @@ def outcome_for_agent(
             return Outcome(status=S.ENGINE_ERROR, reason=f"agent exited {exit_code} after {engine_errors} engine error(s)")
         return Outcome(status=S.AGENT_ERROR, reason=f"agent exited {exit_code}: {tail}" if tail else f"agent exited {exit_code}")
     return None
+
+
+# rollout.on_truncated: what becomes of a rollout whose policy ran out of its budget
+OnTruncated = Literal["grade", "zero", "exclude"]
+
+
+def grades_truncated(on_truncated: OnTruncated) -> bool:
+    """Whether a truncated rollout's diff is graded: not under ``zero`` (reward 0, ungraded)."""
+    return on_truncated != "zero"
+
+
+def writes_samples(status: RolloutStatus, *, writes_tokens: bool, hack_action: str | None,
+                   on_truncated: OnTruncated) -> bool:  # fmt: skip
+    """Whether a recorded rollout becomes training Samples; its row is kept either way.
+
+    Only a policy outcome is training data (an infrastructure failure keeps its row, status,
+    reason and log tail as evidence); a black-box rollout (a hosted endpoint: a transcript, no
+    tokens) never is; nor one the grading excluded (``grading.on_hack: exclude``), nor a
+    truncated one under ``on_truncated: exclude`` (DAPO-style overlong filtering: graded, kept)."""
+    if not status.trainable or not writes_tokens or hack_action == "exclude":
+        return False
+    return not (status is RolloutStatus.TRUNCATED and on_truncated == "exclude")
 
 
 def truncated_outcome(truncated: Outcome, grade: Outcome | None) -> Outcome:

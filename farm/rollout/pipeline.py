@@ -25,8 +25,10 @@ from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.outcome import (
+    OnTruncated,
     Phase,
     final_answer_given,
+    grades_truncated,
     outcome_for_agent,
     outcome_for_error,
     outcome_for_timeout,
@@ -195,9 +197,9 @@ class RolloutPipeline:
         artifacts: ArtifactsConfig | None = None,
         mode: RolloutMode = RolloutMode.TOKEN_EXACT,
         node: str = "",
-        on_truncated: str = "grade",
+        on_truncated: OnTruncated = "grade",
     ) -> None:
-        self.on_truncated = on_truncated  # rollout.on_truncated: grade | zero (not graded) | exclude (graded, no Samples)
+        self.on_truncated = on_truncated
         self.parts = parts
         # mode black_box: a hosted endpoint serves the CLI (its record a Transcript, never Samples)
         self.runner = Runner(harness=harness, model=model, mode=mode, actor=actor, node=node)
@@ -333,7 +335,7 @@ class RolloutPipeline:
             budget_stop=st.tree.budget_stop if st.tree is not None else None,
         )
         truncated = agent_end is not None and agent_end.status is RolloutStatus.TRUNCATED
-        if agent_end is not None and (not truncated or self.on_truncated == "zero"):
+        if agent_end is not None and (not truncated or not grades_truncated(self.on_truncated)):
             return agent_end
         st.enter(Phase.GRADE)  # a truncated rollout's diff is graded as it stands
         st.grade = await p.grade(spec, st.diff)
