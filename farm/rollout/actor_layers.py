@@ -51,11 +51,13 @@ class ActorLayers:
         *,
         secrets: RunSecrets | None = None,
         on_sandbox_created: Callable[[float], None] | None = None,
+        on_sandbox: Callable[[Sandbox], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine_url = engine_url
         self.secrets = secrets or RunSecrets()  # read by the entry point; never stored
-        self.on_sandbox_created = on_sandbox_created
+        self.on_sandbox_created = on_sandbox_created  # hears each create's seconds (the actor's metric)
+        self.on_sandbox = on_sandbox  # hears each new sandbox (what a bench accounts per sandbox)
         self.limiter = make_actor_limiter(cfg)
         self.pool = make_actor_pool(cfg, self._create, self.limiter)
         self.gateway: Any = None
@@ -144,6 +146,8 @@ class ActorLayers:
         sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.secrets.e2b_api_key)
         if self.on_sandbox_created is not None:
             self.on_sandbox_created(time.monotonic() - t0)
+        if self.on_sandbox is not None:
+            self.on_sandbox(sb)
         self._sandboxes.add(sb)
         sb.add_close_callback(lambda: self._sandboxes.discard(sb))
         return sb
