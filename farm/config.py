@@ -93,6 +93,13 @@ class RolloutConfig(BaseModel):
         "reward 0; 'exclude' = graded, its row kept, no Samples (DAPO-style overlong filtering)",
     )
 
+    @property
+    def lifetime_s(self) -> float:
+        """How long what serves one rollout lives (a sandbox, a served session): the rollout's
+        budget plus a grace, so that the budget's own timeout always fires first (recorded as
+        the rollout's) and teardown and result collection still find the sandbox there."""
+        return self.timeout_s + 300.0
+
 
 class RayConfig(BaseModel):
     """Where the farm's actors run."""

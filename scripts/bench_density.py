@@ -1,38 +1,46 @@
 #!/usr/bin/env python
-"""A node full of rollouts: how many one node keeps in flight and busy, and what each costs.
+"""A node full of rollouts: how many one node keeps busy, where its CPU goes, and how close
+farm comes to the same CLIs with no farm around them.
 
-One sandbox actor's rollout path (``ActorLayers`` + ``RolloutPipeline``, in this process,
-without Ray: what a ``SandboxActor`` runs), real local sandboxes (bubblewrap, cgroups,
-copy-on-write views of the environment snapshots), a real CLI (``--harness``, default
-Codex), graded in fresh sandboxes; the model is the scripted oracle worker (its own
-process) with a realistic per-turn latency: ``engine.simulator.latency.ttft_s`` = the
-turn time (``--turn-s``, +-20 % jitter), as a GPU engine's turn takes seconds.
+**farm** runs one sandbox actor's rollout path (``ActorLayers`` + ``RolloutPipeline``, in
+this process, without Ray: what a ``SandboxActor`` runs): real local sandboxes (bubblewrap,
+cgroups, copy-on-write views of the environment snapshots), a real CLI (``--harness``,
+default Codex), graded in fresh sandboxes. **bare** (``--baseline bare``, ``density_bare``)
+runs the same CLIs on the same tasks with no farm: each in a copy of the environment's
+tree, pointed at the engine's own endpoint (the same scripted worker behind a protocol
+front, as SGLang serves the OpenAI protocols itself), then the test command run in place.
+Both talk to the scripted oracle worker with a GPU-like turn time: ``--turn-s`` (+-20 %).
 
 ``--n`` slots run rollouts back to back for ``--duration-s`` (then finish what runs), on
-``--tasks`` demo tasks (one environment each, built before the clock starts), twice in
-this process, side by side:
+``--tasks`` demo tasks (one environment each, built before the clock starts). The capacity
+is found by stepping the slots (``--steps``, and ``--n``): at each step farm and bare run
+one after the other in this process; ``capacity_at_90`` is the most slots at which
+``slot_utilization`` >= 0.9 (stepping stops for a mode after its first step below).
+``--modes``: farm ``cold`` (every sandbox created when asked) and/or ``pool``
+(``sandbox.pool``); the last one listed is the one stepped and on the last line.
 
-- ``cold``: today's path: every agent and grading sandbox created when the rollout asks;
-- ``pool``: ``sandbox.pool`` on (``--pool-size`` warm sandboxes per environment).
-
-Figures (per mode; the last line is the pool's):
+Figures per run:
 
 - ``in_flight``: rollouts running at once, time-averaged over the window;
 - ``slot_utilization``: the fraction of slot time the agent runs (the phase a GPU engine
   serves), over the window;
 - ``overhead_p50_s`` / ``overhead_p95_s``: per rollout, total minus the agent phase minus
-  the grader's test command (create, prepare, session, capture, grading's own work);
-- ``farm_cpu_ms_per_turn``: this process's CPU (gateway, pipeline, sandbox management;
-  not the engine, not the CLIs, not the bench's own memory sampling) per model turn;
-- ``rss_mb_per_rollout``: ``cli_mb`` (PSS of every process in the sandboxes: the CLIs,
-  their jails and tools) + ``farm_mb`` (this process's RSS growth), per rollout in flight,
-  median over the samples taken every 3 s;
-- ``create_p50_ms``: the create_sandbox phase of the agent sandboxes (pool: an acquire).
+  the test command (farm: create, prepare, session, capture, grading's own work; bare: the
+  tree's copy);
+- ``farm_cpu_ms_per_turn``: this process's CPU (gateway, pipeline, sandbox management; not
+  the engine, the CLIs, or the bench's own samplers) per model turn;
+- the node's CPU by owner (``density_ledger``: cgroups per sandbox, ``/proc`` per process),
+  per rollout and (farm's process) per turn by what ran it;
+- ``farm_cpu_share``: farm's own CPU (its process, the jails, its commands in the sandboxes:
+  workspace, capture, grading's own) over the node's, the engine stand-in left out (a real
+  engine runs on its GPU nodes);
+- ``rss_mb_per_rollout`` (``cli_mb`` PSS of the sandboxes' processes + ``farm_mb``), ``create_p50_ms``.
 
-Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=… overhead_p95_s=…
-farm_cpu_ms_per_turn=… rss_mb_per_rollout=… create_p50_ms=…``. Full size (the target a
-node is sized for: in_flight >= 64 with slot_utilization >= 0.9 at a 10 s turn, overhead p50 <= 0.5 s,
-create_p50_ms <= 50 with the pool): ``--n 64 --turn-s 10``; ``--quick`` for development.
+Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=…
+farm_cpu_ms_per_turn=… capacity_at_90=… bare_capacity_at_90=… capacity_ratio=…
+farm_cpu_share=…`` (the farm figures from its run at ``--n``). Defaults are the issue's
+measurement (16 slots, 10 s turns, 120 s, pool, bare baseline, steps 8..64: ~40 min);
+``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 """
 
 from __future__ import annotations
@@ -41,254 +49,147 @@ import argparse
 import asyncio
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from farm.config import FarmConfig, load_config
+from density_bare import BareRollouts, served_turns, start_endpoint
+from density_farm import config, prepared_trees, run_farm
+from density_ledger import tree_s
+from density_slots import occupancy, pct, slots
+from farm.config import load_config
+from farm.engine.config import LatencyConfig
 from farm.engine.launchers import start_scripted_worker
-from farm.grading import grading_spec
+from farm.harnesses import make_harness
 from farm.modeltext.tokenizer import resolve_tokenizer
-from farm.rollout.model import RolloutSpec
-from farm.rollout.actor_layers import ActorLayers
-from farm.rollout.pipeline import RolloutPipeline
-from farm.sandboxes.base import SandboxSpec
-from farm.tasks.loaders import load_tasks, resolve_tasks_path
-
-MB = 1024 * 1024
+from farm.tasks.loaders import resolve_tasks_path
 
 
-def config(args: argparse.Namespace, work: Path, pool: bool) -> FarmConfig:
-    n = args.n
-    return load_config(None, [
-        f"run_id=density-{'pool' if pool else 'cold'}",
-        "tasks.path=demo",
-        f"harness.name={args.harness}",
-        "engine.mode=simulator", "engine.policy=oracle", "engine.tokenizer=builtin:farm-test",
-        "engine.tool_parser=hermes",
-        f"sandbox.local.base_dir={work / 'sandboxes'}",
-        # live sandboxes: every rollout's own, the grading ones, the pool's
-        f"rollout.sandbox_create_concurrency={2 * n + 8 * args.pool_size + 8}",
-        f"rollout.sandbox_create_rate={max(4.0, n / 2)}",
-        f"rollout.concurrency={n}", "rollout.max_turns=30", "rollout.timeout_s=900",
-        f"sandbox.pool.size={args.pool_size if pool else 0}",
-        f"sandbox.pool.max_environments={2 * args.tasks}",  # agent + grading spec per environment
-        "sandbox.pool.refill_concurrency=2",
-        "artifacts.enabled=false",
-    ])
+# ---- bare ----------------------------------------------------------------------------------------
+async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid: int, n: int,
+                   trees: dict[str, Any], tasks: list[Any], prefixes: dict[str, str]) -> dict:
+    harness = make_harness(load_config(None, [f"harness.name={args.harness}"]).harness)
+    await harness.install()
+    bare = BareRollouts(harness, tasks, trees, url, work / "bare", model="farm-policy", python_prefix=prefixes,
+                        timeout_s=900)
+    turns0, e0 = await served_turns(url), tree_s(endpoint_pid)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
 
+    async def one(i: int, k: int, phases: list[tuple[str, float]]) -> Any:
+        t = time.monotonic()
+        res = await bare.run(i + k)
+        tm = res["timings"]
+        phases += [("prep", t), ("agent", t + tm["prep"]), ("test", t + tm["prep"] + tm["agent"])]
+        return res
 
-class Sampler:
-    """Every ``period`` s: this process's RSS and the PSS of every sandbox process."""
-
-    def __init__(self, engine_pid: int, period: float = 3.0) -> None:
-        self.me = psutil.Process()
-        self.engine_pid = engine_pid
-        self.period = period
-        self.samples: list[tuple[float, float, float]] = []  # (t, farm rss, sandbox pss)
-        self.cpu_s = 0.0  # the sampler's own CPU (reading smaps is kernel work): not farm's
-
-    def sandbox_pss(self) -> float:
-        t0 = time.thread_time()
-        try:
-            return self._sandbox_pss()
-        finally:
-            self.cpu_s += time.thread_time() - t0
-
-    def _sandbox_pss(self) -> float:
-        total = 0.0
-        for child in self.me.children(recursive=True):
-            try:
-                if child.pid == self.engine_pid or child.ppid() == self.engine_pid:
-                    continue
-                total += child.memory_full_info().pss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return total
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            pss = await asyncio.to_thread(self.sandbox_pss)
-            self.samples.append((time.monotonic(), self.me.memory_info().rss, pss))
-            try:
-                await asyncio.wait_for(stop.wait(), self.period)
-            except TimeoutError:
-                pass
-
-
-def overlap(a: float, b: float, lo: float, hi: float) -> float:
-    return max(0.0, min(b, hi) - max(a, lo))
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-async def run_mode(args: argparse.Namespace, work: Path, engine_url: str, engine_pid: int, pool: bool) -> dict:
-    cfg = config(args, work, pool)
-    tasks = load_tasks(cfg.tasks).tasks[: args.tasks]
-    parts = ActorLayers(cfg, engine_url)
-    await parts.start()
-    pipeline = RolloutPipeline(parts, harness=cfg.harness.name, model=cfg.engine.model_name,
-                               timeout_s=cfg.rollout.timeout_s, actor="bench")
-    # environments built (and the CLI installed in the host cache) before the clock starts
-    for t in tasks:
-        await parts.runtime.sandbox_spec(t, SandboxSpec())
-    await parts.harness.host_prefix()
-    if pool:  # one acquire per environment starts its refilling; wait until the pools are full
-        warm = [parts.create_sandbox(_spec(cfg, t, f"warm{i}"), "agent") for i, t in enumerate(tasks)]
-        warm += [parts.create_sandbox(_spec(cfg, t, f"warm{i}"), "grading", grading_spec(t, {"run_id": cfg.run_id}))
-                 for i, t in enumerate(tasks)]
-        for sb in await asyncio.gather(*warm):
-            await sb.close()
-        async with asyncio.timeout(600):
-            while parts.pool.idle < 2 * args.pool_size * len(tasks):
-                await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)
-    sampler = Sampler(engine_pid)
-    base_rss = sampler.me.memory_info().rss
-    records: list[dict[str, Any]] = []
-    t0 = time.monotonic()
-    deadline = t0 + args.duration_s
-    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-
-    async def slot(i: int) -> None:
-        k = 0
-        while time.monotonic() < deadline:
-            task = tasks[(i + k) % len(tasks)]
-            phases: list[tuple[str, float]] = []
-            spec = _spec(cfg, task, f"s{i}-{k}")
-            start = time.monotonic()
-            result = await pipeline.run(spec, lambda kind, d: phases.append((d["phase"], time.monotonic()))
-                                        if kind == "phase" else None)
-            end = time.monotonic()
-            records.append({"start": start, "end": end, "phases": phases, "result": result})
-            k += 1
-
-    stop = asyncio.Event()
-    sampling = asyncio.ensure_future(sampler.run(stop))
-    await asyncio.gather(*(slot(i) for i in range(args.n)))
-    stop.set()
-    await sampling
-    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    pool_stats = vars(parts.pool.stats).copy()
-    await parts.stop()
-    return summarize(args, records, sampler, base_rss, t0, deadline,
-                     farm_cpu=(cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime) - sampler.cpu_s,
-                     child_cpu=(ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime), pool_stats=pool_stats)
-
-
-def _spec(cfg: FarmConfig, task: Any, rid: str) -> RolloutSpec:
-    return RolloutSpec(run_id=cfg.run_id, rollout_id=rid, group_id=task.id, sample_index=0, task=task)
-
-
-def summarize(args, records, sampler, base_rss, t0, t1, *, farm_cpu, child_cpu, pool_stats) -> dict:
-    window = t1 - t0
-    running = sum(overlap(r["start"], r["end"], t0, t1) for r in records)
-    busy = 0.0
-    overheads, creates, turns, statuses = [], [], 0, {}
-    phase_s: dict[str, list[float]] = {}
-    reasons: dict[str, str] = {}
-    for r in records:
-        res = r["result"]
-        statuses[res.status.value] = statuses.get(res.status.value, 0) + 1
-        if res.status.value != "completed":
-            reasons.setdefault(res.status.value, res.reason[:300])
-        marks = r["phases"] + [("end", r["end"])]
-        for (name, a), (_, b) in zip(marks, marks[1:]):
-            if name == "agent":
-                busy += overlap(a, b, t0, t1)
-        test_s = ((res.grading or {}).get("timings") or {}).get("test_s", 0.0)
-        overheads.append(res.timings.get("total", 0.0) - res.timings.get("agent", 0.0) - test_s)
-        creates.append(res.timings.get("create_sandbox", 0.0) * 1000)
-        turns += res.counts.turns
-        for name, v in res.timings.items():
-            phase_s.setdefault(name, []).append(v)
-        for name, v in ((res.grading or {}).get("timings") or {}).items():
-            phase_s.setdefault(f"grade.{name}", []).append(v)
-        engine = [t.timings.get("engine_ms", 0.0) / 1000 for t in (res.tree.turns if res.tree is not None else [])]
-        phase_s.setdefault("agent.model", []).append(sum(engine))
-        phase_s.setdefault("agent.cli_own", []).append(res.timings.get("agent", 0.0) - sum(engine))
-    steady = [(rss, pss) for t, rss, pss in sampler.samples if t0 + 0.2 * window <= t <= t1]
-    in_flight = running / window
-    farm_mb = statistics.median([(rss - base_rss) / MB for rss, _ in steady]) / in_flight if steady else float("nan")
-    cli_mb = statistics.median([pss / MB for _, pss in steady]) / in_flight if steady else float("nan")
+    records, t0, t1 = await slots(n, args.duration_s, one)
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    turns = await served_turns(url) - turns0
+    in_flight, util = occupancy(records, n, t0, t1)
+    overheads = [r["end"] - r["start"] - r["result"]["timings"]["agent"] - r["result"]["timings"]["test"]
+                 for r in records]
+    owners = dict(bare.cpu)
+    owners["engine"] = tree_s(endpoint_pid) - e0  # its protocol front included: the engine's own endpoint
+    owners["bare.driver"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     return {
-        "in_flight": round(in_flight, 1),
-        "slot_utilization": round(busy / (args.n * window), 3),
-        "overhead_p50_s": round(pct(overheads, 0.5), 2),
-        "overhead_p95_s": round(pct(overheads, 0.95), 2),
-        "farm_cpu_ms_per_turn": round(1000 * farm_cpu / max(1, turns), 1),
-        "rss_mb_per_rollout": round(farm_mb + cli_mb, 1),
-        "create_p50_ms": round(pct(creates, 0.5), 1),
-        "cli_mb": round(cli_mb, 1),
-        "farm_mb": round(farm_mb, 1),
-        "rollouts": len(records),
-        "turns": turns,
-        "children_cpu_s_per_rollout": round(child_cpu / max(1, len(records)), 2),
-        "sampler_cpu_s": round(sampler.cpu_s, 2),  # the bench's own PSS sampling, left out of farm's
-        "statuses": statuses,
-        "reasons": reasons,
-        "pool": pool_stats,
-        "phases_p50_s": {k: round(statistics.median(v), 3) for k, v in phase_s.items()},
+        "in_flight": in_flight, "slot_utilization": util,
+        "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
+        "rollouts": len(records), "turns": turns,
+        "resolved": sum(1 for r in records if r["result"]["resolved"]),
+        "cli_exit_codes": sorted({r["result"]["exit_code"] for r in records}),
+        "cpu_s_per_rollout": {k: round(v / max(1, len(records)), 3) for k, v in sorted(owners.items())},
     }
 
 
-LAST = ["in_flight", "slot_utilization", "overhead_p50_s", "overhead_p95_s", "farm_cpu_ms_per_turn",
-        "rss_mb_per_rollout", "create_p50_ms"]
+# ---- the run ---------------------------------------------------------------------------------------
+def show(label: str, r: dict) -> None:
+    nested = ("statuses", "reasons", "pool", "phases_p50_s", "cpu_s_per_rollout", "farm_ms_per_turn_by_owner",
+              "farm_thread_jobs_ms_per_turn")
+    print(f"bench_density[{label}]: " + " ".join(f"{k}={v}" for k, v in r.items() if k not in nested), flush=True)
+    for key in nested:
+        if key in r:
+            print(f"  {key}={r[key]}", flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-density-"))
-    cfg = config(args, work, False)
+    cfg = config(args, work, False, args.n)
     tasks_path = str(resolve_tasks_path(cfg.tasks))
     tokenizer = resolve_tokenizer(cfg.engine.tokenizer, cfg.engine.tokenizer_cache_dir)
-    from farm.engine.config import LatencyConfig
-
     proc, url = await start_scripted_worker(
         dict(policy="oracle", tokenizer=tokenizer, tasks_path=tasks_path, tool_format="hermes",
              model_name=cfg.engine.model_name, latency=LatencyConfig(ttft_s=args.turn_s, jitter=0.2)),
         log_dir=work, name="scripted-0", timeout=120)
-    results = {}
+    bare_proc = None
+    farm_mode = args.modes[-1]
+    results: dict[str, dict] = {}
+    capacity: dict[str, int] = {}
     try:
-        for mode in args.modes:
-            results[mode] = await run_mode(args, work, url, proc.pid or 0, mode == "pool")
-            r = results[mode]
-            print(f"bench_density[{mode}]: " + " ".join(f"{k}={v}" for k, v in r.items()
-                                                          if k not in ("statuses", "reasons", "pool", "phases_p50_s")), flush=True)
-            print(f"  statuses={r['statuses']} pool={r['pool']}\n  reasons={r['reasons']}\n  phases_p50_s={r['phases_p50_s']}", flush=True)
+        if args.baseline == "bare":
+            bare_proc, bare_url = await start_endpoint(tokenizer=tokenizer, tasks_path=tasks_path, turn_s=args.turn_s,
+                                                       model_name=cfg.engine.model_name, work=work)
+            trees, tasks, prefixes = await prepared_trees(cfg, args, url)
+        for mode in args.modes[:-1]:  # the other farm modes, at --n only
+            results[mode] = await run_farm(args, work, url, proc.pid or 0, mode == "pool", args.n)
+            show(f"{mode} n={args.n}", results[mode])
+        steps = sorted({*args.steps, args.n})
+        going = {"farm": True, "bare": args.baseline == "bare"}
+        for n in steps:
+            if n > args.n and not any(going.values()):
+                break
+            if going["farm"] or n == args.n:
+                r = await run_farm(args, work, url, proc.pid or 0, farm_mode == "pool", n)
+                show(f"{farm_mode} n={n}", r)
+                if n == args.n:
+                    results[farm_mode] = r
+                going["farm"] = going["farm"] and r["slot_utilization"] >= 0.9
+                capacity["farm"] = n if going["farm"] else capacity.get("farm", 0)
+            if going["bare"]:
+                b = await run_bare(args, work, bare_url, bare_proc.pid, n, trees, tasks, prefixes)
+                show(f"bare n={n}", b)
+                going["bare"] = b["slot_utilization"] >= 0.9
+                capacity["bare"] = n if going["bare"] else capacity.get("bare", 0)
     finally:
         await proc.astop()
-    final = results.get("pool") or results[args.modes[-1]]
-    print("bench_density: " + " ".join(f"{k}={final[k]}" for k in LAST))
+        if bare_proc is not None and bare_proc.returncode is None:
+            bare_proc.kill()
+            await bare_proc.wait()
+    final = results[farm_mode]
+    cap, bare_cap = capacity.get("farm", 0), capacity.get("bare", 0)
+    ratio = round(cap / bare_cap, 2) if bare_cap else float("nan")
+    line = {k: final[k] for k in ("in_flight", "slot_utilization", "overhead_p50_s", "farm_cpu_ms_per_turn")}
+    line.update(capacity_at_90=cap, bare_capacity_at_90=bare_cap if args.baseline == "bare" else "nan",
+                capacity_ratio=ratio, farm_cpu_share=final["farm_cpu_share"])
+    print("bench_density: " + " ".join(f"{k}={v}" for k, v in line.items()), flush=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=64, help="rollouts in flight (slots)")
+    ap.add_argument("--n", type=int, default=16, help="slots of the farm run the last line reports")
     ap.add_argument("--turn-s", type=float, default=10.0, help="model time per turn (the worker's ttft)")
-    ap.add_argument("--duration-s", type=float, default=180.0, help="slots start rollouts for this long")
-    ap.add_argument("--tasks", type=int, default=4, help="demo tasks (environments) used")
+    ap.add_argument("--duration-s", type=float, default=120.0, help="slots start rollouts for this long, per run")
+    ap.add_argument("--tasks", type=int, default=4, help="demo tasks (environments) used: the first N")
+    ap.add_argument("--task", action="append", default=[], metavar="ID", help="these demo tasks instead")
     ap.add_argument("--pool-size", type=int, default=None,
-                    help="warm sandboxes per environment (pool mode; default n / tasks: the first burst is warm too)")
+                    help="warm sandboxes per environment (pool mode; default slots / tasks: the first burst is warm too)")
     ap.add_argument("--harness", default="codex", choices=["codex", "claude_code", "opencode"])
-    ap.add_argument("--modes", nargs="+", default=["cold", "pool"], choices=["cold", "pool"])
-    ap.add_argument("--quick", action="store_true", help="a development size: 8 slots, 2 s turns, 40 s")
+    ap.add_argument("--modes", nargs="+", default=["pool"], choices=["cold", "pool"],
+                    help="farm modes; the last is stepped and reported")
+    ap.add_argument("--baseline", default="bare", choices=["bare", "none"], help="the bare CLIs beside farm")
+    ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",") if x] if s != "none" else [],
+                    default=[8, 16, 24, 32, 48, 64], help="slot counts stepped for capacity_at_90 ('none': --n only)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a farm config override for the farm runs (e.g. grading.probe=false)")
+    ap.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built (engine.tokenizer_cache_dir)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the suite's size: 1 slot, 1 s turns, one rollout each way, no stepping (a check that it runs)")
     a = ap.parse_args()
-    if a.quick:
-        a.n, a.turn_s, a.duration_s, a.tasks = 8, 2.0, 40.0, 2
-    if a.pool_size is None:
-        a.pool_size = -(-a.n // a.tasks)
+    if a.quick:  # one rollout each way, of a task whose grading is quick
+        a.n, a.turn_s, a.duration_s, a.steps = 1, 1.0, 5.0, []
+        a.task = a.task or ["demo-lrucache"]
+    a.tasks = len(a.task) or a.tasks
     asyncio.run(main(a))
     sys.stdout.flush()
     os._exit(0)  # leftover executor threads must not keep the process

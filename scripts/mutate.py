@@ -27,6 +27,7 @@ TRAJ = ["tests/trajectory"]
 GATE = ["tests/gateway/test_gateway_sessions.py", "tests/gateway/test_gateway_units.py"]
 ROUTING = "tests/gateway/test_gateway_routing.py"
 SPECIALS = "tests/gateway/test_gateway_specials.py"
+PIECES = "tests/gateway/test_gateway_pieces.py"
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,18 @@ MUTATIONS = [
     Mutation("delta_content_specials_unmarked", "farm/gateway/render.py",
              "(ctx, new), found = self.specials.mark([_ANCHOR_USER, _anchor(anchor)], list(new))",
              "(ctx, new), found = ([_ANCHOR_USER, _anchor(anchor)], list(new)), []", (SPECIALS,)),
+    # whole renders tokenized by pieces, kept by text: the ids of one-string encoding
+    Mutation("piece_specials_dropped", "farm/gateway/pieces.py",
+             "            parts.append(self.special_ids[m.group(0)])", "            pass", (PIECES,)),
+    Mutation("piece_tail_dropped", "farm/gateway/pieces.py",
+             "        if pos < len(text):\n            parts.append(text[pos:])",
+             "        if pos < len(text) - 1:\n            parts.append(text[pos:])", (PIECES,)),
+    Mutation("piece_kept_under_another_text", "farm/gateway/pieces.py",
+             "                for p, ids in zip(todo, fresh):", "                for p, ids in zip(todo, fresh[::-1]):",
+             (PIECES,)),
+    Mutation("pieces_unchecked_on_the_probe", "farm/gateway/pieces.py",
+             "            if cache.encode(text) != backend.encode(text, add_special_tokens=False).ids:",
+             "            if False:", (PIECES,)),
 ]
 
 

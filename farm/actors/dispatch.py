@@ -162,12 +162,9 @@ class Dispatcher:
                 self.policy_version = max(self.policy_version, self._versions.get_nowait())
             except queue.Empty:
                 break
-            stream = self.cfg.stream
-            if stream.on_stale != "abort" or stream.max_staleness is None:
-                continue
             for item in self.inflight:
                 rid = item.spec.rollout_id
-                if rid not in self._aborting and self.policy_version - item.version > stream.max_staleness:
+                if rid not in self._aborting and self.cfg.stream.too_stale(item.version, self.policy_version, "running"):
                     self._aborting.add(rid)
                     self.actors[item.actor].abort.remote(rid)  # its answer comes back cancelled
 

@@ -28,6 +28,7 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult
+from farm.rollout.outcome import writes_samples
 from farm.rollout.retry import Ending, RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
@@ -131,14 +132,11 @@ class ReducerActor:
 
     def _stale(self, result: RolloutResult) -> str | None:
         """Why ``result`` is too stale to keep (stream.on_stale = drop), or None."""
-        stream = self.cfg.stream
-        if stream.on_stale != "drop" or stream.max_staleness is None or not result.status.trainable:
-            return None
         oldest = result.counts.policy_version_min  # filled from the tree by ``submit``
-        if oldest is None or self.policy_version - oldest <= stream.max_staleness:
+        if not result.status.trainable or not self.cfg.stream.too_stale(oldest, self.policy_version, "recorded"):
             return None
         return (f"began under weight version {oldest}, recorded under {self.policy_version}: "
-                f"staleness {self.policy_version - oldest} > stream.max_staleness {stream.max_staleness}")
+                f"staleness {self.policy_version - oldest} > stream.max_staleness {self.cfg.stream.max_staleness}")
 
     # --- writes -------------------------------------------------------------
     async def submit(self, result: RolloutResult) -> RolloutSummary:
@@ -207,14 +205,9 @@ class ReducerActor:
             fut = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
-                # Only a policy outcome is training data; an infrastructure failure keeps its
-                # row (status, reason, log tail) as evidence, and no Sample.
-                excluded = (result.grading_summary or {}).get("hack_action") == "exclude"  # grading.on_hack
-                # rollout.on_truncated: exclude = DAPO-style overlong filtering (the row stays, graded)
-                excluded = excluded or (result.status is RolloutStatus.TRUNCATED
-                                        and self.cfg.rollout.on_truncated == "exclude")  # fmt: skip
-                # A black-box rollout (a hosted endpoint) has a transcript, no tokens: never a Sample.
-                trains = result.status.trainable and result.mode.writes_samples and not excluded
+                trains = writes_samples(result.status, writes_tokens=result.mode.writes_samples,
+                                        hack_action=(result.grading_summary or {}).get("hack_action"),
+                                        on_truncated=self.cfg.rollout.on_truncated)  # fmt: skip
                 samples = self._linearize(result) if trains else []
                 self.store.add(result, samples)
             except BaseException as exc:

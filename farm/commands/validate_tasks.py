@@ -88,7 +88,9 @@ def short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters in the report]"
 
 
-async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN202 - config/rich types
+async def _validate(cfg, tasks, concurrency: int, console, on_result=None):  # noqa: ANN001, ANN202 - config/rich types
+    """Validate ``tasks`` as the command does (each result printed as it comes, and handed to
+    ``on_result``: scripts/validate_book.py keeps it)."""
     import asyncio
 
     from farm.envs.provider import provider_for
@@ -115,6 +117,8 @@ async def _validate(cfg, tasks, concurrency: int, console):  # noqa: ANN001, ANN
         if result.reason:  # why it is invalid, or what a valid task's gold patch was flagged for
             mark += f" {escape(short(result.reason, 160))}"
         console.print(f"  {result.task_id}: {mark} ({result.duration_s:.1f} s)")
+        if on_result is not None:
+            on_result(result)
 
     try:
         results = await validate_tasks(

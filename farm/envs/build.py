@@ -116,7 +116,8 @@ async def build_env(
                 setup = ws.setup
                 if base is not None:  # the report shows every step this workspace went through
                     setup = setup.model_copy(update={"steps": [*base.setup.steps, *setup.steps],
-                                                     "duration_s": base.setup.duration_s + setup.duration_s})  # fmt: skip
+                                                     "duration_s": base.setup.duration_s + setup.duration_s,
+                                                     "left_out": [*base.setup.left_out, *setup.left_out]})  # fmt: skip
                 record = EnvRecord(
                     **common, ok=setup.ok, reason=setup.reason, base_commit=ws.base_commit,
                     baseline_commit=ws.baseline_commit, setup=setup, build_s=time.monotonic() - t0, built_at=time.time(),

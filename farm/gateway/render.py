@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from farm.errors import GatewayRequestError
 from farm.gateway.canonical import Message
+from farm.gateway.pieces import PieceCache
 from farm.gateway.specials import ContentSpecials, SpecialsRule
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class PromptRenderer:
         self._backend = None
         self._backend = self._fast_backend()
         self.specials = ContentSpecials(tokenizer, self._backend, special_tokens_in_content)
+        self.pieces = self._piece_cache()  # whole renders tokenized by pieces, kept (farm.gateway.pieces)
         self.tail = self._find_tail()
         self.incremental = incremental and self.tail is not None and self.verify()
         self.generation_prompt = self._find_generation_prompt()
@@ -212,9 +214,27 @@ class PromptRenderer:
         return self.specials.encode(text, found, self._encode_long)
 
     def _encode_long(self, text: str) -> list[int]:
+        if self.pieces is not None:
+            return self.pieces.encode(text)
         if self._backend is not None:
             return self._backend.encode_batch([text], add_special_tokens=False)[0].ids
         return self.encode(text)
+
+    def _encode_delta(self, text: str) -> list[int]:
+        """A delta's ids; by pieces where they are kept, so that the session's whole render
+        at close (the fidelity check) finds its tool results already tokenized."""
+        return self.pieces.encode(text) if self.pieces is not None else self.encode(text)
+
+    def _piece_cache(self) -> PieceCache | None:
+        msgs, tools = _probe_conversation()
+        try:
+            probe = self.render_text(msgs, tools) + " ünïcode\t tabs  and\n\nnewlines "
+        except GatewayRequestError:
+            return None
+        cache = PieceCache.exact_for(self._backend, self.specials.ids, probe)
+        if cache is None and self._backend is not None:
+            log.info("tokenizer: whole renders are tokenized whole (by pieces they could differ)")
+        return cache
 
     def count_content_specials(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> int:
         """Occurrences of special-token text inside the messages and tools (whatever the rule)."""
@@ -249,7 +269,7 @@ class PromptRenderer:
             return None
         text, found = delta
         self.check_length(text, limit)
-        return self.specials.encode(text, found, self.encode)
+        return self.specials.encode(text, found, self._encode_delta)
 
     def generated_end(self, output_ids: Sequence[int], finish_type: str, matched: Any) -> str:
         """The stop text the output ends with (SGLang keeps the matched stop token in ``output_ids``)."""

@@ -14,6 +14,9 @@ from the probe's collection errors:
 
 A missing module the repository itself should provide is the code's business (the
 fix may add it), as is every other failure: a syntax error, a crash, ``os._exit``.
+When the environment's setup left packages out (a conda environment file's packages PyPI
+lacks: ``SetupReport.left_out``), a failure on a missing module names them
+(``left_out_note``), both for a broken environment and for tests that failed.
 Because the diff can cause the same symptoms (it may import a package the environment
 lacks), the grader confirms a cause found with a diff applied by grading the empty
 patch in a fresh sandbox: the same failure without the diff is the environment's
@@ -23,7 +26,7 @@ patch in a fresh sandbox: the same failure without the diff is the environment's
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from farm.grading.hacks import added_lines
 
@@ -40,6 +43,35 @@ PROBE_FAILED = re.compile(r"Error importing plugin \"?farm_probe\"?")
 def missing_modules(text: str) -> list[str]:
     """Top-level names of the modules an ImportError in ``text`` says are missing."""
     return sorted({m.group(1).split(".")[0] for m in _MISSING_MODULE.finditer(text)})
+
+
+_OFFLINE = re.compile(r"Temporary failure in name resolution|Name or service not known|Failed to resolve"
+                      r"|No address associated with hostname|Network is unreachable|nodename nor servname provided"
+                      r"|getaddrinfo failed")  # fmt: skip
+_HOST = re.compile(r"\bhttps?://([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})")
+
+
+def network_note(text: str) -> str:
+    """When a run's output shows its tests failing to reach hosts (names that do not resolve: a
+    sandbox has no network), the sentence that says so, with the hosts; else ''."""
+    found = _OFFLINE.search(text)
+    if found is None:
+        return ""
+    lines = [ln for ln in text.splitlines() if _OFFLINE.search(ln) or "[broken]" in ln or "ConnectionError" in ln]
+    hosts = sorted({h for ln in lines for h in _HOST.findall(ln) if h != "localhost"})
+    where = f" ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
+    return (f"; its tests reach hosts on the internet{where} ({found.group(0)}): a grading sandbox has no network, "
+            "SWE-bench's harness ran them online")
+
+
+def left_out_note(text: str, left_out: Sequence[str]) -> str:
+    """When a run failed on missing modules and its environment's setup left packages out
+    (conda-only ones: ``SetupReport.left_out``), the sentence that says so; else ''."""
+    missing = missing_modules(text)
+    if not left_out or not missing:
+        return ""
+    return (f"; it failed on missing module(s) {', '.join(missing)}, and the environment's setup left out "
+            f"{'; '.join(left_out)}")
 
 
 def diagnose(*, exit_code: int | None, text: str, repo_names: Iterable[str] = ()) -> str | None:

@@ -36,7 +36,7 @@ from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
-from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, missing_modules
+from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, left_out_note, missing_modules
 from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
 from farm.grading.reward import add_reward_steps, grade_generic
 from farm.grading.witness import Witness
@@ -260,7 +260,8 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     broken = await _environment_failure(sandbox, task, ws, runtime, policy, attempt, res.exit_code, fields["test_log"],
                                         seen, reached=reached)  # fmt: skip
     if broken:
-        return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": broken, "tests": statuses}
+        reason = broken + left_out_note(fields["test_log"], ws.setup.left_out)
+        return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": reason, "tests": statuses}
     if seen is not None:
         code_paths = set(touched_paths(attempt.diff)) - attempt.surface
         found = runtime_flags(
@@ -287,7 +288,8 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             reward = f2p_ok / len(f2p)
         elif task.expected_test_statuses:
             reward = 1.0 - len(mismatches) / max(1, len(set(task.expected_test_statuses) | set(statuses)))
-    reason = "" if resolved else _why(f2p, p2p, mismatches, res.exit_code, listed, ids)
+    reason = "" if resolved else _why(f2p, p2p, mismatches, res.exit_code, listed, ids) + left_out_note(
+        fields["test_log"], ws.setup.left_out)
     return {
         **fields,
         "status": GradeStatus.RESOLVED if resolved else GradeStatus.UNRESOLVED,

@@ -9,10 +9,12 @@ into the probe itself. So the grader trusts nothing that process can reach alone
 - the test command runs under farm's witness (``farm.grading.witness``), started first;
   it holds the key, so no code in the test process can sign for farm;
 - the probe (``inside/farm_probe.py`` and its modules) is loaded with ``PYTEST_ADDOPTS=-p
-  farm_probe`` and its directory first on ``PYTHONPATH`` (a test command that is not
-  pytest ignores both), before any conftest or test module: it fixes what each test is
-  from the reset test files the grader names in ``config.json``, connects to the
-  witness, adds its tripwires, and reports what ran (see its docstring);
+  farm_probe``, ``PYTEST_PLUGINS=farm_probe`` (kept when a test command sets addopts of
+  its own; the probe takes itself out of it once loaded) and its directory first on
+  ``PYTHONPATH`` (a test command that is not pytest ignores them), before any conftest or
+  test module: it fixes what each test is from the reset test files the grader names in
+  ``config.json``, connects to the witness, adds its tripwires, and reports what ran (see
+  its docstring);
 - the witness marks a line that does not continue the probe's chain, a channel closed
   while its process lives on, and signs everything with how the command ended.
 
@@ -65,10 +67,14 @@ class Probe:
         return self.witness.key
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        """``base`` plus what loads the plugin (kept: the task's own addopts / PYTHONPATH)."""
+        """``base`` plus what loads the plugin (kept: the task's own addopts / plugins / PYTHONPATH).
+        ``PYTEST_PLUGINS`` loads it too, for a test command that sets ``PYTEST_ADDOPTS`` of its own
+        (sphinx 3.3's tox.ini: ``setenv = PYTEST_ADDOPTS = --color yes``): the probe is not lost
+        with the addopts (pytest registers a plugin named twice once)."""
         addopts = " ".join(x for x in (base.get("PYTEST_ADDOPTS", ""), f"-p {PLUGIN}") if x)
+        plugins = ",".join(x for x in (base.get("PYTEST_PLUGINS", ""), PLUGIN) if x)
         path = ":".join(x for x in (self.directory, base.get("PYTHONPATH", "")) if x)
-        return {**base, "PYTEST_ADDOPTS": addopts, "PYTHONPATH": path}
+        return {**base, "PYTEST_ADDOPTS": addopts, "PYTEST_PLUGINS": plugins, "PYTHONPATH": path}
 
     def command(self, command: str) -> str:
         """The test command, run under the witness."""

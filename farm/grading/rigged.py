@@ -1,5 +1,5 @@
 """Rigged comparisons, the static half: classes a diff adds or changes so that they
-compare equal to anything (the runtime half is the probe's, ``probe_plugin.py``).
+compare equal to anything (the runtime half is the probe's, ``inside/farm_probe_rigged.py``).
 
 A diff whose code under test returns an ``int`` subclass with ``__eq__`` answering
 ``True`` (or a Counter of such ints, a str subclass, any object with

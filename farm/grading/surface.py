@@ -15,8 +15,10 @@ The default surface (a task may replace it with ``test_surface`` glob patterns):
   ``.pytest.ini``, ``tox.ini``, ``noxfile.py``, ``sitecustomize.py``,
   ``usercustomize.py``, ``*.pth`` anywhere;
 - ``setup.cfg`` / ``pyproject.toml`` when the diff's changed lines there touch pytest's
-  configuration (a line mentioning pytest, ``addopts``, ``-p`` plugins): the whole file
-  is reset (a legitimate change to other parts of it is lost with it; documented).
+  configuration (its section header, ``addopts``, ``-p`` and other plugins, what is
+  collected, ``filterwarnings``...; not a line that merely names pytest, such as a
+  dependency): the whole file is reset (a legitimate change to other parts of it is lost
+  with it; documented).
 """
 
 from __future__ import annotations
@@ -35,7 +37,16 @@ SURFACE_NAMES = (
     "sitecustomize.py", "usercustomize.py", "*.pth",
 )  # fmt: skip
 CONFIG_FILES = frozenset({"setup.cfg", "pyproject.toml"})
-_PYTEST_CONFIG_LINE = re.compile(r"pytest|addopts|(^|\s)-p\s|plugins|testpaths|python_files", re.IGNORECASE)
+# A changed line that is pytest's configuration: its section header, or one of its options
+# (``addopts``, ``-p``, plugins, what is collected). A line that merely names pytest (a
+# dependency, isort's known_third_party list) is not: resetting the file for it would undo an
+# honest change to the rest of it (pylint's gold patch for 4661 adds a dependency there).
+_PYTEST_CONFIG_LINE = re.compile(
+    r"\[(tool:)?pytest\]|\[tool\.pytest|(^|\s)-p\s|^\s*(addopts|(pytest_|required_)?plugins|testpaths|python_files"
+    r"|python_classes|python_functions|norecursedirs|confcutdir|usefixtures|xfail_strict|filterwarnings|markers"
+    r"|minversion|pythonpath)\s*=",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)

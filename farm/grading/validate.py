@@ -8,6 +8,7 @@ takes). Both gradings run concurrently, each in its own fresh sandbox.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
@@ -16,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import FarmError
 from farm.grading.grader import grade, grading_spec
-from farm.grading.hacks import HACK_PREFIXES
+from farm.grading.environment import missing_modules, network_note
+from farm.grading.hacks import HACK_PREFIXES, added_lines
 from farm.grading.report import GradingReport
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import capture_diff
@@ -87,10 +89,37 @@ async def validate_task(
             duration_s=time.monotonic() - t0,
         )
     valid, reason = verdict(gold_r, empty_r)
+    if not gold_r.resolved:
+        reason += network_note(gold_r.test_log)
+    if not gold_r.resolved and (added := declared_dependencies(gold, missing_modules(gold_r.reason + gold_r.test_log))):
+        reason += (f"; the gold patch declares {', '.join(added)} a dependency of the project: SWE-bench's evaluation "
+                   "installs the checkout again after the patch, with the network, and farm grades offline in the "
+                   "environment as built: add it to the recipe's base setup to grade this row here")  # fmt: skip
+    defects = task.metadata.get("dataset_defects") or []
+    if defects:  # the row's own ids that no run can report: left out when it loaded
+        reason = "; ".join([*([reason] if reason else []), f"dataset defect, left out of its lists: {'; '.join(defects)}"])
     return TaskValidation(
         task_id=task.id, kind=task.kind, valid=valid, reason=reason, gold=gold_r, empty=empty_r,
         duration_s=time.monotonic() - t0,
     )
+
+
+_DEPENDENCY_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "requirements.txt")
+_REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:[<>=!~;].*)?$")  # a line that is one
+
+
+def declared_dependencies(diff: str, modules: Sequence[str]) -> list[str]:
+    """Which of ``modules`` the diff adds to the project's declared dependencies (a line it adds
+    to setup.cfg / setup.py / pyproject.toml / a requirements file that names it)."""
+    names = {m.lower().replace("_", "-") for m in modules}
+    found: list[str] = []
+    for path, line in added_lines(diff):
+        if path.rsplit("/", 1)[-1].endswith(_DEPENDENCY_FILES):
+            requirement = _REQUIREMENT.match(line.strip().strip("\"',"))
+            name = requirement.group(1).lower().replace("_", "-") if requirement else ""
+            if name in names and name not in found:
+                found.append(name)
+    return found
 
 
 def verdict(gold: GradingReport, empty: GradingReport) -> tuple[bool, str]:

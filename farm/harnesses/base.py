@@ -154,7 +154,12 @@ class Harness(ABC):
 
     # --- configure -----------------------------------------------------------------
     def scratch_dir(self, sandbox: Sandbox) -> str:
-        return self.config.scratch_dir or f"{sandbox.root}/.farm/harness"
+        """Under the sandbox's own /tmp, a path that is the same in every sandbox: the CLIs
+        write their HOME and config paths into the model's prompt (Codex lists its skills under
+        CODEX_HOME), and a path holding the sandbox's id made every rollout's system prompt
+        differ (the gateway then tokenized it whole each time, an engine could not share its
+        prefix across rollouts)."""
+        return self.config.scratch_dir or f"{sandbox.tmp}/.farm/harness"
 
     async def configure(self, sandbox: Sandbox, run: HarnessRun) -> LaunchPlan:
         """Provision the CLI, write its config files and the instruction; return the plan."""

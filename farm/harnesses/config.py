@@ -43,8 +43,9 @@ class HarnessConfig(BaseModel):
     )
     scratch_dir: str | None = Field(
         default=None,
-        description="per-rollout dir for the CLI's HOME, config and output (default <sandbox root>/.farm/harness); "
-        "never inside the task's workdir, so nothing farm writes lands in the diff",
+        description="per-rollout dir for the CLI's HOME, config and output (default <sandbox tmp>/.farm/harness: "
+        "the same path in every sandbox, so the CLI's prompt is too); never inside the task's workdir, so nothing "
+        "farm writes lands in the diff",
     )
     context_window: int = Field(default=131072, gt=0, description="context size the CLI is told (OpenCode limit.context, Codex model_context_window)")
     max_output_tokens: int = Field(

@@ -51,11 +51,13 @@ class ActorLayers:
         *,
         secrets: RunSecrets | None = None,
         on_sandbox_created: Callable[[float], None] | None = None,
+        on_sandbox: Callable[[Sandbox], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine_url = engine_url
         self.secrets = secrets or RunSecrets()  # read by the entry point; never stored
-        self.on_sandbox_created = on_sandbox_created
+        self.on_sandbox_created = on_sandbox_created  # hears each create's seconds (the actor's metric)
+        self.on_sandbox = on_sandbox  # hears each new sandbox (what a bench accounts per sandbox)
         self.limiter = make_actor_limiter(cfg)
         self.pool = make_actor_pool(cfg, self._create, self.limiter)
         self.gateway: Any = None
@@ -129,7 +131,7 @@ class ActorLayers:
             sb_spec = SandboxSpec(
                 labels=self._labels(spec, purpose),
                 image=spec.task.image,
-                timeout_s=self.cfg.rollout.timeout_s + 300,
+                timeout_s=self.cfg.rollout.lifetime_s,
                 ro_binds=[str(cli)] if cli is not None else [],  # the CLI runs from the host cache
                 # (or, where the root is a container image, a relinked copy of it: farm.sandboxes.hostrt)
                 host_programs=[str(await self.harness.install())] if cli is not None else [],
@@ -144,6 +146,8 @@ class ActorLayers:
         sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.secrets.e2b_api_key)
         if self.on_sandbox_created is not None:
             self.on_sandbox_created(time.monotonic() - t0)
+        if self.on_sandbox is not None:
+            self.on_sandbox(sb)
         self._sandboxes.add(sb)
         sb.add_close_callback(lambda: self._sandboxes.discard(sb))
         return sb

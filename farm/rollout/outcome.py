@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from farm.errors import (
     EngineError,
@@ -82,10 +82,15 @@ def _outcome_for_error(exc: BaseException, phase: Phase) -> Outcome:
         return Outcome(status=S.SANDBOX_ERROR, reason=f"sandbox failed during {where}: {_msg(exc)}")
     if isinstance(exc, GradingError):
         return Outcome(status=S.GRADING_ERROR, reason=f"grader failed: {_msg(exc)}")
-    # A bug in farm or an unwrapped third-party error: infrastructure, not the model.
-    return Outcome(
-        status=S.SANDBOX_ERROR, reason=f"internal error during {where}: {type(exc).__name__}: {_msg(exc)}"
-    )
+    # An unwrapped error from the system (a socket, a file): infrastructure, not the model, and
+    # a rerun may meet a better moment.
+    if isinstance(exc, OSError):
+        return Outcome(status=S.SANDBOX_ERROR, reason=f"system error during {where}: {type(exc).__name__}: {_msg(exc)}")
+    # Anything else is a bug in farm (or a library it calls): infrastructure, not the model,
+    # and a rerun would meet the same code: recorded once, never retried (as the dispatcher
+    # treats a bug of its own).
+    return Outcome(status=S.SANDBOX_ERROR, deterministic=True,
+                   reason=f"internal error during {where}: {type(exc).__name__}: {_msg(exc)}")
 
 
 def outcome_for_timeout(phase: Phase, reason: str, *, final_answer_given: bool = False) -> Outcome:
@@ -112,7 +117,7 @@ def outcome_for_agent(
     budget_s: float,
     stderr_tail: str = "",
     engine_errors: int = 0,
-    harness_status: str | None = None,
+    harness_status: RolloutStatus | None = None,
     harness_reason: str = "",
     budget_stop: BudgetStop | None = None,
 ) -> Outcome | None:
@@ -122,22 +127,22 @@ def outcome_for_agent(
     (turns, context, output): ``truncated``, whatever the CLI did after it. farm knows
     this from its own gateway, never from the CLI's words; a CLI that then exits with an
     error or hangs is named in the reason, and the policy's data up to the stop is whole.
-    ``harness_status``: a status the harness itself reported (a RolloutStatus value),
+    ``harness_status``: a status the harness itself reported,
     which wins when present. An agent that failed after the engine failed under it is
     an engine error, not an agent error.
     """
     S = RolloutStatus
     if budget_stop is not None:
         then = ""
-        if harness_status not in (None, S.COMPLETED.value):
-            then = f" (then the CLI: {harness_reason or harness_status})"
+        if harness_status not in (None, S.COMPLETED):
+            then = f" (then the CLI: {harness_reason or harness_status.value})"
         elif timed_out:
             then = f" (then the CLI did not end within {budget_s:g} s)"
         elif exit_code not in (0, None):
             then = f" (then the CLI exited {exit_code})"
         return Outcome(status=S.TRUNCATED, reason=budget_stop.reason + then)
-    if harness_status is not None and harness_status != S.COMPLETED.value:
-        status = S(harness_status)
+    if harness_status is not None and harness_status is not S.COMPLETED:
+        status = harness_status
         if status is S.AGENT_ERROR and engine_errors:
             return Outcome(status=S.ENGINE_ERROR, reason=f"{engine_errors} engine error(s); {harness_reason}".strip())
         return Outcome(status=status, reason=harness_reason or f"agent ended with {status.value}")
@@ -149,6 +154,28 @@ def outcome_for_agent(
             return Outcome(status=S.ENGINE_ERROR, reason=f"agent exited {exit_code} after {engine_errors} engine error(s)")
         return Outcome(status=S.AGENT_ERROR, reason=f"agent exited {exit_code}: {tail}" if tail else f"agent exited {exit_code}")
     return None
+
+
+# rollout.on_truncated: what becomes of a rollout whose policy ran out of its budget
+OnTruncated = Literal["grade", "zero", "exclude"]
+
+
+def grades_truncated(on_truncated: OnTruncated) -> bool:
+    """Whether a truncated rollout's diff is graded: not under ``zero`` (reward 0, ungraded)."""
+    return on_truncated != "zero"
+
+
+def writes_samples(status: RolloutStatus, *, writes_tokens: bool, hack_action: str | None,
+                   on_truncated: OnTruncated) -> bool:  # fmt: skip
+    """Whether a recorded rollout becomes training Samples; its row is kept either way.
+
+    Only a policy outcome is training data (an infrastructure failure keeps its row, status,
+    reason and log tail as evidence); a black-box rollout (a hosted endpoint: a transcript, no
+    tokens) never is; nor one the grading excluded (``grading.on_hack: exclude``), nor a
+    truncated one under ``on_truncated: exclude`` (DAPO-style overlong filtering: graded, kept)."""
+    if not status.trainable or not writes_tokens or hack_action == "exclude":
+        return False
+    return not (status is RolloutStatus.TRUNCATED and on_truncated == "exclude")
 
 
 def truncated_outcome(truncated: Outcome, grade: Outcome | None) -> Outcome:

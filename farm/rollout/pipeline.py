@@ -25,8 +25,10 @@ from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.outcome import (
+    OnTruncated,
     Phase,
     final_answer_given,
+    grades_truncated,
     outcome_for_agent,
     outcome_for_error,
     outcome_for_timeout,
@@ -53,7 +55,7 @@ class AgentEnd:
     log_tail: str = ""
     stdout: str = ""  # the whole streams, for the rollout's artifacts
     stderr: str = ""
-    status: str | None = None  # a RolloutStatus value the harness reported itself, if any
+    status: RolloutStatus | None = None  # a status the harness reported itself, if any
     reason: str = ""
     diff_excludes: list[str] = field(default_factory=list)  # files farm wrote in the workdir: not the agent's diff
 
@@ -61,18 +63,18 @@ class AgentEnd:
     def from_harness(cls, result: HarnessResult) -> AgentEnd:
         return cls(exit_code=result.exit_code, timed_out=result.timed_out, stderr_tail=result.stderr_tail,
                    log_tail=result.stdout_tail, stdout=result.stdout, stderr=result.stderr,
-                   status=result.status.value, reason=result.reason,
+                   status=result.status, reason=result.reason,
                    diff_excludes=list(result.diff_excludes))  # fmt: skip
 
     @classmethod
     def stuck(cls, reason: str) -> AgentEnd:
         """Farm found the CLI stuck and killed it."""
-        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR.value, reason=reason)
+        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR, reason=reason)
 
     @classmethod
     def endpoint_failed(cls, status: str, reason: str) -> AgentEnd:
         """The hosted endpoint failed the session for good (black-box): the CLI was killed."""
-        return cls(exit_code=None, status=status, reason=reason)
+        return cls(exit_code=None, status=RolloutStatus(status), reason=reason)
 
 
 @dataclass
@@ -195,9 +197,9 @@ class RolloutPipeline:
         artifacts: ArtifactsConfig | None = None,
         mode: RolloutMode = RolloutMode.TOKEN_EXACT,
         node: str = "",
-        on_truncated: str = "grade",
+        on_truncated: OnTruncated = "grade",
     ) -> None:
-        self.on_truncated = on_truncated  # rollout.on_truncated: grade | zero (not graded) | exclude (graded, no Samples)
+        self.on_truncated = on_truncated
         self.parts = parts
         # mode black_box: a hosted endpoint serves the CLI (its record a Transcript, never Samples)
         self.runner = Runner(harness=harness, model=model, mode=mode, actor=actor, node=node)
@@ -333,7 +335,7 @@ class RolloutPipeline:
             budget_stop=st.tree.budget_stop if st.tree is not None else None,
         )
         truncated = agent_end is not None and agent_end.status is RolloutStatus.TRUNCATED
-        if agent_end is not None and (not truncated or self.on_truncated == "zero"):
+        if agent_end is not None and (not truncated or not grades_truncated(self.on_truncated)):
             return agent_end
         st.enter(Phase.GRADE)  # a truncated rollout's diff is graded as it stands
         st.grade = await p.grade(spec, st.diff)

@@ -72,12 +72,13 @@ class Reruns(BaseModel):
 
 @dataclass(frozen=True)
 class RetryBudgets:
-    """Reruns allowed per kind, and the first infrastructure retry's delay."""
+    """Reruns allowed per kind, and the first infrastructure retry's delay. No defaults: the
+    config's fields own them (``from_config``)."""
 
-    infrastructure: int = 2
-    actor_lost: int = 2
-    stale: int = 3
-    backoff_s: float = 2.0
+    infrastructure: int
+    actor_lost: int
+    stale: int
+    backoff_s: float
 
     def of(self, kind: RetryKind) -> int:
         return getattr(self, kind.value)

@@ -35,3 +35,12 @@ class StreamConfig(BaseModel):
     max_stale_reruns: int = Field(
         default=3, ge=0, description="reruns of a rollout dropped or aborted as stale; then it is recorded as stale"
     )
+
+    def too_stale(self, oldest: int | None, current: int, stage: Literal["running", "recorded", "handed_out"]) -> bool:
+        """The one staleness rule: whether work whose oldest turn was generated under weight
+        version ``oldest`` is beyond ``max_staleness`` at ``current``, *and* ``on_stale`` acts at
+        ``stage``: a running rollout is aborted ('abort'), a finished one not recorded ('drop'),
+        a recorded group not handed to the trainer (either: only 'keep' trains on it)."""
+        acts = {"running": ("abort",), "recorded": ("drop",), "handed_out": ("drop", "abort")}[stage]
+        return (self.on_stale in acts and self.max_staleness is not None and oldest is not None
+                and current - oldest > self.max_staleness)

@@ -156,7 +156,7 @@ class Farm:
             while self._ready and len(out) < k:
                 g = self._ready.pop(0)
                 self._feed.consumed(g.size)  # handed over (or dropped): no longer ahead of the trainer
-                if self._too_stale(g, current):
+                if self.cfg.stream.too_stale(g.policy_versions[0], current, "handed_out"):
                     self.stale_groups_dropped += 1
                 else:
                     out.append(g)
@@ -175,11 +175,6 @@ class Farm:
             time.sleep(poll_interval)
         self.groups_consumed += len(out)
         return out
-
-    def _too_stale(self, g: Group, current: int) -> bool:
-        bound, oldest = self.cfg.stream.max_staleness, g.policy_versions[0]
-        return (self.cfg.stream.on_stale != "keep" and bound is not None and oldest is not None
-                and current - oldest > bound)
 
     def _take(self, groups: list[Group]) -> None:
         """Groups the reader found done: seen by the curriculum, queued for the trainer."""

@@ -78,6 +78,7 @@ class Sandbox(Protocol):
     labels: dict[str, str]
     root: str  # absolute path of the sandbox's writable root, as seen by its commands
     home: str  # $HOME of its commands (inside root)
+    tmp: str  # its commands' TMPDIR: private to the sandbox, kept across its commands, the same path in every sandbox
 
     async def exec(
         self,

@@ -29,15 +29,16 @@ FORWARD_DIR = "/run/farm"  # where forwarded ports' unix sockets appear inside t
 @dataclass(frozen=True)
 class HostMounts:
     """What of the host a sandbox's jails see: the system runtime and /etc
-    (``hostview.system_mounts``) and the read-only binds. Worked out once per sandbox, at
-    its first command: it stats and resolves ~40 host paths (~0.6 ms, per command before)."""
+    (``hostview.system_mounts``; ``staged_etc``: its entries staged in one directory) and the
+    read-only binds. Worked out once per sandbox, when it is made: it stats and resolves ~40
+    host paths (~0.6 ms, per command before)."""
 
     system: tuple[str, ...]
     ro: tuple[str, ...]
 
     @classmethod
-    def of(cls, etc_dir: str, ro_binds: Sequence[str]) -> HostMounts:
-        return cls(tuple(system_mounts(etc_dir)), tuple(ro_bind_mounts(ro_binds)))
+    def of(cls, etc_dir: str, ro_binds: Sequence[str], staged_etc: str | None = None) -> HostMounts:
+        return cls(tuple(system_mounts(etc_dir, staged_etc)), tuple(ro_bind_mounts(ro_binds)))
 
     @classmethod
     def of_image(cls, runtime_dir: str, etc: Sequence[str], ro_binds: Sequence[str]) -> HostMounts:

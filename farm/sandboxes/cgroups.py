@@ -8,7 +8,12 @@ counted together, whatever it does with sessions or namespaces.
 cgroup v2 is used where the memory and pids controllers can be enabled below this
 process's own cgroup; else cgroup v1 (``memory`` and ``pids`` hierarchies, writable on
 many container hosts); else nothing (the sandbox then falls back to per-process rlimits
-and says so in ``limits_policy``). Sandbox cgroups nest below this process's own cgroup
+and says so in ``limits_policy``).
+
+The cgroup also counts the CPU its processes use (:meth:`SandboxCgroup.cpu_s`, the
+kernel's own nanosecond count, processes that already exited included): v2's
+``cpu.stat`` is there in every cgroup; v1 adds a ``cpuacct`` dir when that hierarchy is
+mounted and writable (else the CPU is not known: ``None``). Nothing is limited by it. Sandbox cgroups nest below this process's own cgroup
 (so the host's limits on farm still hold) as ``farm/<run>/<sandbox>``; their absolute
 paths are kept in the sandbox's labels file so ``reap`` can remove them.
 """
@@ -137,6 +142,14 @@ class SandboxCgroup:
                     memsw.write_text(str(memory_bytes))
             if pids is not None:
                 (dirs["pids"] / "pids.max").write_text(str(pids))
+            acct = _own_path("cpuacct")  # counting only; a sandbox without it still has its limits
+            acct_dir = CGROUP_ROOT / "cpuacct" / (acct or "").lstrip("/") / "farm" / run / sandbox
+            if acct is not None and (CGROUP_ROOT / "cpuacct" / "cgroup.procs").exists():
+                try:
+                    acct_dir.mkdir(parents=True)
+                    dirs["cpuacct"] = acct_dir
+                except OSError as exc:
+                    log.debug("cgroup v1 cpuacct unavailable: %s", exc)
         except OSError:
             for d in dirs.values():
                 _rmdir_quiet(d)
@@ -161,6 +174,16 @@ class SandboxCgroup:
             except OSError:
                 continue
         return sorted(found)
+
+    def cpu_s(self) -> float | None:
+        """CPU time (user + system) every process of the sandbox has used so far, those that
+        exited included; None where this cgroup does not count it (v1 without cpuacct)."""
+        if self.version == 2:
+            usec = _read_int(self.dirs["unified"] / "cpu.stat", "usage_usec")
+            return usec / 1e6
+        if "cpuacct" not in self.dirs:
+            return None
+        return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
 
     def breaches(self) -> list[str]:
         """Each limit the sandbox's processes ran into, as a precise reason."""

@@ -182,6 +182,7 @@ class E2BSandbox(ClosingContext):
         self.view = spec.view  # the environment template it was created from (farm.envs), if any
         self.root = cfg.root
         self.home = "/root" if cfg.user == "root" else f"/home/{cfg.user}"
+        self.tmp = _UPLOAD_TMP  # the VM's own /tmp
         self._procs: set[E2BProcess] = set()
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None

@@ -63,7 +63,7 @@ ETC_ENTRIES = (
 )
 
 # Targets a symlink may keep pointing at (they exist in the jail too).
-_VISIBLE_TARGETS = ("/usr/", "/proc/")
+VISIBLE_TARGETS = ("/usr/", "/proc/")
 
 
 def user_files(uid: int, home: str) -> tuple[str, str]:
@@ -78,22 +78,27 @@ def _link_or_bind(path: str) -> list[str]:
     if os.path.islink(path):
         target = os.readlink(path)
         resolved = os.path.realpath(path)
-        if any(resolved.startswith(v) for v in _VISIBLE_TARGETS):
+        if resolved.startswith(VISIBLE_TARGETS):
             return ["--symlink", target, path]
     if os.path.exists(path):
         return ["--ro-bind", path, path]
     return []
 
 
-def system_mounts(etc_dir: str) -> list[str]:
+def system_mounts(etc_dir: str, staged_etc: str | None = None) -> list[str]:
     """Mounts of the system runtime, /etc (selected entries + ``etc_dir``'s passwd/group),
-    fresh /proc and /dev, tmpfs /run; no host /sys, no host /var."""
+    fresh /proc and /dev, tmpfs /run; no host /sys, no host /var. ``staged_etc``: the
+    selected entries copied into one directory (``farm.sandboxes.hostetc``), bound whole;
+    else each entry is bound from the host on its own."""
     args: list[str] = []
     for path in SYSTEM_DIRS:
         args += _link_or_bind(path)
-    args += ["--dir", "/etc"]
-    for name in ETC_ENTRIES:
-        args += _link_or_bind(f"/etc/{name}")
+    if staged_etc is not None:
+        args += ["--ro-bind", staged_etc, "/etc"]
+    else:
+        args += ["--dir", "/etc"]
+        for name in ETC_ENTRIES:
+            args += _link_or_bind(f"/etc/{name}")
     args += ["--ro-bind", f"{etc_dir}/passwd", "/etc/passwd", "--ro-bind", f"{etc_dir}/group", "/etc/group"]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run", "--dir", "/var"]
     args += ["--symlink", "/tmp", "/var/tmp"]

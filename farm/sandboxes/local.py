@@ -36,6 +36,7 @@ from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
 from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
+from farm.sandboxes.hostetc import staged_etc
 from farm.sandboxes.hostview import user_files
 from farm.sandboxes.local_image import LocalImage
 from farm.sandboxes.local_files import LocalFiles
@@ -52,6 +53,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
     socket_dir,
 )
 from farm.sandboxes.process import HostProcess
+from farm.sandboxes.usage import CPUBook
 from farm.sandboxes.views import mount_view, resolve_mode, unmount_under
 from farm.sandboxes.watchdog import Watchdog
 
@@ -102,7 +104,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         self._forwards: list[int] = []
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
-        self._host: HostMounts | None = None  # at the first command (the dirs exist then)
+        self.cpu = CPUBook(None)  # counts once the cgroup exists (_make_dirs)
+        self._host: HostMounts | None = None  # with the dirs (_make_dirs)
         self._watchdog = Watchdog(
             path=str(self.dir),
             extra_paths=[self.view.lower if self.view.writable else self.view.upper]
@@ -172,6 +175,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             self._cgroup = SandboxCgroup.create(
                 self.dir.parent.name, self.id, memory_bytes=limits.memory_bytes, pids=limits.pids
             )
+            if self._cgroup is not None and self._cgroup.cpu_s() is not None:
+                self.cpu = CPUBook(self._cgroup.cpu_s)
             if self._cgroup is None and (limits.memory_bytes or limits.pids):
                 log.warning(
                     "sandbox %s: no writable cgroup here: memory is limited per process (RLIMIT_DATA), "
@@ -200,6 +205,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         passwd, group = user_files(self._cfg.uid, self.home)
         Path(self._etc_dir, "passwd").write_text(passwd)
         Path(self._etc_dir, "group").write_text(group)
+        if self._isolated:  # here, in a thread: the first stage of /etc copies a few hundred files
+            self._host = HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
         if self.view is not None:  # after labels.json: reap finds (and unmounts) it
             t0 = time.monotonic()
             self.view_mode = resolve_mode(self._cfg.view)
@@ -244,7 +251,9 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         return [b for b in binds if not _is_under(os.path.realpath(b), self._base_dir)]
 
     def _host_mounts(self) -> HostMounts:
-        return self._image_mounts(self._ro_binds()) if self.image else HostMounts.of(self._etc_dir, self._ro_binds())
+        if self.image:
+            return self._image_mounts(self._ro_binds())
+        return HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
 
     # --- limits --------------------------------------------------------------
     @property
@@ -340,11 +349,16 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             describe=_describe(cmd),
             max_output_bytes=self._max_output,
             kill_grace_s=self._cfg.kill_grace_s,
-            on_exit=self._procs.discard,
+            on_exit=self._exited,
             jailed=self._isolated,
         )
         self._procs.add(proc)
+        self.cpu.started(proc.pid, proc.describe)
         return proc
+
+    def _exited(self, proc: HostProcess) -> None:
+        self._procs.discard(proc)
+        self.cpu.ended(proc.pid)
 
     async def exec(
         self,
@@ -391,6 +405,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         try:
             await self._watchdog.stop()
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
+            self.cpu.freeze()
             if self._cgroup is not None:
                 await asyncio.to_thread(self._cgroup.remove)
             if self._sock_dir:

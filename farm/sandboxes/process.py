@@ -213,6 +213,11 @@ class HostProcess:
         return self._proc.pid
 
     @property
+    def describe(self) -> str:
+        """The command, as errors name it (cut to 200 characters)."""
+        return self._describe
+
+    @property
     def running(self) -> bool:
         return self._proc.returncode is None
 

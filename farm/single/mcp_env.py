@@ -138,7 +138,7 @@ def make_openenv_app(service: Rollouts, token: str, *, max_sessions: int = 64) -
 
     if not token or "/" in token:
         raise ValueError("the OpenEnv server needs a non-empty token without '/'")
-    timeout = service.cfg.rollout.timeout_s + 300
+    timeout = service.cfg.rollout.lifetime_s
     inner = create_fastapi_app(functools.partial(FarmRolloutsEnv, service, timeout), CallToolAction,
                                CallToolObservation, max_concurrent_envs=max_sessions)  # fmt: skip
     outer = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable
 from typing import Any, get_args
 
@@ -169,6 +170,28 @@ def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
     return f"swebench/sweb.eval.{arch}.{instance_id.replace('__', '_1776_').lower()}:latest"
 
 
+# Test ids no run can report, as published (dataset defects): SWE-bench's log parser read
+# pytest's progress column of an inner pytest run as a test name ("[100%]"), or a test id
+# holds a path of the machine the dataset was made on (its temporary directory).
+_NOT_A_TEST = re.compile(r"^\[\s*\d+%\]$")
+_THEIR_MACHINE = re.compile(r"/n/fs/p-swe-bench/")
+
+
+def dataset_defects(name: str, ids: list[str]) -> tuple[list[str], list[str]]:
+    """(the ids a run can report, a sentence for each one left out)."""
+    kept, defects = [], []
+    for test in ids:
+        if _NOT_A_TEST.match(test.strip()):
+            defects.append(f"{name} {test!r} is not a test (SWE-bench's log parser read pytest's progress column "
+                           "of an inner run as a test name)")  # fmt: skip
+        elif _THEIR_MACHINE.search(test):
+            defects.append(f"{name} {test!r} holds a path of the machine the dataset was made on, which no run "
+                           "elsewhere reports")  # fmt: skip
+        else:
+            kept.append(test)
+    return kept, defects
+
+
 def named_image(row: dict[str, Any]) -> str | None:
     """The container image a dataset row names (``image``, ``image_name`` or ``docker_image``), if any."""
     for name in IMAGE_FIELDS:
@@ -180,9 +203,11 @@ def named_image(row: dict[str, Any]) -> str | None:
 
 def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
     _need(row, "instance_id", "repo", "base_commit", "problem_statement")
-    f2p, p2p = _test_list(row, "FAIL_TO_PASS"), _test_list(row, "PASS_TO_PASS")
+    f2p, f2p_defects = dataset_defects("FAIL_TO_PASS", _test_list(row, "FAIL_TO_PASS"))
+    p2p, p2p_defects = dataset_defects("PASS_TO_PASS", _test_list(row, "PASS_TO_PASS"))
     if not f2p:
-        raise RowError("FAIL_TO_PASS", "no FAIL_TO_PASS tests")
+        what = "; ".join(f2p_defects) if f2p_defects else "no FAIL_TO_PASS tests"
+        raise RowError("FAIL_TO_PASS", f"dataset defect: {what}" if f2p_defects else what)
     test_patch = _str_or_none(row, "test_patch")
     test_cmd = _str_or_none(row, "test_cmd") or _str_or_none(row, "test_command")
     files = test_files_of_patch(test_patch) if test_patch else _test_files_of(f2p + p2p)
@@ -197,6 +222,8 @@ def from_swebench(row: dict[str, Any], source: str = "swebench") -> Task:
         metadata["log_parser_default"] = True  # a recipe's log_parser may replace it
     metadata["test_files"] = files
     metadata["source"] = source
+    if f2p_defects or p2p_defects:  # left out of the lists, said by validate-tasks
+        metadata["dataset_defects"] = f2p_defects + p2p_defects
     named = named_image(row)
     metadata["docker_image"] = named or swebench_image(str(row["instance_id"]))
     if named is None:  # SWE-bench's name for the instance's image, not one the row names (farm.tasks.environment)

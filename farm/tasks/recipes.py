@@ -12,6 +12,7 @@ version -> spec)::
           - {apt: build-essential, check: "command:gcc"}
         base_setup:                   # the heavy, instance-independent part: the venv and its packages
           - uv venv -q --seed .venv
+          - farm-requirements requirements-dev.txt   # a step of farm's (farm.tasks.venvs), as SWE-bench reads the file
           - uv pip install -q --python .venv/bin/python numpy==1.25.2 pytest==7.4.0
         setup:                        # per instance, on top: the checkout's own install
           - echo .venv/ >> .git/info/exclude
@@ -28,7 +29,9 @@ and a user's file overrides the book per repository-version. A row's own values 
 setup commands, env, test command, log parser); a recipe only fills what the row leaves
 out. ``{test_files}`` is the test files the row's test patch touches (or its test ids
 name), else the recipe's ``test_files``; ``{test_labels}`` is the same as Django's
-``runtests.py`` labels (``tests/a/b.py`` -> ``a.b``).
+``runtests.py`` labels (``tests/a/b.py`` -> ``a.b``). farm's own steps in the commands
+(``farm-requirements``, ``farm-conda-env``) become the commands that carry them out, and
+the venv the commands make is made a self-contained prefix (``farm.tasks.venvs``).
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from farm.errors import TaskError, TaskLoadError
-from farm.tasks.model import GitSource, Task
+from farm.tasks.model import GitSource, Task, TaskTimeouts
 from farm.tasks.requirements import Requirement, unmet
+from farm.tasks.venvs import expand, prefix_step, step_error
 
 BUILTIN = "builtin"
 BOOK_DIR = "recipe_book"  # inside the farm.tasks package
@@ -64,6 +68,9 @@ class Recipe(BaseModel):
     base_setup: list[str] = Field(default_factory=list, description="fills Task.base_setup_commands")
     setup: list[str] = Field(default_factory=list, description="fills Task.setup_commands")
     env: dict[str, str] = Field(default_factory=dict)
+    timeouts: TaskTimeouts | None = Field(
+        default=None, description="budgets for a row that leaves its own at the defaults (a long C extension build)"
+    )
     test_command: str | None = Field(default=None, description="may use {test_files} / {test_labels}")
     test_files: list[str] = Field(default_factory=list)
     log_parser: str | None = None
@@ -80,6 +87,9 @@ class Recipe(BaseModel):
     def _commands(cls, value: list[str]) -> list[str]:
         if any(not c.strip() for c in value):
             raise ValueError("an empty command")
+        for command in value:  # farm's own steps (farm.tasks.venvs): farm-requirements, farm-conda-env
+            if (problem := step_error(command)) is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("test_command", "log_parser")
@@ -256,6 +266,10 @@ def fill_test_command(command: str, files: Sequence[str]) -> str:
     )
 
 
+def _makes_venv(commands: Sequence[str]) -> bool:
+    return any(".venv" in c and " venv" in c for c in commands)
+
+
 def apply_recipe(task: Task, book: RecipeBook, *, check_requirements: bool = True) -> Task:
     """``task`` with what its recipe supplies (unchanged when the book has none for its
     repository). ``RecipeError`` when the book knows the repository but not the row's
@@ -280,10 +294,13 @@ def apply_recipe(task: Task, book: RecipeBook, *, check_requirements: bool = Tru
     update: dict[str, Any] = {
         "metadata": {**task.metadata, "recipe": f"{repo}@{version or match.key}", "recipe_source": match.origin}
     }
+    # farm's steps in the recipe's commands carried out; the venv they make (in the workdir's
+    # .venv, as the book's do) made a prefix after the commands that make and fill it
+    venv_in = "base_setup" if _makes_venv(recipe.base_setup) else "setup" if _makes_venv(recipe.setup) else None
     if not task.base_setup_commands and recipe.base_setup:
-        update["base_setup_commands"] = list(recipe.base_setup)
+        update["base_setup_commands"] = [*map(expand, recipe.base_setup), *([prefix_step()] if venv_in == "base_setup" else [])]
     if not task.setup_commands and recipe.setup:
-        update["setup_commands"] = list(recipe.setup)
+        update["setup_commands"] = [*map(expand, recipe.setup), *([prefix_step()] if venv_in == "setup" else [])]
     if task.python is None and recipe.python:
         update["python"] = recipe.python
     if check_requirements and len(update) > 1:  # the recipe's environment is used: it must be buildable here
@@ -296,6 +313,8 @@ def apply_recipe(task: Task, book: RecipeBook, *, check_requirements: bool = Tru
             )  # fmt: skip
     if recipe.env:
         update["env"] = {**recipe.env, **task.env}
+    if recipe.timeouts is not None and task.timeouts == TaskTimeouts():
+        update["timeouts"] = recipe.timeouts
     if recipe.test_command and task.metadata.get("test_command_default"):
         files = task.metadata.get("test_files") or recipe.test_files
         update["test_command"] = fill_test_command(recipe.test_command, files)

@@ -84,7 +84,9 @@ def unmet(requirements: list[Requirement]) -> list[tuple[str, bool]]:
     if apt:
         names = ", ".join(dict.fromkeys(r.name for r, _ in apt))
         seen = ", ".join(dict.fromkeys(_describe_check(c) for _, failed in apt for c in failed if c != "never"))
-        out.append((f"system packages {names} (apt-get in SWE-bench's spec; {seen or 'not checkable'})",
+        debian = " ".join(dict.fromkeys(r.name.split(" (")[0] for r, _ in apt))
+        out.append((f"system packages {names} (apt-get in SWE-bench's spec; {seen or 'not checkable'}; "
+                    f"on Debian/Ubuntu: `apt-get install -y {debian}`)",
                     all("never" not in r.check for r, _ in apt)))  # fmt: skip
     for r, _ in missing:
         if r.kind == "conda":

@@ -42,6 +42,7 @@ from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError, TaskSourc
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
 from farm.tasks.runtime import TaskRuntime
+from farm.tasks.venvs import left_out
 from farm.workspace.shell import CommandReport, git_script, run_step, stage_script
 
 SCRATCH = ".farm/tasks"  # under the sandbox root; never inside the workdir
@@ -57,6 +58,10 @@ class SetupReport(BaseModel):
     steps: list[CommandReport] = Field(default_factory=list)
     reason: str = ""
     duration_s: float = 0.0
+    left_out: list[str] = Field(
+        default_factory=list,
+        description="what the setup could not install and went on without ('NAME: WHY': a conda-only package)",
+    )
 
     @property
     def failed_for_good(self) -> bool:
@@ -182,8 +187,10 @@ async def run_setup(
         steps.append(step)
         if not step.ok:
             reason = f"{what} {i + 1}/{len(commands)} {step.describe()}"
-            return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0)
-    return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0)
+            return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0,
+                               left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
+    return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0,
+                       left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
 
 
 def commit_script(index: str, ref: str = BASELINE_REF) -> str:

@@ -3,7 +3,7 @@ the runtime finding a run that never finished raises only when it claims success
 
 from __future__ import annotations
 
-from farm.grading.environment import diagnose, diff_brings
+from farm.grading.environment import diagnose, diff_brings, left_out_note, network_note
 from farm.grading.hacks import runtime_flags
 from farm.grading.probe import ProbeReport
 
@@ -40,3 +40,22 @@ def test_an_unfinished_run_is_a_finding_only_when_it_claims_success():
     assert runtime_flags(unfinished, printed={"t::a": "PASSED"}, exit_code=1, **common) == ["runtime:report_missing"]
     assert runtime_flags(unfinished, printed={}, exit_code=4, **common) == []  # a conftest that failed: no claim
     assert runtime_flags(ProbeReport(), printed={}, exit_code=0, **common) == ["runtime:report_missing"]  # pytest shadowed
+
+
+def test_a_failure_on_a_missing_module_names_what_the_setup_left_out():
+    log = "E   ModuleNotFoundError: No module named 'cdms2'\n"
+    note = left_out_note(log, ["cdms2: not on PyPI", "hdf5: not on PyPI"])
+    assert note == ("; it failed on missing module(s) cdms2, and the environment's setup left out "
+                    "cdms2: not on PyPI; hdf5: not on PyPI")
+    assert left_out_note(log, []) == "" and left_out_note("E   assert 1 == 2\n", ["cdms2: not on PyPI"]) == ""
+
+
+def test_tests_that_reach_the_internet_are_named():
+    """sphinx's linkcheck tests check links on the internet: offline they fail, and the row's
+    reason says why (what SWE-bench's harness had, a sandbox has not)."""
+    log = ("links.txt:10: [broken] https://www.google.com/#!bar: HTTPSConnectionPool(host='www.google.com', port=443): "
+           "Max retries exceeded (Caused by NewConnectionError(': Failed to establish a new connection: "
+           "[Errno -3] Temporary failure in name resolution'))\nsee https://docs.example.org/x for help\n")
+    assert network_note(log) == ("; its tests reach hosts on the internet (www.google.com) (Temporary failure in name "
+                                 "resolution): a grading sandbox has no network, SWE-bench's harness ran them online")
+    assert network_note("E   assert 1 == 2\n") == ""

@@ -108,3 +108,67 @@ def test_failures_reported_as_passes_in_every_shape_are_caught(tmp_path):
     # unittest subTest failures reach pytest as sub-reports, not as the call's exception: not caught this way
     expected = {t for t in probe.statuses if t.rsplit("::", 1)[-1] not in honest | {"test_subtests"}}
     assert set(probe.raised_but_passed) == expected, expected ^ set(probe.raised_but_passed)
+
+
+def test_the_probe_imports_no_module_the_tests_did_not(tmp_path):
+    """pytest 7 and older import unittest only when a test module does, and pytest's own tests
+    of that support (run in-process by pytester) behave differently when a plugin imported it
+    first: pytest-dev__pytest-10081's FAIL_TO_PASS test passed without the fix. The probe wraps
+    unittest's assertions only once the tests imported it (``-p no:unittest`` stands in for such a
+    pytest here: modern pytest imports unittest itself)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "test_x.py").write_text(
+        "import sys\n\n\ndef test_unittest_not_imported():\n    assert 'unittest' not in sys.modules\n"
+    )
+    res, probe = run_with_probe(project, ["-p", "no:unittest", "test_x.py"], scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert probe.finished and probe.statuses == {"test_x.py::test_unittest_not_imported": TestStatus.PASSED}
+
+
+def test_the_probe_loads_when_the_test_command_sets_its_own_addopts(tmp_path):
+    """sphinx 3.3's tox.ini sets PYTEST_ADDOPTS for its tests (``--color yes``), replacing the
+    grader's ``-p farm_probe``: without the probe an honest run that passes drew
+    runtime:report_missing (sphinx-doc__sphinx-8120's gold patch). PYTEST_PLUGINS loads it too."""
+    import sys
+
+    project = _project(tmp_path / "p")
+    tox = tmp_path / "tox-like"  # what tox does: its setenv replaces the addopts, then python runs
+    tox.write_text(f'#!/bin/sh\nPYTEST_ADDOPTS="--color yes" exec {sys.executable} "$@"\n')
+    tox.chmod(0o755)
+    res, probe = run_with_probe(project, ["lib.py", "--doctest-modules"], python=str(tox), scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert probe.finished and probe.statuses and set(probe.statuses.values()) == {TestStatus.PASSED}
+
+
+NESTED = '''import os
+import subprocess
+import sys
+
+import pytest
+
+INNER = "def test_inner_fails():\\n    assert False\\n"
+
+
+def test_runs_pytest_sessions_of_its_own(tmp_path, monkeypatch):
+    (tmp_path / "test_inner.py").write_text(INNER)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)  # as pytest's own pytester fixture does
+    args = ["-p", "no:cacheprovider", "-q", str(tmp_path / "test_inner.py")]
+    assert pytest.main(args) == 1
+    assert subprocess.run([sys.executable, "-m", "pytest", *args], env=dict(os.environ)).returncode == 1
+'''
+
+
+def test_pytest_sessions_the_tests_start_do_not_load_the_probe(tmp_path):
+    """pytest's own suite starts sessions of its own (pytester: in process, or in a
+    subprocess) with PYTEST_ADDOPTS cleared but the environment otherwise inherited: through
+    PYTEST_PLUGINS they loaded the probe too, and wrote their tests and exit status into the
+    report (honest gold patches of pytest-dev/pytest drew runtime:exit_status_disagrees and
+    runtime:report_forged)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "test_nested.py").write_text(NESTED)
+    res, probe = run_with_probe(project, ["test_nested.py"], scratch=tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert probe.finished and probe.exitstatus == 0 and probe.forged_lines == 0
+    assert probe.statuses == {"test_nested.py::test_runs_pytest_sessions_of_its_own": TestStatus.PASSED}

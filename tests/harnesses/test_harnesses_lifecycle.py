@@ -58,7 +58,7 @@ async def test_configure_writes_scratch_outside_workdir(sandbox, gateway) -> Non
     )
     run = make_run(sandbox, gateway.base_url, env={"PATH": "/opt/py/bin:/usr/bin:/bin", "FARM_GATEWAY_KEY": "no"})
     await sandbox.exec(["mkdir", "-p", run.workdir])
-    stale = f"{sandbox.root}/.farm/harness/stale.txt"
+    stale = f"{sandbox.tmp}/.farm/harness/stale.txt"
     await sandbox.write_file(stale, "old")
     plan = await h.configure(sandbox, run)
     scratch = plan.scratch_dir

@@ -52,6 +52,19 @@ def test_internal_error_reason_names_the_type_and_phase():
     assert "KeyError" in out.reason and "capture" in out.reason
 
 
+def test_a_bug_is_recorded_once_a_system_error_retried():
+    """A bug in farm meets the same code on a rerun: deterministic (recorded once, like the
+    dispatcher's own bugs); an OS error (a reset socket, a full disk) may pass: retried."""
+    from farm.rollout.retry import Reruns, RetryBudgets, decide
+
+    budgets = RetryBudgets(infrastructure=2, actor_lost=2, stale=3, backoff_s=0.0)
+    for exc, retried in [(KeyError("bug"), False), (AttributeError("x"), False),
+                         (ConnectionResetError("peer"), True), (OSError(28, "No space left"), True)]:  # fmt: skip
+        out = outcome_for_error(exc, Phase.AGENT)
+        assert out.status is S.SANDBOX_ERROR and out.deterministic is not retried, exc
+        assert decide(out.status, Reruns(), budgets, deterministic=out.deterministic).runs_again is retried, exc
+
+
 def test_agent_end():
     assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=10) is None
     t = outcome_for_agent(exit_code=None, timed_out=True, budget_s=10)
@@ -60,9 +73,9 @@ def test_agent_end():
     assert c.status is S.AGENT_ERROR and "boom" in c.reason
     e = outcome_for_agent(exit_code=1, timed_out=False, budget_s=10, engine_errors=2)
     assert e.status is S.ENGINE_ERROR
-    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status="timeout", harness_reason="r")
+    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status=S.TIMEOUT, harness_reason="r")
     assert (h.status, h.reason) == (S.TIMEOUT, "r")
-    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status="completed") is None
+    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status=S.COMPLETED) is None
 
 
 def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
@@ -73,7 +86,7 @@ def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
     assert clean.trainable and S.TRUNCATED.failure_class.value == "policy"
     # whatever the CLI did after the stop (an error exit, a hang, an error it reported)
     for kw in ({"exit_code": 1}, {"exit_code": None, "timed_out": True},
-               {"exit_code": 0, "harness_status": "agent_error", "harness_reason": "claude_code reported an error"}):
+               {"exit_code": 0, "harness_status": S.AGENT_ERROR, "harness_reason": "claude_code reported an error"}):
         out = outcome_for_agent(**{"timed_out": False, "budget_s": 10, **kw}, budget_stop=stop)
         assert out.status is S.TRUNCATED and "(then the CLI" in out.reason
     # without a stop, the same CLI error is the CLI's

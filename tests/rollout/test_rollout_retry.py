@@ -143,7 +143,7 @@ def _dispatches(endings: list[tuple[S, Ending]], budgets: RetryBudgets) -> Rollo
 
 
 def test_redispatch_after_actor_deaths_is_bounded_by_max_attempts():
-    spec = _dispatches([(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] * 9, RetryBudgets(actor_lost=2))  # max_attempts 3
+    spec = _dispatches([(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] * 9, RetryBudgets(infrastructure=2, actor_lost=2, stale=3, backoff_s=2.0))  # max_attempts 3
     assert spec.attempt == 3 and spec.reruns == Reruns(actor_lost=2) and spec.rollout_id == "a.0"
 
 
@@ -152,7 +152,7 @@ def test_an_actor_death_leaves_every_infrastructure_retry():
     4 = 1 + 1 death + 2 infrastructure retries (each kind spends its own budget: a death
     counted against the infrastructure budget would record it at 3)."""
     endings = [(S.SANDBOX_ERROR, Ending.ACTOR_LOST)] + [(S.ENGINE_ERROR, Ending.FINISHED)] * 9
-    spec = _dispatches(endings, RetryBudgets(infrastructure=2, actor_lost=2))
+    spec = _dispatches(endings, RetryBudgets(infrastructure=2, actor_lost=2, stale=3, backoff_s=2.0))
     assert spec.attempt == 4 and spec.reruns == Reruns(infrastructure=2, actor_lost=1)
 
 

@@ -172,3 +172,17 @@ def test_reader_never_yields_a_group_short(tmp_path):
     assert reader.poll() == []
     del reader._sample_tail.new_entries
     assert [len(g.samples) for g in reader.poll()] == [2]
+
+
+def test_one_staleness_rule_acts_where_its_policy_says():
+    """StreamConfig.too_stale is the one rule the dispatcher (running), the reducer (recorded)
+    and farm.Farm (handed out) ask: the bound is strict, and each policy acts at its stages."""
+    from farm.run.config import StreamConfig
+
+    acts = {"keep": set(), "drop": {"recorded", "handed_out"}, "abort": {"running", "handed_out"}}
+    for policy, stages in acts.items():
+        stream = StreamConfig(max_staleness=1, on_stale=policy)
+        for stage in ("running", "recorded", "handed_out"):
+            assert stream.too_stale(3, 5, stage) is (stage in stages), (policy, stage)
+            assert not stream.too_stale(4, 5, stage) and not stream.too_stale(None, 5, stage)  # within / unversioned
+    assert not StreamConfig(on_stale="drop").too_stale(0, 99, "recorded")  # no bound

@@ -3,9 +3,10 @@ user runs it (a subprocess from the repository root), so that a refactor that br
 fails here and not at the next measurement. Its last line must hold the figures its
 docstring promises, each a number (``bench_lines``); the figures themselves are not checked:
 a quick size measures nothing. The builtin tokenizer the benchmarks load is the session's
-(built once for the suite). Two benchmarks are run by a test of their own, which also
+(built once for the suite). Three benchmarks are run by a test of their own, which also
 checks what they find (bench_faults: tests/farm/test_faults_short.py; bench_learning:
-tests/farm/test_train_loop_example.py); the last test below finds every benchmark a test."""
+tests/farm/test_train_loop_example.py; bench_density: tests/scripts/test_scripts_density.py);
+the last test below finds every benchmark a test."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ QUICK = [
 ]
 # benchmarks no test runs yet: their quick size is being reworked with them; once a test runs
 # one (names it and "--quick"), the last test fails until it leaves this set
-PENDING = {"bench_density.py"}
+PENDING: set[str] = set()
 
 
 @pytest.fixture(scope="module")

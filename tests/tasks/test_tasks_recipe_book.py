@@ -20,6 +20,7 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.tasks.recipes import BUILTIN, builtin_recipes, fill_test_command, load_book, recipe_sources
 from farm.tasks.requirements import Requirement, check_met
+from farm.tasks.venvs import conda_env_step, prefix_step, requirements_step
 
 # The repositories of SWE-bench's Lite / Verified / full test splits and of its dev split.
 SWEBENCH_REPOS = {
@@ -89,6 +90,36 @@ def test_the_book_carries_what_the_real_dev_rows_needed() -> None:
     astroid = book["pylint-dev/astroid"]
     for version, with_pip in (("2.10", False), ("2.12", True), ("2.13", True), ("2.14", True), ("2.15", False)):
         assert (astroid[version].setup[-1] == ".venv/bin/python -m pip install -q -e .") is with_pip, version
+
+
+def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path) -> None:
+    """The book names farm's steps where they run (farm-requirements: SWE-bench's reading of a
+    requirements file; farm-conda-env): a row gets the commands that carry them out, and the
+    venv made a prefix last; a recipe naming a step wrongly is refused when it loads."""
+    book = builtin_recipes()
+    assert book["pylint-dev/pylint"]["2.15"].base_setup[1] == "farm-requirements requirements_test.txt"
+    assert not [(repo, v) for repo, vs in book.items() for v, r in vs.items()
+                if any("sed -E" in c and "requirements" in c for c in r.base_setup)]  # fmt: skip
+    path = write(tmp_path / "rows.jsonl", row("pylint-dev/pylint", "2.15"))
+    (task,) = load_tasks(path, check_requirements=False).tasks
+    assert task.base_setup_commands[1] == requirements_step(["requirements_test.txt"])
+    assert task.base_setup_commands[-1] == prefix_step()
+    mine = tmp_path / "mine.yaml"
+    for bad, why in (("farm-requirement x.txt", "unknown step 'farm-requirement'"),
+                     ("farm-conda-env a.yml b.yml", "farm-conda-env takes one file"),
+                     ("farm-requirements", "farm-requirements takes one or more paths"),
+                     ("farm-httpbin 8080", "farm-httpbin takes no argument")):  # fmt: skip
+        mine.write_text(f"acme/tool:\n  '1.0': {{base_setup: ['{bad}']}}\n")
+        with pytest.raises(TaskLoadError, match=why):
+            load_tasks(path, recipes=str(mine))
+
+
+def test_a_recipes_timeouts_fill_a_rows_defaults(tmp_path: Path) -> None:
+    """astropy's install builds C extensions, over the default 10 minutes a setup command gets on
+    a small machine: its recipes give setup an hour (a row with budgets of its own keeps them)."""
+    path = write(tmp_path / "rows.jsonl", row("astropy/astropy", "5.1"), row("psf/requests", "2.31"))
+    astropy, requests = load_tasks(path, check_requirements=False).tasks
+    assert astropy.timeouts.setup_s == 3600 and astropy.timeouts.test_s == 900 and requests.timeouts.setup_s == 600
 
 
 def test_requirement_entries_and_checks() -> None:
@@ -169,11 +200,14 @@ def test_system_only_needs_and_unknown_versions_are_errors_when_rows_load(tmp_pa
     rows = [row("pydata/xarray", "2022.06"), row("acme/tool", "1.0"), row("acme/tool", "2.0"), row("psf/requests", "9.9"), own]
     path = write(tmp_path / "rows.jsonl", *rows)
     result = load_tasks(path, recipes=str(mine))
-    assert [t.id for t in result.tasks] == ["acme__tool-2.0", "own"]  # met needs; a row with its own setup
-    conda, apt, version = (str(e) for e in result.errors)
-    assert "recipe pydata/xarray@2022.06 (builtin) needs what this machine lacks: conda-only packages of " in conda
-    assert conda.endswith("; override pydata/xarray@2022.06 in your recipe file (tasks.recipes)")
-    assert "system packages farm-no-such-pkg (apt-get in SWE-bench's spec; no command farm-no-such-tool on PATH)" in apt
+    # met needs; a row with its own setup; xarray, whose conda environment file PyPI provides in part:
+    # what it lacks is left out when the environment is built (farm-conda-env), no row refused for it
+    assert [t.id for t in result.tasks] == ["pydata__xarray-2022.06", "acme__tool-2.0", "own"]
+    xarray = result.tasks[0].base_setup_commands
+    assert xarray[-2] == conda_env_step("ci/requirements/environment.yml") and xarray[-1] == prefix_step()
+    apt, version = (str(e) for e in result.errors)
+    assert ("system packages farm-no-such-pkg (apt-get in SWE-bench's spec; no command farm-no-such-tool on PATH; "
+            "on Debian/Ubuntu: `apt-get install -y farm-no-such-pkg`)") in apt
     assert "install it, or override acme/tool@1.0" in apt
     assert "field 'version': no recipe for psf/requests version '9.9': recipes exist for versions 0.7, 0.8" in version
     with pytest.raises(TaskLoadError, match="a version must be a string: quote it"):
@@ -200,6 +234,10 @@ def test_a_swebench_row_of_a_book_repository_validates_with_only_a_mirror(tmp_pa
     from testkit.sdist_task import REQUESTS, make_book_task
 
     made = make_book_task(tmp_path / "row", REQUESTS)
+    # as some published rows have it (pytest-dev__pytest-5227): an id no run reports, a dataset defect
+    (published,) = [json.loads(line) for line in made["tasks"].read_text().splitlines()]
+    published["PASS_TO_PASS"] = json.dumps([*json.loads(published["PASS_TO_PASS"]), "[100%]"])
+    made["tasks"].write_text(json.dumps(published) + "\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     res = subprocess.run(
         [sys.executable, "-m", "farm", "validate-tasks", str(made["tasks"]), "--report", str(tmp_path / "r.json"),
@@ -210,8 +248,11 @@ def test_a_swebench_row_of_a_book_repository_validates_with_only_a_mirror(tmp_pa
     assert res.returncode == 0, res.stdout + res.stderr
     (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
     assert result["valid"], result
+    assert result["reason"] == ("dataset defect, left out of its lists: PASS_TO_PASS '[100%]' is not a test (SWE-bench's "
+                                "log parser read pytest's progress column of an inner run as a test name)")
     gold, empty = result["gold"], result["empty"]
     steps = [s["command"] for s in gold["setup"]["steps"]]
+    assert steps[2] == prefix_step()  # after the base setup: the venv made a prefix
     assert steps[0] == "uv venv -q --seed .venv" and steps[-1] == "uv pip install -q --python .venv/bin/python ."
     assert gold["test"]["command"] == ". .venv/bin/activate && pytest -rA tests/test_structures.py"
     assert "Python 3.9" in gold["test"]["stdout_tail"]  # the recipe's python, found on this machine

@@ -13,6 +13,8 @@ repository is a bare mirror named as farm looks it up (``<owner>__<name>.git``).
 - ``REQUESTS`` (``requests`` 2.31.0 as repo ``psf/requests``, version ``2.31``): a bug in
   ``CaseInsensitiveDict.__eq__`` and a test patch adding the test that catches it; no recipe
   file: farm's recipe book has SWE-bench's spec for psf/requests 2.31.
+- ``DJANGO`` (``Django`` 4.2.11 as ``django/django`` version ``4.2``): the book's own Django
+  recipe on a repository too large to mirror here (``scripts/validate_book.py --sdist``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,26 @@ REQUESTS = SdistProject(
               "\n    def test_equality_ignores_case(self):\n"
               "        assert CaseInsensitiveDict({\"ACCEPT\": \"application/json\"}) == self.case_insensitive_dict\n"),
     drop=("requests.egg-info",),
+)  # fmt: skip
+
+# Django 4.2.11 as django/django version 4.2 (SWE-bench's spec: Python 3.9, tests/requirements/py3.txt,
+# runtests.py with the row's test labels): the repository is too large for a mirror here, its
+# sdist carries the test suite. A bug in capfirst and the test that catches it.
+_TEXT = "tests/utils_tests/test_text.py"
+DJANGO = SdistProject(
+    package="Django", version="4.2.11", repo="django/django", row_version="4.2",
+    bug_file="django/utils/text.py",
+    bug=("    return x[0].upper() + x[1:]\n", "    return x[0].upper() + x[1:].lower()\n"),
+    fail_to_pass=["test_capfirst (utils_tests.test_text.TestUtilsText)"],
+    pass_to_pass=["test_truncate_chars (utils_tests.test_text.TestUtilsText)",
+                  "test_wrap (utils_tests.test_text.TestUtilsText)",
+                  "test_slugify (utils_tests.test_text.TestUtilsText)"],
+    statement="`django.utils.text.capfirst` lowercases the rest of the string: `capfirst('hello World')` returns "
+    "'Hello world'. Only the first letter should change.",
+    log_parser="parse_log_django",
+    new_test=(_TEXT, "class TestUtilsText(SimpleTestCase):\n",
+              "    def test_capfirst(self):\n        self.assertEqual(text.capfirst('hello World'), 'Hello World')\n\n"),
+    drop=("Django.egg-info",),
 )  # fmt: skip
 
 # The inflection task's facts under their historical names (users of this module import them).

@@ -5,7 +5,8 @@ This file is data to farm: the grader copies it (with ``farm_probe_channel.py``,
 loads it with ``-p farm_probe``; farm never imports it. It runs inside the task's
 environment, so it keeps to Python 3.6+ and to pytest APIs that pytest 3.6 already had.
 
-It is imported before any conftest or test module. Then, in order: it reads its
+It is imported before any conftest or test module. Then, in order: it takes itself out
+of ``PYTEST_PLUGINS`` (pytest sessions the tests start must not load it), reads its
 ``config.json`` and the test files the grader named (``farm_probe_fixed``), connects to
 farm's witness (``farm_probe_channel``; no key is in this process), and adds its
 tripwires. What it sends the witness, one chained JSON line each:
@@ -58,6 +59,24 @@ def _config():
         return {}
 
 
+def _unset_plugins_variable():
+    """Take this plugin out of ``PYTEST_PLUGINS`` once it is loaded (the task's own entries
+    kept): the grader sets it for a test command that replaces ``PYTEST_ADDOPTS`` (a tox.ini's
+    setenv), and pytest sessions the tests start themselves, in process or in a subprocess
+    (pytest's own suite, through its pytester fixture), inherit it where they never see the
+    addopts (pytester clears them): they loaded the probe too and reported their own tests
+    and exit as the run's."""
+    if "PYTEST_PLUGINS" not in os.environ:
+        return
+    kept = [p for p in os.environ["PYTEST_PLUGINS"].split(",") if p.strip() and p.strip() != __name__]
+    if kept:
+        os.environ["PYTEST_PLUGINS"] = ",".join(kept)
+    else:
+        del os.environ["PYTEST_PLUGINS"]
+
+
+if _ACTIVE:
+    _unset_plugins_variable()
 _PRELOADED = _channel.preloaded_files()  # before any repository code: the runner's own files
 _CONF = _config() if _ACTIVE else {}
 _SNAPSHOT = _fixed.read_snapshot(_CONF) if _ACTIVE else {}
@@ -232,6 +251,7 @@ def _may_swallow(item, caller):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item, _getprofile=sys.getprofile, _setprofile=sys.setprofile,
                         _thread_profile=threading.setprofile):
+    _wrap_unittest_once()
     kind, target, status = _body(item)
     seen = []
     previous = _getprofile()
@@ -270,6 +290,19 @@ def pytest_runtest_call(item, _getprofile=sys.getprofile, _setprofile=sys.setpro
 
 
 _CMP = getattr(builtins, _fixed.CMP, None)
+_UNITTEST = [False]  # True while unittest's assertions are still to be wrapped (the probe's line is open)
+
+
+def _wrap_unittest_once():
+    """Wrap unittest's assertions once the tests themselves imported it: the probe never imports
+    it first. pytest avoids importing unittest until a test module does, and a run where it was
+    imported up front behaves differently (pytest's own tests of its unittest support, run
+    in-process by pytester: with unittest imported by a plugin, a tearDown that pytest calls for a
+    class skipped under --pdb is not called, and pytest-dev__pytest-10081's FAIL_TO_PASS test passes
+    without the fix)."""
+    if _UNITTEST[0] and "unittest.case" in sys.modules:
+        _UNITTEST[0] = False
+        _rigged.wrap_unittest(_CHECKER.check)
 
 
 def pytest_assertrepr_compare(config, op, left, right):
@@ -324,6 +357,6 @@ if _ACTIVE:
                                _OWN, _channel.pluggy_codes(), _HOOKS)
     if _line is not None:
         _EMIT[0] = _line
-        _rigged.wrap_unittest(_CHECKER.check)
+        _UNITTEST[0] = True
         _channel.install_tripwires(_line, _OWN, _HOOKS, _DIR, lambda c: bool(c) and _ASK(("test_code", c)), _PRELOADED,
                                    guarded=(_fixed._vault.__code__,))

@@ -1,0 +1,103 @@
+"""A local httpbin for a task's tests: http and https on one port of the sandbox's loopback.
+
+This file is data to farm: ``farm.tasks.venvs`` writes it into the httpbin venv that its
+``farm-httpbin`` step makes (``.venv/httpbin``, httpbin and cryptography from PyPI, apart from
+the code under test); farm never imports it. It runs in that venv: Python 3.7+.
+
+requests' tests up to 2.8 call httpbin at ``HTTPBIN_URL`` (default http://httpbin.org/), and
+some of them the same host over https (``test_mixed_case_scheme_acceptable`` sends
+``HTTPS://`` + the host of ``HTTPBIN_URL``). SWE-bench's harness ran them against
+httpbin.org; a sandbox has no network. So httpbin answers on a free port of the loopback,
+both ways: a connection whose first byte opens a TLS handshake is wrapped with a certificate
+for ``localhost`` made at setup (``--make-cert``), which the setup appends to the CA bundle the
+tests trust. ``python serve.py`` starts the server in the background and prints its URL
+(``http://localhost:PORT/``) once it accepts connections.
+"""
+
+import datetime
+import ipaddress
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CERT, KEY = os.path.join(HERE, "cert.pem"), os.path.join(HERE, "key.pem")
+
+
+def make_cert():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    with open(KEY, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                  serialization.NoEncryption()))
+    with open(CERT, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def serve(port):
+    from httpbin import app
+    from werkzeug.serving import ThreadedWSGIServer
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(CERT, KEY)
+
+    class EitherWay(ThreadedWSGIServer):
+        def get_request(self):
+            sock, addr = self.socket.accept()
+            sock.settimeout(10)  # a client that connects and says nothing does not hold the others up
+            try:
+                tls = sock.recv(1, socket.MSG_PEEK) == b"\x16"  # a TLS handshake's first byte
+                if tls:
+                    sock = context.wrap_socket(sock, server_side=True)
+            except (OSError, ssl.SSLError):
+                pass
+            sock.settimeout(None)
+            return sock, addr
+
+    EitherWay("127.0.0.1", port, app).serve_forever()
+
+
+def main(argv):
+    if argv[:1] == ["--make-cert"]:
+        make_cert()
+        return 0
+    if argv[:1] == ["--serve"]:
+        serve(int(argv[1]))
+        return 0
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", str(port)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    with open(os.path.join(HERE, "server-%d.pid" % port), "w") as f:  # what stops it, outside a sandbox
+        f.write(str(server.pid))
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    print("http://localhost:%d/" % port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

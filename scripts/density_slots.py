@@ -1,0 +1,51 @@
+"""Slots for ``bench_density.py``: rollouts run back to back in each, and how busy they kept the slots."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+
+def overlap(a: float, b: float, lo: float, hi: float) -> float:
+    return max(0.0, min(b, hi) - max(a, lo))
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def slots(n: int, duration: float, one: Any) -> tuple[list[dict[str, Any]], float, float]:
+    """``n`` slots calling ``one(i, k, phases)`` back to back until the deadline; each record
+    holds start, end and the phase marks [(name, t)] the rollout reported."""
+    records: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    deadline = t0 + duration
+
+    async def slot(i: int) -> None:
+        k = 0
+        while time.monotonic() < deadline:
+            phases: list[tuple[str, float]] = []
+            start = time.monotonic()
+            result = await one(i, k, phases)
+            records.append({"start": start, "end": time.monotonic(), "phases": phases, "result": result})
+            k += 1
+
+    await asyncio.gather(*(slot(i) for i in range(n)))
+    return records, t0, deadline
+
+
+def occupancy(records: list[dict[str, Any]], n: int, t0: float, t1: float) -> tuple[float, float]:
+    """(rollouts in flight, slot utilization) over [t0, t1]: agent phases count as busy."""
+    window = t1 - t0
+    running = sum(overlap(r["start"], r["end"], t0, t1) for r in records)
+    busy = 0.0
+    for r in records:
+        marks = r["phases"] + [("end", r["end"])]
+        for (name, a), (_, b) in zip(marks, marks[1:]):
+            if name == "agent":
+                busy += overlap(a, b, t0, t1)
+    return round(running / window, 1), round(busy / (n * window), 3)

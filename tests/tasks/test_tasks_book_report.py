@@ -1,0 +1,42 @@
+"""The recipe book's measurement on real SWE-bench rows (farm/tasks/book_report.py): the
+committed results are well-formed and add up, and the docs page is what they make. The
+figures themselves are measured by scripts/validate_book.py on a machine with the mirrors,
+not here (no mirrors in CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from farm.tasks.book_report import (
+    GENERATE, PAGE_PATH, RESULTS_PATH, BookResults, RowResult, counts, heldout_figure, render_markdown, summary_line,
+)  # fmt: skip
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(i: str, outcome: str, part: str = "fix", reason: str = "", repo: str = "a/b", version: str = "1.0") -> RowResult:
+    return RowResult(id=i, repo=repo, version=version, part=part, outcome=outcome, reason=reason)
+
+
+def test_the_summary_line_counts_the_published_rows_and_the_held_out_part_apart() -> None:
+    rows = [_row("1", "valid"), _row("2", "invalid", reason="x"), _row("3", "valid", "heldout"),
+            _row("4", "skipped", "heldout", "needs graphviz"), _row("5", "incomplete_mirror", "heldout", "no mirror"),
+            _row("6", "valid", "sdist", repo="django/django", version="4.2")]  # fmt: skip
+    assert heldout_figure(rows) == (1, 2)  # the held-out rows whose tree is complete: a skipped one counts, not valid
+    assert summary_line(rows, 12.4) == ("validate_book: rows=5 valid=2 invalid=1 skipped=1 incomplete_mirror=1 "
+                                        "heldout_valid=1/2 seconds=12")  # fmt: skip
+    page = render_markdown(BookResults(measured="here", rows_file="r", split="s", seconds=1, summary="line", rows=rows))
+    assert "| django/django | 4.2 *sdist* | 1 [0] | 1 [0] |" in page and "| from PyPI sdists | 1 | 1 |" in page
+    assert "4 (held out): skipped: needs graphviz" in page and "| all published | 5 | 2 | 1 | 1 | 1 | 2/4 (50.0%) |" in page
+
+
+def test_the_committed_results_are_well_formed_and_the_page_is_made_of_them() -> None:
+    results = BookResults.model_validate_json((ROOT / RESULTS_PATH).read_text())
+    assert (ROOT / PAGE_PATH).read_text() == render_markdown(results), f"{PAGE_PATH} is stale: run `{GENERATE}`"
+    assert results.summary == summary_line(results.rows, results.seconds)
+    ids = [r.id for r in results.rows]
+    assert len(ids) == len(set(ids)) and results.rows
+    assert all(r.reason for r in results.rows if r.outcome != "valid"), "every row not valid has its reason"
+    assert {r.part for r in results.rows} >= {"fix", "heldout"}
+    published = counts(r for r in results.rows if r.part != "sdist")
+    assert sum(published.values()) == sum(r.part != "sdist" for r in results.rows)

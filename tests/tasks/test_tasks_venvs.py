@@ -1,0 +1,184 @@
+"""The steps farm adds to a recipe's venv (farm/tasks/venvs.py): the venv made a prefix that
+keeps its packages whatever path starts its python (tox-current-env's link to
+sys.executable), and a conda environment file installed from PyPI as far as PyPI goes, with
+what was left out recorded in the setup's report. Real venvs made by uv with pyenv's
+pythons, real packages from PyPI, a real local sandbox."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from farm.sandboxes.base import SandboxSpec
+from farm.tasks.loaders import load_tasks
+from farm.tasks.model import Task
+from farm.tasks.runtime import _uv_dir, find_python
+from farm.tasks.venvs import conda_env_step, left_out, prefix_step, requirements_step
+from farm.workspace.prepare import prepare_workspace
+
+
+@pytest.fixture
+def demo(tasks_cfg) -> dict[str, Task]:
+    return load_tasks(tasks_cfg).by_id()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{_uv_dir()}:{os.environ['PATH']}", "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def _bash(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _python(link: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(link), "-c", code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.slow  # over 10 s on 2 cores: two venvs and real installs
+@pytest.mark.parametrize("version", ["3.9", "3.12"])  # 3.6-3.10 read pyvenv.cfg beside the resolved binary; 3.11+ do not
+def test_a_venv_made_a_prefix_keeps_its_packages_by_any_path(tmp_path: Path, version: str) -> None:
+    try:
+        python = find_python(version)
+    except Exception as exc:  # noqa: BLE001 - a machine without that python
+        pytest.skip(str(exc))
+    # the packages come from a requirements file read as SWE-bench does: an included file's
+    # line that would install the checkout itself is dropped (no project here to build)
+    (tmp_path / "requirements_test.txt").write_text("# tests\n-r requirements_min.txt\nsix==1.16.0\n")
+    (tmp_path / "requirements_min.txt").write_text("-e .[testutils]\n.[test]\n")
+    made = _bash(f"uv venv -q -p {python} .venv && {requirements_step(['requirements-dev.txt', 'requirements_test.txt'])}",
+                 tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    # tox-current-env's environment: a link to sys.executable in another directory, first on PATH
+    link = tmp_path / ".tox" / "py" / "bin" / "python"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(tmp_path / ".venv" / "bin" / "python")
+    probe = "import sys, six; print(sys.prefix)"
+    before = _python(link, probe)
+    assert before.returncode != 0 and "No module named 'six'" in before.stderr  # the bare base interpreter
+    step = _bash(prefix_step(), tmp_path)
+    assert step.returncode == 0, step.stderr
+    venv = str(tmp_path / ".venv")
+    for path in (link, tmp_path / ".venv" / "bin" / "python", Path(os.path.realpath(link))):
+        ran = _python(path, probe)
+        assert ran.returncode == 0 and ran.stdout.strip() == venv, (path, ran.stderr)
+    assert not (tmp_path / ".venv" / "bin" / f"python{version}").is_symlink()  # a binary of its own
+    # still a venv to uv, which installs into it; the step again changes nothing
+    more = _bash("uv pip install -q --python .venv/bin/python inflection==0.5.1", tmp_path)
+    assert more.returncode == 0, more.stderr
+    assert _python(link, "import inflection").returncode == 0
+    again = _bash(prefix_step(), tmp_path)
+    assert again.returncode == 0 and not again.stdout and not again.stderr
+    assert _bash(prefix_step(), tmp_path / ".tox").returncode == 0  # no venv in the workdir: nothing to do
+
+
+BROKEN = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "farm-broken-native"
+version = "1.0"
+"""
+
+
+@pytest.mark.slow  # over 10 s: a venv, four real installs from PyPI and a local build
+async def test_a_conda_environment_file_installs_what_pypi_has_and_names_the_rest(
+    demo, runtime, new_sandbox
+) -> None:
+    """An environment file as SWE-bench's specs name them (xarray's ci/requirements/environment.yml):
+    a conda pin, a conda-only package, a pip section with a package whose import needs a C
+    library that only conda ships (here: its import raises as cfgrib's does without ecCodes)."""
+    env_file = textwrap.dedent("""\
+        name: tests
+        channels:
+          - conda-forge
+        dependencies:
+          - python=3.11
+          - six=1.16    # conda's series pin: 1.16.*
+          - farm-conda-only-0xdeadbeef
+          - pip
+          - pip:
+            - inflection==0.5.1
+            - farm-broken-native @ file://$PWD/broken
+        """)  # fmt: skip
+    make_broken = (  # a package whose import raises, as cfgrib's does without the ecCodes library
+        "mkdir -p broken/farm_broken_native && printf '%s' \"$PYPROJECT\" > broken/pyproject.toml && "
+        "echo \"raise RuntimeError('libfarmnative.so not found')\" > broken/farm_broken_native/__init__.py"
+    )
+    task = demo["demo-generic-sum"].model_copy(update={
+        "env": {"PYPROJECT": BROKEN},
+        "setup_commands": [make_broken, f"cat > env.yml <<EOF\n{env_file}EOF", "uv venv -q .venv", conda_env_step("env.yml")],
+    })  # fmt: skip
+    async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
+        ws = await prepare_workspace(sb, task, runtime)
+        assert ws.setup.ok, ws.setup.reason
+        assert ws.setup.left_out == [
+            "farm-conda-only-0xdeadbeef: not on PyPI",
+            f"farm-broken-native @ file://{ws.workdir}/broken: installs from PyPI but does not import here "
+            "(import farm_broken_native: RuntimeError: libfarmnative.so not found)",
+        ], ws.setup.left_out
+        listed = await sb.exec(f"{_uv_dir()}/uv pip freeze --python .venv/bin/python", cwd=ws.workdir, timeout=60)
+        frozen = listed.stdout.split()
+        assert "six==1.16.0" in frozen and "inflection==0.5.1" in frozen, frozen
+        assert not any(f.startswith("farm-broken-native") for f in frozen)  # uninstalled again
+
+
+def test_left_out_lines_are_read_once_each_in_order() -> None:
+    outs = ["x\nfarm-left-out: cdms2: not on PyPI\n", "farm-left-out: hdf5: not on PyPI\nfarm-left-out: cdms2: not on PyPI"]
+    assert left_out(outs) == ["cdms2: not on PyPI", "hdf5: not on PyPI"]
+    assert left_out(["nothing to say"]) == []
+
+
+def test_a_requirements_file_is_read_as_swebench_reads_it(tmp_path: Path) -> None:
+    """-r files in place (relative to the file naming them, a cycle read once), the lines that
+    install the checkout itself and comments dropped in every file, -c paths made absolute,
+    the gone types-pkg_resources stubs replaced; no file of the candidates: an error naming them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("requirements_script", Path(__file__).parents[2] / "farm/tasks/requirements_script.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "req").mkdir()
+    (tmp_path / "req" / "dev.txt").write_text("-r min.txt\n# a comment\nblack==21.8b0\ntypes-pkg_resources==0.1.3\n-c c.txt\n")
+    (tmp_path / "req" / "min.txt").write_text("-e .[testutils,spelling]\n.[testutils]\n-r dev.txt\nastroid==2.11.6  # pinned\n")
+    lines = script.read(str(tmp_path / "req" / "dev.txt"), set())
+    assert lines == ["astroid==2.11.6  # pinned", "black==21.8b0", "types-setuptools", f"-c {tmp_path / 'req' / 'c.txt'}"]
+    missing = _bash(requirements_step(["a.txt", "b.txt"]), tmp_path)
+    assert missing.returncode == 0 and not missing.stderr  # no venv in the workdir: nothing to do
+    assert _bash(f"uv venv -q .venv && {requirements_step(['a.txt', 'b.txt'])}", tmp_path).stderr.strip() == (
+        "none of a.txt b.txt in the checkout")
+
+
+@pytest.mark.slow  # over 10 s: a venv and PyPI's httpbin
+def test_the_local_httpbin_answers_http_and_https_on_one_port(tmp_path: Path) -> None:
+    """requests' tests up to 2.8 call httpbin at HTTPBIN_URL, some of them over https on the same
+    host (test_mixed_case_scheme_acceptable): farm-httpbin serves both on one free port of the
+    loopback, with a certificate for localhost that a client trusting it verifies."""
+    import json
+    import ssl
+    import urllib.request
+
+    from farm.tasks.venvs import HTTPBIN_URL, expand
+
+    (tmp_path / ".venv").mkdir()
+    made = _bash(expand("farm-httpbin"), tmp_path)
+    assert made.returncode == 0, made.stderr
+    started = _bash(f"echo {HTTPBIN_URL}", tmp_path)
+    url = started.stdout.strip()
+    assert started.returncode == 0 and url.startswith("http://localhost:"), started.stderr
+    try:
+        with urllib.request.urlopen(url + "get", timeout=30) as r:
+            assert json.loads(r.read())["url"] == url + "get"
+        trusting = ssl.create_default_context(cafile=str(tmp_path / ".venv/httpbin/cert.pem"))
+        with urllib.request.urlopen(url.replace("http:", "https:") + "status/418", timeout=30, context=trusting) as r:
+            raise AssertionError(f"418 expected, got {r.status}")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 418  # the teapot answered over TLS, its certificate verified
+    finally:
+        port = url.rsplit(":", 1)[1].rstrip("/")
+        os.kill(int((tmp_path / f".venv/httpbin/server-{port}.pid").read_text()), signal.SIGTERM)
