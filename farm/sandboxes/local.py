@@ -205,8 +205,10 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         passwd, group = user_files(self._cfg.uid, self.home)
         Path(self._etc_dir, "passwd").write_text(passwd)
         Path(self._etc_dir, "group").write_text(group)
-        if self._isolated:  # here, in a thread: the first stage of /etc copies a few hundred files
-            self._host = HostMounts.of(self._etc_dir, self._ro_binds(), staged_etc())
+        # here, in a thread: the first stage of /etc copies a few hundred files (an image's
+        # mounts need its view: made at its first command)
+        if self._isolated and not self.image:
+            self._host = self._host_mounts()
         if self.view is not None:  # after labels.json: reap finds (and unmounts) it
             t0 = time.monotonic()
             self.view_mode = resolve_mode(self._cfg.view)

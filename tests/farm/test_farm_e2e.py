@@ -232,7 +232,8 @@ def test_farm_run_each_harness(tmp_path, harness, swe_row, dataset_images):
     # grading sandbox worked from it (the setup report each grading used is the build's).
     (env,) = [m for m in (json.loads(p.read_text()) for p in (tmp_path / "envs").glob("*/meta.json"))
               if m["ok"] and m["task_ids"] == [SDIST_TASK]]  # fmt: skip
-    assert len(env["setup"]["steps"]) == 3
+    # .venv excluded from the diff, the venv, pytest, the venv made a self-contained prefix (farm.tasks.venvs)
+    assert len(env["setup"]["steps"]) == 4 and "self-contained" in env["setup"]["steps"][3]["command"]
     for row in rows:
         report = json.loads(row["grading"])
         assert report["setup"] == env["setup"] and json.loads(row["sandbox_policy"])["env_key"] == env["key"]
