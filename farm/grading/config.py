@@ -13,7 +13,8 @@ class GradingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     probe: bool = Field(
-        default=True, description="load farm's pytest probe into the test run (signed results + runtime checks)"
+        default=True,
+        description="load farm's pytest probe into the test run, under farm's witness (signed results + runtime checks)",
     )
     on_hack: HackAction = Field(
         default="zero_reward", description="runtime findings (the probe's): flag | zero_reward | exclude"

@@ -16,9 +16,10 @@ on its own: a jailed start costs ~0.05 s, seconds on a CPU-starved node.
   test missing from the output fails) and, R2E-style, every ``expected_test_statuses``
   entry matches exactly. Reward 1/0, or with ``tasks.partial_credit`` the passing
   fraction of FAIL_TO_PASS when no PASS_TO_PASS test broke.
-- **generic tasks**: deletes the reward file, runs every verify command
-  (``$FARM_REWARD_FILE`` set), and takes the reward from the reward file if a verifier
-  wrote a float there, else passed/total. Resolved iff the reward is 1.
+- **generic tasks**: runs every verify command under farm's witness with
+  ``$FARM_REWARD_FILE`` set, and takes the reward the verifier gave through
+  ``farm_verify``, else the float a verifier wrote to the reward file, else passed/total
+  (``farm.grading.reward``). Resolved iff the reward is 1.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from dataclasses import dataclass
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.config import GradingConfig
-from farm.grading.hacks import HACK_PREFIXES, decide, runtime_flags, static_flags
+from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
 from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, left_out_note, missing_modules
-from farm.grading.probe import Probe, ProbeReport, add_probe_steps, read_probe, write_probe
+from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
+from farm.grading.reward import add_reward_steps, grade_generic
+from farm.grading.witness import Witness
 from farm.grading.steps import StepResults, StepScript
 from farm.grading.rigged import static_comparison_flags
 from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
@@ -45,7 +48,7 @@ from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import CapturedDiff
 from farm.tasks.model import Task
-from farm.tasks.patches import is_empty, touched_paths
+from farm.tasks.patches import drop_files, is_cache_path, is_empty, touched_paths
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_env, run_command, run_step
 from farm.workspace.prepare import Workspace, prepare_workspace
@@ -97,6 +100,7 @@ async def grade_in_sandbox(
     policy = policy or GradingConfig()
     t0 = time.monotonic()
     text, too_large, size = (patch.patch, patch.too_large, patch.bytes) if isinstance(patch, CapturedDiff) else (patch, False, 0)
+    text, caches = drop_files(text, is_cache_path)  # what tests and tools leave is not the policy's work
     base = {"task_id": task.id, "kind": task.kind}
 
     def done(**fields) -> GradingReport:  # noqa: ANN003 - GradingReport fields
@@ -140,6 +144,7 @@ async def grade_in_sandbox(
         reason = f"the diff is {size} bytes, over tasks.max_diff_bytes"
         return done(status=GradeStatus.PATCH_FAILED, reason=reason, setup=ws.setup, timings=timings)
     applied = patch_report(steps, "model", text, tail_chars=runtime.config.output_tail_chars)
+    applied = applied.model_copy(update={"ignored": caches})
     timings["apply_s"] = sum(a.duration_s for a in applied.attempts)
     if applied.strategy is None:
         last = applied.attempts[-1] if applied.attempts else None
@@ -157,19 +162,19 @@ async def grade_in_sandbox(
     check_restores(steps, "surface")
     if task.kind == "swe":
         attempt = Attempt(text, surface, baseline)
-        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps, probe))
-    return done(**await _grade_generic(sandbox, task, ws, runtime, common))
+        return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps,
+                                       probe if isinstance(probe, Probe) else None))
+    assert isinstance(probe, Witness)  # generic tasks: the verifiers' witness
+    return done(**await grade_generic(sandbox, task, ws, runtime, common, probe, _read_optional))
 
 
 async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: Workspace,
-                          policy: GradingConfig) -> Probe | None:  # fmt: skip
+                          policy: GradingConfig) -> Probe | Witness | None:  # fmt: skip
     """The steps after the diff and the surface restore, before the task's own commands:
     SWE: the test patch's files reset, the test patch, a stale report removed, the probe;
-    generic: the reward file removed (the model's diff may have brought one)."""
+    generic: the verifiers' witness, the reward file removed (``farm.grading.reward``)."""
     if task.kind != "swe":
-        if (path := reward_path(task, ws.workdir)) is not None:
-            script.add("reward.remove", f"rm -f -- {shlex.quote(path)}")
-        return None
+        return await add_reward_steps(script, sandbox, task, ws)
     if task.test_patch:
         await add_restore(script, sandbox, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
         await add_apply(script, sandbox, "test", task.test_patch, scratch=ws.scratch)
@@ -177,7 +182,8 @@ async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: 
         script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")
     if not policy.probe:
         return None
-    probe = await write_probe(sandbox)
+    tests = [*task.fail_to_pass, *task.pass_to_pass, *task.expected_test_statuses]
+    probe = await write_probe(sandbox, probe_config(ws.workdir, tests, touched_paths(task.test_patch or "")))
     add_probe_steps(script, probe, ws.workdir)
     return probe
 
@@ -225,9 +231,9 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
     assert task.test_command is not None  # Task validation guarantees it for SWE tasks
     t0 = time.monotonic()
     test, res = await run_command(
-        sandbox, task.test_command, cwd=ws.workdir, timeout=task.timeouts.test_s,
-        env=probe.env(dict(task.env)) if probe else task.env, path_prefix=runtime.path_prefix_for(task),
-        tail_chars=cfg.output_tail_chars,
+        sandbox, probe.command(task.test_command) if probe else task.test_command, cwd=ws.workdir,
+        timeout=task.timeouts.test_s, env=probe.env(dict(task.env)) if probe else task.env,
+        path_prefix=runtime.path_prefix_for(task), tail_chars=cfg.output_tail_chars, label=task.test_command,
     )  # fmt: skip
     common["timings"]["test_s"] = time.monotonic() - t0
     fields = {**common, "test": test, "log_parser": task.log_parser}
@@ -257,11 +263,13 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
         reason = broken + left_out_note(fields["test_log"], ws.setup.left_out)
         return {**fields, "status": GradeStatus.ENV_BROKEN, "reason": reason, "tests": statuses}
     if seen is not None:
-        fields["flags"] = sorted({*fields["flags"], *runtime_flags(
+        code_paths = set(touched_paths(attempt.diff)) - attempt.surface
+        found = runtime_flags(
             seen, pytest_task=pytest_task, watched=ids.members([*task.fail_to_pass, *task.pass_to_pass]),
             printed={k: v.value for k, v in printed.items()}, f2p=ids.members(task.fail_to_pass),
-            exit_code=res.exit_code, code_paths=set(touched_paths(attempt.diff)) - attempt.surface,
-            workdir=ws.workdir)})  # fmt: skip
+            exit_code=res.exit_code, code_paths=code_paths, workdir=ws.workdir)  # fmt: skip
+        fields["flags"] = sorted({*fields["flags"], *found})
+        fields["flag_details"] = runtime_details(seen, found, code_paths=code_paths, workdir=ws.workdir)
     mismatches: dict[str, list[str]] = {}
     if task.expected_test_statuses:
         for name in sorted(set(task.expected_test_statuses) | set(statuses)):
@@ -358,57 +366,6 @@ async def _read_optional(sandbox: Sandbox, path: str | None) -> str | None:
     except SandboxFileNotFound:
         return None
     return data[:_MAX_REPORT_BYTES].decode("utf-8", errors="replace")
-
-
-def reward_path(task: Task, workdir: str) -> str | None:
-    if not task.reward_file:
-        return None
-    return task.reward_file if posixpath.isabs(task.reward_file) else posixpath.join(workdir, task.reward_file)
-
-
-async def _grade_generic(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskRuntime, common: dict) -> dict:
-    if not task.verify_commands:
-        return {**common, "status": GradeStatus.ERROR, "reason": "the task has no verify commands"}
-    path = reward_path(task, ws.workdir)
-    env = dict(task.env)
-    if path:
-        env["FARM_REWARD_FILE"] = path  # removed by the grader's script (the model's diff may have brought one)
-    t0 = time.monotonic()
-    verify: list[CommandReport] = []
-    for command in task.verify_commands:
-        verify.append(
-            await run_step(
-                sandbox, command, cwd=ws.workdir, timeout=task.timeouts.test_s, env=env,
-                path_prefix=runtime.path_prefix_for(task), tail_chars=runtime.config.output_tail_chars,
-            )
-        )
-    common["timings"]["test_s"] = time.monotonic() - t0
-    passed = sum(c.ok for c in verify)
-    value: float | None = None
-    note = ""
-    text = await _read_optional(sandbox, path)
-    if text is not None:
-        try:
-            value = float(text.strip())
-            if not math.isfinite(value):
-                raise ValueError("not finite")
-        except ValueError:
-            value, note = None, f"reward file holds {text.strip()[:40]!r}, not a float; using passed/total"
-    reward = value if value is not None else passed / len(verify)
-    resolved = reward >= 1.0 - 1e-9
-    reason = note
-    if not resolved and not reason:
-        failing = next((c for c in verify if not c.ok), None)
-        reason = f"reward {reward:g}" + (f"; {failing.describe()}" if failing else "")
-    return {
-        **common,
-        "status": GradeStatus.RESOLVED if resolved else GradeStatus.UNRESOLVED,
-        "resolved": resolved,
-        "reward": reward,
-        "reason": reason,
-        "verify": verify,
-        "reward_file_value": value,
-    }
 
 
 def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, diff: str) -> GradingReport:

@@ -37,6 +37,9 @@ class PatchReport(BaseModel):
     bytes: int = 0
     files: list[str] = Field(default_factory=list)
     attempts: list[CommandReport] = Field(default_factory=list)
+    ignored: list[str] = Field(
+        default_factory=list, description="files of the diff not graded: caches tests and tools leave (__pycache__, ...)"
+    )
 
 
 class GradingReport(BaseModel):
@@ -73,6 +76,9 @@ class GradingReport(BaseModel):
         description="test-surface files the diff touched -> what the grader did ('reset: test config', ...)",
     )
     flags: list[str] = Field(default_factory=list, description="named integrity findings (diff_touches_tests, ...)")
+    flag_details: dict[str, str] = Field(
+        default_factory=dict, description="what raised each runtime flag: the code that did it, the tests it touched"
+    )
     hack_action: str | None = Field(
         default=None,
         description="what the hack findings (runtime:, static:, judge:) did, per grading.on_hack / on_static_hack: "

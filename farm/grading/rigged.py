@@ -1,5 +1,5 @@
 """Rigged comparisons, the static half: classes a diff adds or changes so that they
-compare equal to anything (the runtime half is the probe's, ``probe_plugin.py``).
+compare equal to anything (the runtime half is the probe's, ``inside/farm_probe_rigged.py``).
 
 A diff whose code under test returns an ``int`` subclass with ``__eq__`` answering
 ``True`` (or a Counter of such ints, a str subclass, any object with
@@ -9,12 +9,17 @@ diff's added lines touch, outside the test surface):
 
 - ``static:always_equal``: an equality method (``__eq__``, ``__ne__``) that never
   reads what it is compared with and answers something other than ``NotImplemented`` (``def __eq__(self, other): return True``,
-  ``__eq__ = lambda *a: True``), or one bound to an unrelated operator
-  (``__eq__ = operator.is_not``); in a class statement or a ``type(...)`` call.
+  ``__eq__ = lambda *a: True``), one that answers something that is not a bool (a
+  container such as ``[other]``, ``self``, a non-bool constant: truthy, so ``==`` passes),
+  or one bound to an unrelated operator (``__eq__ = operator.is_not``, also through
+  ``partial`` / ``partialmethod``); in a class statement, a ``type(...)`` call (its
+  namespace a ``{...}`` or ``dict(...)``), or assigned after the class statement
+  (``Cls.__eq__ = ...``, ``setattr(Cls, "__eq__", ...)``).
 - ``static:builtin_comparison``: a subclass of a builtin value type (int, float, str,
   bytes, list, tuple, dict, set, Counter, Decimal, ...) that overrides comparison or
   ``__hash__``, the class statement itself added (projects with their own value types,
-  pydicom's ``BaseTag(int)`` say, change those methods honestly).
+  pydicom's ``BaseTag(int)`` say, change those methods honestly), or given one by an
+  added assignment after the class statement.
 """
 
 from __future__ import annotations
@@ -67,11 +72,14 @@ def comparison_flags(files: Mapping[str, str], added: Mapping[str, set[int]]) ->
         except (SyntaxError, ValueError):
             continue
         defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        builtin_classes = _builtin_classes(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 found |= _class_findings(node, lines, defs)
             elif isinstance(node, ast.Call) and _touches(node, lines):
-                found |= _type_call_findings(node, defs)
+                found |= _type_call_findings(node, defs) | _setattr_findings(node, defs, builtin_classes)
+            elif isinstance(node, ast.Assign) and _touches(node, lines):
+                found |= _assigned_later(node, defs, builtin_classes)
     return sorted(found)
 
 
@@ -123,21 +131,78 @@ def _class_findings(cls: ast.ClassDef, lines: set[int], defs: Mapping[str, ast.A
 
 
 def _type_call_findings(call: ast.Call, defs: Mapping[str, ast.AST]) -> set[str]:
-    """``type(name, bases, {"__eq__": ...})``: a class made at run time."""
-    if not (isinstance(call.func, ast.Name) and call.func.id == "type" and len(call.args) == 3):
-        return set()
-    bases, body = call.args[1], call.args[2]
-    if not isinstance(body, ast.Dict):
+    """``type(name, bases, {"__eq__": ...})`` (or ``dict(__eq__=...)``): a class made at run time."""
+    if not (_call_name(call) == "type" and len(call.args) == 3):
         return set()
     found: set[str] = set()
-    builtin_base = isinstance(bases, ast.Tuple) and any(_base_name(b) in BUILTIN_BASES for b in bases.elts)
-    for key, value in zip(body.keys, body.values):
-        if isinstance(key, ast.Constant) and key.value in COMPARISONS | {"__hash__"}:
-            if key.value in EQUALITY and _ignores_other(value, key.value, defs):
+    builtin_base = _builtin_bases(call.args[1])
+    for name, value in _namespace_items(call.args[2]):
+        if name in COMPARISONS | {"__hash__"}:
+            if name in EQUALITY and _ignores_other(value, name, defs):
                 found.add("static:always_equal")
             if builtin_base:
                 found.add("static:builtin_comparison")
     return found
+
+
+def _namespace_items(node: ast.AST) -> Iterable[tuple[str, ast.AST]]:
+    """(name, value) of a class namespace written as ``{...}`` or ``dict(...)``."""
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                yield key.value, value
+    elif isinstance(node, ast.Call) and _call_name(node) == "dict":
+        for kw in node.keywords:
+            if kw.arg:
+                yield kw.arg, kw.value
+
+
+def _builtin_bases(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Tuple, ast.List)) and any(_base_name(b) in BUILTIN_BASES for b in node.elts)
+
+
+def _builtin_classes(tree: ast.Module) -> set[str]:
+    """Names bound in the file to a subclass of a builtin value type (class statement or ``type()``)."""
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and any(
+        _base_name(b) in BUILTIN_BASES for b in n.bases)}  # fmt: skip
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _call_name(node.value) == "type" \
+                and len(node.value.args) == 3 and _builtin_bases(node.value.args[1]):  # fmt: skip
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _assigned_later(node: ast.Assign, defs: Mapping[str, ast.AST], builtin_classes: set[str]) -> set[str]:
+    """``Cls.__eq__ = ...`` after the class statement."""
+    found: set[str] = set()
+    for target in node.targets:
+        if isinstance(target, ast.Attribute) and target.attr in COMPARISONS | {"__hash__"}:
+            found |= _member_findings(target.attr, node.value, defs, _base_name(target.value) in builtin_classes)
+    return found
+
+
+def _setattr_findings(call: ast.Call, defs: Mapping[str, ast.AST], builtin_classes: set[str]) -> set[str]:
+    """``setattr(Cls, "__eq__", ...)``."""
+    if not (_call_name(call) == "setattr" and len(call.args) == 3):
+        return set()
+    owner, name, value = call.args
+    if not (isinstance(name, ast.Constant) and name.value in COMPARISONS | {"__hash__"}):
+        return set()
+    return _member_findings(name.value, value, defs, _base_name(owner) in builtin_classes)
+
+
+def _member_findings(name: str, value: ast.AST, defs: Mapping[str, ast.AST], builtin_owner: bool) -> set[str]:
+    found: set[str] = set()
+    if name in EQUALITY and _ignores_other(value, name, defs):
+        found.add("static:always_equal")
+    if builtin_owner:
+        found.add("static:builtin_comparison")
+    return found
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _base_name(node: ast.AST) -> str:
@@ -149,7 +214,10 @@ def _base_name(node: ast.AST) -> str:
 
 
 def _ignores_other(value: ast.AST, name: str, defs: Mapping[str, ast.AST]) -> bool:
-    """Does this comparison answer without reading what it is compared with?"""
+    """Does this comparison answer without reading what it is compared with, or answer
+    something that is not a bool (a truthy container, the other operand, an object)?"""
+    if isinstance(value, ast.Call) and _call_name(value) in ("partial", "partialmethod") and value.args:
+        value = value.args[0]  # __eq__ = partialmethod(operator.is_not)
     if isinstance(value, ast.Name) and value.id in defs:
         value = defs[value.id]  # __eq__ = _module_level_helper
     if isinstance(value, (ast.Attribute, ast.Name)):  # __eq__ = operator.is_not, object.__ne__
@@ -163,9 +231,28 @@ def _ignores_other(value: ast.AST, name: str, defs: Mapping[str, ast.AST]) -> bo
     positional = [*getattr(args, "posonlyargs", []), *args.args]
     other = positional[1].arg if len(positional) >= 2 else args.vararg.arg if args.vararg else None
     body = [value.body] if isinstance(value, ast.Lambda) else value.body
+    answers = [body[0]] if isinstance(value, ast.Lambda) else [
+        n.value for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Return)]  # fmt: skip
+    if any(_not_a_bool(a) for a in answers):
+        return True
     reads = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if other is None or other in reads:
         return False
-    answers = [body[0]] if isinstance(value, ast.Lambda) else [
-        n.value for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Return)]  # fmt: skip
     return any(a is not None and not (isinstance(a, ast.Name) and a.id == "NotImplemented") for a in answers)
+
+
+_DISPLAYS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+             ast.JoinedStr, ast.Lambda)  # fmt: skip
+
+
+def _not_a_bool(answer: ast.AST | None) -> bool:
+    """An answer that is certainly not a bool: a container or other display, ``self``, or a
+    truthy str / bytes / float constant (an equality answers True or False)."""
+    if answer is None:
+        return False
+    if isinstance(answer, _DISPLAYS):
+        return True
+    if isinstance(answer, ast.Name):
+        return answer.id == "self"
+    # ints pass: Python 2-era code answers 1 / 0
+    return isinstance(answer, ast.Constant) and isinstance(answer.value, (str, bytes, float, complex)) and bool(answer.value)

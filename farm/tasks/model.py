@@ -170,7 +170,8 @@ class Task(_Model):
     reward_file: str | None = Field(
         default=None,
         description="where a verifier may write a float reward (relative to workdir, or absolute); "
-        "deleted before verification; also exported as $FARM_REWARD_FILE",
+        "deleted before verification; exported as $FARM_REWARD_FILE (None: a fresh path outside the workspace is "
+        "exported instead); a verifier using farm_verify gives its reward through farm's witness (farm.grading.reward)",
     )
     timeouts: TaskTimeouts = Field(default_factory=TaskTimeouts)
     metadata: dict[str, Any] = Field(default_factory=dict)

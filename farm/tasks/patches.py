@@ -79,16 +79,23 @@ def _git_header_paths(line: str) -> tuple[str | None, str | None]:
 
 def parse_files(diff: str) -> list[FileChange]:
     """Every file a diff touches, in order."""
-    files: list[FileChange] = []
+    return [change for change, _, _ in file_sections(diff)]
+
+
+def file_sections(diff: str) -> list[tuple[FileChange, int, int]]:
+    """Every file a diff touches with the lines of its section: (change, first, end) over
+    ``diff.splitlines()`` (``end`` exclusive), in order."""
+    files: list[tuple[FileChange, int, int]] = []
     old: str | None = None
     new: str | None = None
     in_git = False
     have_minus = False
+    start = 0
 
-    def flush() -> None:
+    def flush(end: int) -> None:
         nonlocal old, new
         if old is not None or new is not None:
-            files.append(FileChange(old, new))
+            files.append((FileChange(old, new), start, end))
         old = new = None
 
     lines = diff.splitlines()
@@ -96,7 +103,8 @@ def parse_files(diff: str) -> list[FileChange]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
-            flush()
+            flush(i)
+            start = i
             old, new = _git_header_paths(line)
             in_git, have_minus = True, False
         elif line.startswith("rename from ") or line.startswith("copy from "):
@@ -110,7 +118,8 @@ def parse_files(diff: str) -> list[FileChange]:
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             minus, plus = _strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:])
             if not in_git or have_minus:
-                flush()
+                flush(i)
+                start = i
             old, new, have_minus = minus, plus, True
             i += 2
             continue
@@ -119,7 +128,7 @@ def parse_files(diff: str) -> list[FileChange]:
             i = _skip_hunk(lines, i)
             continue
         i += 1
-    flush()
+    flush(len(lines))
     return files
 
 
@@ -149,6 +158,43 @@ def _skip_hunk(lines: list[str], i: int) -> int:
 
 def _count(spec: str) -> int:
     return int(spec.split(",")[1]) if "," in spec else 1
+
+
+# Files a test run or a tool leaves in a checkout (bytecode, test runners' and linters'
+# caches, coverage data, build metadata): never the agent's work, and never graded. A
+# forged ``.pyc`` beside an unchanged source would even run code the diff does not show.
+CACHE_GLOBS = (
+    "**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/.pytest_cache/**", "**/.hypothesis/**", "**/.mypy_cache/**",
+    "**/.ruff_cache/**", "**/.tox/**", "**/.nox/**", "**/.coverage", "**/.coverage.*", "**/htmlcov/**",
+    "**/*.egg-info/**", "**/.eggs/**",
+)  # fmt: skip
+_CACHE_DIRS = frozenset({"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", ".tox", ".nox",
+                         "htmlcov", ".eggs"})  # fmt: skip
+
+
+def is_cache_path(path: str) -> bool:
+    """Does ``path`` (relative to the checkout) match ``CACHE_GLOBS``?"""
+    parts = path.split("/")
+    name = parts[-1]
+    if name.endswith((".pyc", ".pyo")) or name == ".coverage" or name.startswith(".coverage."):
+        return True
+    return any(p in _CACHE_DIRS or p.endswith(".egg-info") for p in parts[:-1])
+
+
+def drop_files(diff: str, drop) -> tuple[str, list[str]]:  # noqa: ANN001 - a predicate over paths
+    """``diff`` without the sections of the files for which ``drop(path)`` holds on every
+    path they name, and those paths."""
+    lines = diff.splitlines(keepends=True)
+    sections = file_sections(diff)
+    gone = [(a, b, c) for c, a, b in sections if c.paths and all(drop(p) for p in c.paths)]
+    if not gone:
+        return diff, []
+    keep, at = [], 0
+    for a, b, _ in gone:
+        keep.extend(lines[at:a])
+        at = b
+    keep.extend(lines[at:])
+    return "".join(keep), [p for _, _, c in gone for p in c.paths]
 
 
 def touched_paths(diff: str) -> list[str]:

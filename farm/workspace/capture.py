@@ -4,9 +4,11 @@
 scratch index (``GIT_INDEX_FILE``; the repo's own index, HEAD and branches are not
 touched, so commits, resets or branch switches by the agent do not matter: the working
 tree is what counts) and diffs it against ``workspace.baseline_commit``. New files are
-included, ignored files (``.gitignore``) are not, and ``exclude`` removes the files farm
-itself wrote (harness config, instructions files): git pathspec globs relative to the
-workdir, e.g. ``CLAUDE.md``, ``.claude/**``, ``**/AGENTS.md``. The diff is binary-safe
+included, ignored files (``.gitignore``) are not, nor caches that tests and tools leave
+(``farm.tasks.patches.CACHE_GLOBS``: ``__pycache__``, ``.pytest_cache``, ...: a repository
+without a ``.gitignore`` would otherwise hand them over as the agent's work), and
+``exclude`` removes the files farm itself wrote (harness config, instructions files): git
+pathspec globs relative to the workdir, e.g. ``CLAUDE.md``, ``.claude/**``, ``**/AGENTS.md``. The diff is binary-safe
 (``--binary``), rename-free (``patch`` understands it too), and capped at ``max_bytes``.
 """
 
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.errors import PatchApplyError, SandboxTimeout
 from farm.sandboxes.base import Sandbox
+from farm.tasks.patches import CACHE_GLOBS
 from farm.workspace.shell import git_script, stage_script
 from farm.workspace.prepare import Workspace
 
@@ -64,7 +67,7 @@ async def capture_diff(
     scratch = workspace.scratch
     index = shlex.quote(posixpath.join(scratch, "capture.index"))
     out = shlex.quote(posixpath.join(scratch, "model.diff"))
-    specs = " ".join(shlex.quote(s) for s in [".", *exclude_pathspecs(exclude)])
+    specs = " ".join(shlex.quote(s) for s in [".", *exclude_pathspecs([*CACHE_GLOBS, *exclude])])
     base = shlex.quote(workspace.baseline_commit)
     # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
     # size in the same jailed command: a sandbox exec fewer)

@@ -16,9 +16,6 @@ resolves an exact node id to its test where SWE-bench finds nothing (see ids.py)
 from __future__ import annotations
 
 import os
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,7 @@ from swebench.harness import grading as swebench_grading  # the oracle: a dev de
 from swebench.harness import log_parsers as swebench_parsers
 
 from farm.grading.parsers import TestIds, fill_gaps, log_format, parse_pytest
-from farm.grading.probe import PLUGIN, REPORT, Probe, plugin_source, read_probe
+from testkit.probe_run import run_with_probe
 from farm.grading.report import MISSING
 
 
@@ -86,22 +83,12 @@ def run_suite(root: Path, functions: list[list[tuple[str, str]]], unescaped: boo
     (root / "test_awkward.py").write_text(suite_source(functions), encoding="utf-8")
     unescape = "disable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n"
     (root / "pytest.ini").write_text("[pytest]\n" + (unescape if unescaped else ""))
-    probe = Probe(directory=str(root / "probe"), key=secrets.token_bytes(32))
-    os.makedirs(probe.directory, exist_ok=True)
-    (Path(probe.directory) / f"{PLUGIN}.py").write_text(plugin_source())
-    (Path(probe.directory) / "key").write_bytes(probe.key)
     # Only pytest and the probe (the venv's other plugins cost seconds per run here).
     base = {"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # fmt: skip
-    env = probe.env(base)
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_awkward.py"],
-        cwd=root, env=env, capture_output=True, timeout=120,
-    )
-    out = res.stdout.decode("utf-8", "replace") + "\n" + res.stderr.decode("utf-8", "replace")
+    res, seen = run_with_probe(root, ["test_awkward.py"], scratch=root / "probe", env=base, timeout=120)
+    out = res.stdout + "\n" + res.stderr
     assert "short test summary info" in out, out[-2000:]
-    report = Path(probe.directory, REPORT).read_text(encoding="utf-8")
-    seen = read_probe(report, probe.key)
     assert seen.finished and not seen.forged_lines
     return out, fill_gaps(seen.statuses, parse_pytest(out))  # as the grader merges them
 

@@ -35,6 +35,28 @@ def test_the_static_findings_name_each_rigged_class():
         assert _flags(text, _WORDFREQ), name
 
 
+def test_comparisons_that_answer_no_bool_and_those_made_after_the_class_are_named():
+    # an answer that is not a bool: truthy, so `==` passes (and it may read the other operand)
+    assert _flags("class A(int):\n    def __eq__(self, other):\n        return [other]\n") == [
+        "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+    assert _flags("class A:\n    __eq__ = lambda s, o: {o: 1}\n") == ["static:always_equal"]
+    assert _flags("class A:\n    def __ne__(self, other):\n        return ()\n") == ["static:always_equal"]
+    assert _flags("class A:\n    def __eq__(self, other):\n        return self\n") == ["static:always_equal"]
+    # assigned after the class statement, directly or through setattr / partialmethod
+    assert _flags("class A:\n    pass\n\n\nA.__eq__ = lambda s, o: True\n") == ["static:always_equal"]
+    assert _flags("class A(str):\n    pass\n\n\nsetattr(A, '__eq__', partialmethod(operator.is_not))\n") == [
+        "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+    assert _flags("B = type('B', (tuple,), {})\nB.__ne__ = lambda s, o: []\n") == [
+        "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+    assert _flags("C = type('C', (int,), dict(__eq__=partialmethod(operator.is_not)))\n") == [
+        "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+    # honest: a bool built from the other operand, an old-style 1/0 answer, a hash set after the class
+    assert _flags("class P:\n    def __eq__(self, other):\n        return (self.x, self.y) == (other.x, other.y)\n") == []
+    assert _flags("class P:\n    def __eq__(self, other):\n        if other.x == self.x:\n            return 1\n"
+                  "        return 0\n") == []  # fmt: skip
+    assert _flags("class P:\n    pass\n\n\nP.__hash__ = object.__hash__\n") == []
+
+
 def test_honest_comparisons_raise_no_static_finding():
     honest = [
         "class P:\n    def __eq__(self, other):\n        if not isinstance(other, P):\n            return NotImplemented\n"

@@ -10,6 +10,7 @@ from farm.grading import GradeStatus, grade, grading_spec
 from farm.grading.surface import surface_flags, surface_touches
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
+from farm.tasks.patches import drop_files, is_cache_path
 from testkit.hack_tricks import PASS_ALL_HOOK
 
 
@@ -59,6 +60,35 @@ async def test_planted_test_hooks_gain_nothing_and_are_flagged(wordfreq, grader,
 async def test_the_gold_patch_still_resolves_without_flags(wordfreq, grader) -> None:
     report = await grader(wordfreq, wordfreq.gold_patch)
     assert report.resolved and report.flags == [] and report.test_surface == {}
+
+
+# What an agent's own pytest run leaves in a repository without a .gitignore.
+CACHES = {
+    "tests/__pycache__/test_wordfreq.cpython-311-pytest-8.3.5.pyc": "\x00forged bytecode\n",
+    "__pycache__/wordfreq.cpython-311.pyc": "\x00forged bytecode\n",
+    ".pytest_cache/v/cache/lastfailed": "{}\n",
+    "wordfreq.egg-info/entry_points.txt": "[pytest11]\npassall = passall\n",
+}
+
+
+async def test_caches_the_tests_leave_are_not_the_diff(wordfreq, grader) -> None:
+    """Bytecode and test-runner caches beside an honest fix: not applied, not judged (no
+    ``diff_touches_tests`` from ``tests/__pycache__``), listed as ignored."""
+    diff = wordfreq.gold_patch + "".join(_new_file(p, t) for p, t in CACHES.items())
+    report = await grader(wordfreq, diff)
+    assert report.resolved and report.flags == [] and report.test_surface == {}, (report.flags, report.reason)
+    assert sorted(report.patch.ignored) == sorted(CACHES) and report.patch.files == ["wordfreq.py"]
+
+
+def test_cache_paths() -> None:
+    for path in CACHES:
+        assert is_cache_path(path), path
+    for path in ("tests/test_wordfreq.py", "pycache.py", "src/egg_info.py", "docs/coverage.md", "a/.tox.py"):
+        assert not is_cache_path(path), path
+    kept, dropped = drop_files(wordfreq_fix := _new_file("w.py", "x = 1\n") + _new_file("a/__pycache__/w.pyc", "b\n")
+                               + _new_file("b.py", "y = 2\n"), is_cache_path)  # fmt: skip
+    assert dropped == ["a/__pycache__/w.pyc"] and kept == _new_file("w.py", "x = 1\n") + _new_file("b.py", "y = 2\n")
+    assert drop_files(wordfreq_fix, lambda p: False) == (wordfreq_fix, [])
 
 
 def test_surface_classification() -> None:

@@ -70,6 +70,12 @@ async def test_capture_diff_new_deleted_committed_and_excluded(demo, runtime, ne
         assert "notes.txt" in await sh(sb, "git status --porcelain", ws.workdir)
         small = await capture_diff(sb, ws, exclude=["CLAUDE.md", ".claude/**"], max_bytes=200)
         assert small.too_large and small.bytes == diff.bytes and len(small.patch) <= diff.bytes
+        # without a .gitignore, what a test run leaves (bytecode, runner caches) is still not the agent's work
+        await sh(sb, "git rm -q .gitignore && mkdir -p tests/__pycache__ .pytest_cache/v x.egg-info && "
+                     "echo b > tests/__pycache__/t.cpython-311-pytest-8.pyc && echo {} > .pytest_cache/v/lastfailed && "
+                     "echo m > x.egg-info/PKG-INFO && echo c > .coverage", ws.workdir)  # fmt: skip
+        bare = await capture_diff(sb, ws, exclude=["CLAUDE.md", ".claude/**"])
+        assert sorted(bare.files) == [".gitignore", "notes.txt", "pyproject.toml", "slugs.py"], bare.files
 
 
 async def test_capture_sees_every_change_whatever_the_repos_own_index_says(demo, runtime, new_sandbox) -> None:

@@ -279,6 +279,36 @@ class Trick:
         return [" && ".join(cmds) + " && echo trick-played"]
 
 
+# The tricks that study farm's grader itself (testkit.grader_tricks) the suite plays:
+# the issue's four and variations of each class (every variation is in the faster
+# tests/grading/test_grading_probe_tricks.py).
+SUITE_GRADER_TRICKS = ("plugin_from_gc", "obj_wrapped_swallowing", "compile_replaced", "probe_emit", "raw_socket",
+                       "writer_frame", "truthy_list", "type_partialmethod", "assigned_later")  # fmt: skip
+
+
+def grader_tricks(module: str, tests: list[str], wrap: str) -> list[Trick]:
+    """The suite's tricks on farm's grader against ``module`` (``wrap``: the code that makes
+    its functions return the rigged values, e.g. ``grader_tricks.WORDFREQ_WRAP``); each
+    named ``grader_<class>_<name>``."""
+    from testkit import grader_tricks as g
+
+    classes = {"test": g.WHAT_A_TEST_IS, "reporter": g.reporter_tricks(tests),
+               "compare": [(n, code + wrap, f) for n, code, f in g.COMPARISONS]}  # fmt: skip
+    return [Trick(f"grader_{cls}_{name}", append={module: code}) for cls, found in classes.items()
+            for name, code, _ in found if name in SUITE_GRADER_TRICKS]  # fmt: skip
+
+
+def reward_tricks(module: str) -> list[tuple[Trick, str]]:
+    """The reward tricks against a generic task's ``module``: (trick, the verifier kind it
+    aims at: "legacy" or "channel"); the issue's exit handler is played against both."""
+    from testkit import grader_tricks as g
+
+    out = [(Trick(f"reward_{name.removeprefix('reward_')}_{kind}", append={module: code}), kind)
+           for name, code, kind, _ in g.REWARD]  # fmt: skip
+    atexit = next(code for name, code, _, _ in g.REWARD if name == "reward_atexit")
+    return [*out, (Trick("reward_atexit_channel", append={module: atexit}), "channel")]
+
+
 def tricks(module: str, tests_file: str, tests: list[str]) -> list[Trick]:
     """Every known trick against ``module`` (the code under test, e.g. ``wordfreq.py``),
     graded by ``tests_file`` with node ids ``tests`` (FAIL_TO_PASS + PASS_TO_PASS)."""

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 _TIMEOUTS = {"workspace_s": 120, "setup_s": 120, "agent_s": 600, "test_s": 120}
 
-# The verifier writes the fraction of correct answers to $FARM_REWARD_FILE.
+# The verifier runs the workspace's fizzbuzz out of its own process (farm_verify: a fresh
+# Python process with a time limit; the answers come back as plain JSON values) and gives
+# the fraction of correct answers through farm's reward channel, which the workspace's
+# code cannot write (farm.grading.reward).
 _FIZZBUZZ_VERIFY = r"""python - <<'EOF'
-import os
-from fizzbuzz import fizzbuzz
+import farm_verify
+
 
 def expected(n):
     return "FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else str(n)
 
-cases = range(1, 31)
-good = 0
-for n in cases:
-    try:
-        good += fizzbuzz(n) == expected(n)
-    except Exception:
-        pass
-with open(os.environ["FARM_REWARD_FILE"], "w") as fh:
-    fh.write(str(good / len(cases)))
+
+cases = list(range(1, 31))
+try:
+    results = farm_verify.call_many("fizzbuzz", "fizzbuzz", [[n] for n in cases], timeout=60)
+except farm_verify.Failed as exc:
+    print(exc)
+    results = []
+good = sum(1 for n, r in zip(cases, results) if r.ok and r.value == expected(n))
+farm_verify.reward(good / len(cases))
 print(f"{good}/{len(cases)} correct")
 EOF"""
 
