@@ -169,9 +169,11 @@ class Scenario:
         return False
 
     def cli_pids(self) -> list[int]:
-        marker = b"FARM_SANDBOX_ID="
-        return [p for p in _procs_matching(lambda c: b"claude" in c and b"bwrap" not in c) if _env_has(p, marker)
-                and str(self.base).encode() in Path(f"/proc/{p}/environ").read_bytes()]
+        """The CLIs of this scenario's sandboxes: their marker names one of its sandbox dirs
+        (the CLI's environment holds no host path of the sandbox: its scratch is the jail's /tmp)."""
+        ours = {b"FARM_SANDBOX_ID=" + d.name.encode() + b"\0" for d in (self.base / self.run_id).glob("*")}
+        return [p for p in _procs_matching(lambda c: b"claude" in c and b"bwrap" not in c)
+                if any(_env_has(p, m) for m in ours)]
 
     def measure(self) -> dict[str, int]:
         import pyarrow as pa
