@@ -40,9 +40,8 @@ from typing import Any
 
 TICK = os.sysconf("SC_CLK_TCK")
 CLI_MARK = "FARM_LOGIN_PATH"  # in the harness runner's wrapper: the CLI's command
-# the grader runs a test command under its witness (farm.grading.witness.Witness.command),
-# which first removes the last report in its /tmp/.farm-<purpose>-<random> directory
-WITNESS_MARK = "rm -f /tmp/.farm-"
+# the grader runs a test command under its witness, whose directory the command names first
+from farm.grading.witness import DIRECTORY_PREFIX as WITNESS_MARK  # noqa: E402
 
 # who a callback runs for: a dict its owner keeps current ({"owner": "rollout.<phase>"} in a
 # bench slot, {"owner": "gateway"} for what ActorLayers.start leaves running: the gateway's

@@ -56,7 +56,7 @@ async def add_reward_steps(script: StepScript, sandbox: Sandbox, task: Task, ws:
     """The witness and the verifier's helper installed (from outside), the reward file
     removed (the model's diff may have brought one) and the directory opened to the
     verifier's user: steps of the grader's script, before any verify command."""
-    witness = await install_witness(sandbox, {HELPER: inside_source(HELPER)}, prefix="farm-verify")
+    witness = await install_witness(sandbox, {HELPER: inside_source(HELPER)}, purpose="verify")
     path = reward_path(task, ws.workdir)
     if path is not None:
         script.add("reward.remove", f"rm -f -- {shlex.quote(path)}")

@@ -26,6 +26,9 @@ from farm.sandboxes.base import Sandbox
 INSIDE = Path(__file__).parent / "inside"
 SCRIPT = "farm_witness.py"
 REPORT = "report.jsonl"
+# every witness directory starts so (``install_witness``), and ``Witness.command`` names it
+# first: what tells a command run under the witness from the others (e.g. CPU accounting)
+DIRECTORY_PREFIX = "/tmp/.farm-"
 
 
 @functools.cache
@@ -57,10 +60,10 @@ class Witness:
 
 
 async def install_witness(sandbox: Sandbox, files: dict[str, str | bytes] | None = None, *,
-                          prefix: str = "farm-probe") -> Witness:  # fmt: skip
+                          purpose: str = "probe") -> Witness:  # fmt: skip
     """A fresh, randomly named directory outside the workspace with the witness, ``files``
     and a key (written from outside: no command runs)."""
-    witness = Witness(directory=f"/tmp/.{prefix}-{secrets.token_hex(12)}", key=b"")
+    witness = Witness(directory=f"{DIRECTORY_PREFIX}{purpose}-{secrets.token_hex(12)}", key=b"")
     await sandbox.write_file(f"{witness.directory}/{SCRIPT}", inside_source(SCRIPT).encode())
     for name, text in (files or {}).items():
         await sandbox.write_file(f"{witness.directory}/{name}", text.encode() if isinstance(text, str) else text)
