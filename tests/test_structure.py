@@ -8,6 +8,9 @@
 - No test helper in the package: nothing in farm imports from tests/, farm has no testing
   package, every module of farm is used by farm, an example, a script or the docs (a module
   only tests use belongs in tests/testkit), and the wheel holds farm's modules and no others.
+- One owner per decision: a rollout's status is named (recorded, returned, passed on) only by
+  ``farm/rollout/outcome.py`` (and declared in ``farm/status.py``); elsewhere a status is
+  only compared with, and no module but those builds an ``Outcome``.
 
 Each check takes a root, so ``test_the_checks_find_what_is_planted`` runs it on a made-up
 tree holding each violation."""
@@ -149,6 +152,59 @@ def modules_only_tests_use(root: Path) -> list[str]:
                   if mod not in used and path.name not in ("__init__.py", "__main__.py"))
 
 
+STATUS_OWNERS = ("farm/status.py", "farm/rollout/outcome.py")  # the vocabulary, and what decides it
+# statuses named elsewhere, each for its reason: (module, member)
+STATUS_READS = {
+    ("farm/actors/dashboard.py", "TRUNCATED"),  # a Prometheus selector on the status label, not a decision
+    # a rollouts row rebuilt after a reducer crash from no Sample at all: nothing recorded how it ended,
+    # and the output layer (below the rollout's) keeps it out of training as an infrastructure failure
+    ("farm/output/rows.py", "SANDBOX_ERROR"),
+}
+
+
+def _status_names(tree: ast.AST) -> set[str]:
+    """The names ``RolloutStatus`` goes by in a module (its own, an ``as`` import, ``S = RolloutStatus``)."""
+    names = {"RolloutStatus"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.asname for a in node.names if a.name == "RolloutStatus" and a.asname}
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def statuses_decided_outside_outcome(root: Path) -> list[str]:
+    """Every place outside ``STATUS_OWNERS`` that names a RolloutStatus member other than to
+    compare with it (``is``, ``==``, ``in (...)``, its ``.value`` likewise), or builds an ``Outcome``."""
+    found = []
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        if rel in STATUS_OWNERS:
+            continue
+        tree = ast.parse(path.read_text())
+        parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        names = _status_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "Outcome"
+                                               or getattr(node.func, "attr", None) == "Outcome"):  # fmt: skip
+                found.append(f"{rel}:{node.lineno}: builds an Outcome")
+                continue
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names:
+                found.append(f"{rel}:{node.lineno}: looks a status up by name")
+                continue
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names
+                    and node.attr.isupper()):  # fmt: skip
+                continue
+            member, up = node.attr, parent.get(node)
+            if isinstance(up, ast.Attribute) and up.attr == "value":
+                up = parent.get(up)
+            while isinstance(up, (ast.Tuple, ast.List, ast.Set)):
+                up = parent.get(up)
+            if not isinstance(up, ast.Compare) and (rel, member) not in STATUS_READS:
+                found.append(f"{rel}:{node.lineno}: names RolloutStatus.{member} (ask farm.rollout.outcome)")
+    return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1]), f))
+
+
 # --- the tree ----------------------------------------------------------------------------
 def test_no_deprecation_mechanisms():
     assert deprecation_mechanisms(ROOT) == []
@@ -161,6 +217,42 @@ def test_no_comment_names_an_issue_number():
 def test_no_test_helper_in_the_package():
     assert helpers_in_the_package(ROOT) == []
     assert modules_only_tests_use(ROOT) == [], "a module only tests use belongs in tests/testkit"
+
+
+def test_only_outcome_decides_a_status():
+    assert statuses_decided_outside_outcome(ROOT) == [], "report what happened; farm.rollout.outcome names the status"
+
+
+def test_the_status_check_finds_what_is_planted(tmp_path):
+    """Naming a status to record it, return it or pass it on is found outside the owners;
+    comparing with one (also through an alias or its ``.value``) is not."""
+    files = {
+        "farm/status.py": "class RolloutStatus: ...\nclass Outcome: ...\nPOLICY = {RolloutStatus.COMPLETED}\n",
+        "farm/rollout/outcome.py": "from farm.status import RolloutStatus, Outcome\n"
+                                   "def f():\n    return Outcome(status=RolloutStatus.STALE)\n",
+        "farm/actors/dashboard.py": "from farm.status import RolloutStatus\nq = sel(status=RolloutStatus.TRUNCATED.value)\n",
+        "farm/actors/reads.py": "from farm.status import RolloutStatus as S\n"
+                                "def f(r):\n    return r.status is S.STALE or r.status in (S.TIMEOUT, S.COMPLETED) "
+                                "or r.s == S.TRUNCATED.value or r.s not in {S.ABORTED.value}\n",
+        "farm/actors/decides.py": "from farm.status import Outcome, RolloutStatus\nimport farm.status as st\n"
+                                  "S = RolloutStatus\n"
+                                  "def f(r):\n    r.status = RolloutStatus.STALE\n    return S.TIMEOUT, 'why'\n"
+                                  "def g(r):\n    return Outcome(status=r), st.Outcome(status=r), S['ABORTED']\n"
+                                  "DEFAULT = RolloutStatus.SANDBOX_ERROR.value\n"
+                                  "q = sel(status=S.TRUNCATED.value)\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert statuses_decided_outside_outcome(tmp_path) == [
+        "farm/actors/decides.py:5: names RolloutStatus.STALE (ask farm.rollout.outcome)",
+        "farm/actors/decides.py:6: names RolloutStatus.TIMEOUT (ask farm.rollout.outcome)",
+        "farm/actors/decides.py:8: builds an Outcome",
+        "farm/actors/decides.py:8: builds an Outcome",
+        "farm/actors/decides.py:8: looks a status up by name",
+        "farm/actors/decides.py:9: names RolloutStatus.SANDBOX_ERROR (ask farm.rollout.outcome)",
+        "farm/actors/decides.py:10: names RolloutStatus.TRUNCATED (ask farm.rollout.outcome)",
+    ]
 
 
 def test_the_checks_find_what_is_planted(tmp_path):

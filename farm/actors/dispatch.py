@@ -34,7 +34,8 @@ from farm.actors.pool import ActorPool
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
-from farm.rollout.retry import Ending, RetryBudgets, decide
+from farm.rollout.outcome import Ending, outcome_for_ending
+from farm.rollout.retry import RetryBudgets, decide
 from farm.status import Outcome, RetryDecision, RetryKind, RolloutStatus, Verdict
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,8 @@ class Dispatcher:
     def _raised(self, item: Sent, error: str) -> RolloutSummary:
         """A bug inside SandboxActor.run (it maps every rollout error itself): recorded at
         once, never retried (a bug does not go away on a rerun)."""
-        return self._record(item.spec, RolloutStatus.SANDBOX_ERROR, f"sandbox actor raised: {error}", item.actor)
+        return self._record(item.spec, outcome_for_ending(Ending.ACTOR_FAILED, f"sandbox actor raised: {error}"),
+                            item.actor)
 
     def _settle(self, item: Sent, summary: RolloutSummary) -> None:
         """A rollout came back: record it, or carry out its retry decision."""
@@ -254,10 +256,10 @@ class Dispatcher:
             return
         if aborted:  # cancelled at a weight update as too stale (whatever it came back as)
             self.stale_aborted += 1
-            decision = self._decide(spec, RolloutStatus.STALE, Ending.TOO_STALE)
+            decision = self._decide_ending(spec, Ending.TOO_STALE)
             if not decision.runs_again:
                 reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
-                self._finish(self._record(spec, RolloutStatus.STALE, reason, ""))
+                self._finish(self._record(spec, outcome_for_ending(Ending.TOO_STALE, reason), ""))
                 return
         else:  # the actor (or the reducer) decided; a summary without a decision is a stopped rollout's
             decision = summary.retry or self._decide(spec, summary.status)
@@ -269,6 +271,11 @@ class Dispatcher:
     def _decide(self, spec: RolloutSpec, status: RolloutStatus, ending: Ending = Ending.FINISHED) -> RetryDecision:
         """The retry decision (``farm.rollout.retry``) for an attempt of ``spec`` the dispatcher saw end."""
         return decide(status, spec.reruns, self.budgets, ending=ending, stopping=self.interrupted)
+
+    def _decide_ending(self, spec: RolloutSpec, ending: Ending) -> RetryDecision:
+        """``_decide`` for an attempt the dispatcher saw end around the pipeline (lost, hung,
+        aborted as stale): as what ``farm.rollout.outcome`` records that ending."""
+        return self._decide(spec, outcome_for_ending(ending, "").status, ending)
 
     def _run_again(self, spec: RolloutSpec, decision: RetryDecision, why: str, *, aborted: bool = False) -> None:
         """Carry out a RUN_AGAIN: the next attempt, spending ``decision.kind``'s budget. An
@@ -298,13 +305,14 @@ class Dispatcher:
         if stored is not None:  # it was made durable before the actor died
             self._finish(stored)
             return
-        decision = self._decide(spec, RolloutStatus.SANDBOX_ERROR, Ending.ACTOR_LOST)
+        decision = self._decide_ending(spec, Ending.ACTOR_LOST)
         if decision.verdict is Verdict.RUN_AGAIN:
             self._run_again(spec, decision, f"actor {actor} lost it ({why})")
         elif decision.verdict is Verdict.DROP:
             self._finish(spec.interrupted(actor))
         else:
-            self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, f"{decision.reason} (last: {why})", actor))
+            lost = outcome_for_ending(Ending.ACTOR_LOST, f"{decision.reason} (last: {why})")
+            self._finish(self._record(spec, lost, actor))
 
     def _guard(self, now: float) -> None:
         self.members.guard(now)
@@ -317,11 +325,11 @@ class Dispatcher:
                 self._aborting.discard(item.spec.rollout_id)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
                 # a hung actor is an infrastructure failure: it spends the infrastructure budget
-                decision = self._decide(item.spec, RolloutStatus.SANDBOX_ERROR, Ending.HUNG)
+                decision = self._decide_ending(item.spec, Ending.HUNG)
                 if decision.runs_again:
                     self._run_again(item.spec, decision, reason)
                 else:
-                    self._finish(self._record(item.spec, RolloutStatus.SANDBOX_ERROR, reason, item.actor))
+                    self._finish(self._record(item.spec, outcome_for_ending(Ending.HUNG, reason), item.actor))
 
     def _give_up_all(self, reason: str, feed: Feed | None = None) -> None:
         """Record every queued rollout failed, and the rest of a finite feed with them
@@ -331,13 +339,12 @@ class Dispatcher:
                 self.queue.extend(feed.next() or ())
                 continue
             spec = self.queue.popleft()
-            self._finish(self._record(spec, RolloutStatus.SANDBOX_ERROR, reason, ""))
+            self._finish(self._record(spec, outcome_for_ending(Ending.GIVEN_UP, reason), ""))
 
-    def _record(self, spec: RolloutSpec, status: RolloutStatus, reason: str, actor: str) -> RolloutSummary:
+    def _record(self, spec: RolloutSpec, outcome: Outcome, actor: str) -> RolloutSummary:
         """Record a rollout the driver ends itself; returns what the reducer holds (first write wins)."""
         now = time.time()
-        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), Outcome(status=status, reason=reason),
-                                  started_at=now, finished_at=now)
+        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), outcome, started_at=now, finished_at=now)
         return ray.get(self.reducer.submit.remote(result), timeout=CONTROL_TIMEOUT_S)
 
     def _finish(self, summary: RolloutSummary) -> None:

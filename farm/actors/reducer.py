@@ -28,11 +28,11 @@ from typing import Any
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult
-from farm.rollout.outcome import writes_samples
-from farm.rollout.retry import Ending, RetryBudgets, decide
+from farm.rollout.outcome import Ending, outcome_for_ending, writes_samples
+from farm.rollout.retry import RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
-from farm.status import Outcome, RolloutStatus
+from farm.status import RolloutStatus
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +196,11 @@ class ReducerActor:
             self.stale_dropped += 1
             decision = decide(result.status, result.reruns, self.budgets, ending=Ending.TOO_STALE)
             if decision.runs_again:  # the dispatcher runs it again under the current weights
+                dropped = outcome_for_ending(Ending.TOO_STALE, stale)
                 return result.summary().model_copy(
-                    update={"status": RolloutStatus.STALE, "reason": stale, "durable": False, "retry": decision})
+                    update={"status": dropped.status, "reason": dropped.reason, "durable": False, "retry": decision})
             # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
-            result = result.ended_as(Outcome(status=RolloutStatus.STALE, reason=stale + " (out of reruns)"))
+            result = result.ended_as(outcome_for_ending(Ending.TOO_STALE, stale + " (out of reruns)"))
         fut = self._pending.get(rid)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()

@@ -26,7 +26,7 @@ from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.rollout.pipeline import RolloutPipeline
 from farm.rollout.retry import RetryBudgets, decide
-from farm.status import RolloutStatus, Verdict
+from farm.status import Verdict
 from farm.secrets import RunSecrets
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class SandboxActor:
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
             why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"
             return result.summary().model_copy(
-                update={"status": RolloutStatus.INTERRUPTED, "reason": why, "durable": False, "retry": decision}
+                update={"status": decision.status, "reason": why, "durable": False, "retry": decision}
             )
         if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
             return result.summary().model_copy(update={"durable": False, "retry": decision})

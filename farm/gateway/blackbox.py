@@ -12,10 +12,11 @@ Endpoint errors (after :mod:`farm.gateway.hosted`'s retries):
 - context length: the policy ran out of its context window, as on the engine path
   (recorded ``CONTEXT_LIMIT``, the session ended by :mod:`farm.gateway.budget`): the
   policy's own outcome, ``truncated``;
-- 401 / 403: the session fails with ``auth_error``; anything else (429 / 5xx /
-  timeouts past the retry budget, a refused or unreadable reply) with
-  ``engine_error``. The CLI gets the protocol's error; the rollout reads
-  ``transcript.failure`` and ends with that status (infrastructure: never graded,
+- anything else (401 / 403, 429 / 5xx / timeouts past the retry budget, a refused or
+  unreadable reply) fails the session: ``transcript.failure`` keeps the failure's kind
+  (``Failure``) and why. The CLI gets the protocol's error; the rollout reads
+  ``transcript.failure`` and ends as ``farm.rollout.outcome.outcome_for_endpoint`` says
+  (``auth_error`` for a refused key, else ``engine_error``: infrastructure, never graded,
   never a reward-0 row).
 
 Budgets as in the engine path (:mod:`farm.gateway.budget`): past ``max_turns`` main
@@ -48,7 +49,6 @@ from farm.gateway.endpoints import RolloutMode
 from farm.gateway.sessions import HostedSession
 from farm.gateway.wire import new_id
 from farm.modeltext.toolcalls import ToolCall
-from farm.status import RolloutStatus
 from farm.trajectory.records import Budget, FinishReason, TurnFlag
 from farm.trajectory.transcript import Transcript, TranscriptTurn
 
@@ -132,11 +132,10 @@ class BlackBoxService:
                 self._record(pending, out, None, attempts=exc.attempts)
                 return out
             session.stats.engine_errors += 1
-            status = RolloutStatus.AUTH_ERROR if exc.failure is Failure.AUTH else RolloutStatus.ENGINE_ERROR
             reason = f"hosted endpoint failed ({exc.failure.value}): {exc}"
             transcript.errors.append(reason)
-            if not pending.side:
-                transcript.failure = transcript.failure or (status.value, reason)
+            if not pending.side:  # what the rollout ends as is farm.rollout.outcome's (outcome_for_endpoint)
+                transcript.failure = transcript.failure or (exc.failure.value, reason)
             code, kind = _CLI_ERROR[exc.failure]
             raise GatewayRequestError(str(exc), status=code, kind=kind) from exc
         reply = call.reply

@@ -201,7 +201,7 @@ class Gateway:
         self.sessions.get(session_id).deadline = deadline
 
     def session_failure(self, session_id: str) -> tuple[str, str] | None:
-        """(status, reason) once the endpoint failed the open session for good: a hosted
+        """(Failure, reason) once the endpoint failed the open session for good: a hosted
         one can (black-box mode); the engine never does (None)."""
         return self.sessions.get(session_id).failure
 

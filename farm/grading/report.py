@@ -1,7 +1,8 @@
 """The grading report: what the grader did and decided, travelling with the rollout.
 
 ``GradingReport`` in full goes to the rollouts table; ``summary()`` is the compact form
-for Sample metadata; ``outcome()`` maps it onto the rollout's status vocabulary.
+for Sample metadata. What its ``status`` makes of the rollout is
+``farm.rollout.outcome.outcome_for_grade``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.grading.parsers import TestStatus
-from farm.status import Outcome, RolloutStatus
 from farm.workspace.shell import CommandReport
 from farm.workspace.prepare import SetupReport
 
@@ -115,14 +115,6 @@ class GradingReport(BaseModel):
         if self.hack_action is not None:
             out["hack_action"] = self.hack_action
         return out
-
-    def outcome(self) -> Outcome:
-        """The rollout status this grading implies: graded (any reward) is ``completed``."""
-        if self.status is GradeStatus.PATCH_FAILED:
-            return Outcome(status=RolloutStatus.PATCH_FAILED, reason=self.reason)
-        if self.status in (GradeStatus.SETUP_FAILED, GradeStatus.ENV_BROKEN, GradeStatus.ERROR):
-            return Outcome(status=RolloutStatus.SETUP_FAILED, reason=f"grading: {self.reason}")
-        return Outcome(status=RolloutStatus.COMPLETED, reason=self.reason)
 
 
 def _passing(statuses: dict[str, str]) -> int:

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import os
 import shlex
+from enum import Enum
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.status import RolloutStatus
+
+class HarnessEnd(str, Enum):
+    """How the CLI's run ended, as farm saw it: a fact; ``farm.rollout.outcome`` says what
+    it makes of the rollout."""
+
+    FINISHED = "finished"  # exited 0, no error in its stream
+    ERROR_REPORTED = "error_reported"  # exited 0, but its stream reported an error
+    EXITED = "exited"  # a non-zero exit, or killed by a signal
+    TIMED_OUT = "timed_out"  # its budget ran out: the process tree was killed
+    MODEL_PATH_LOST = "model_path_lost"  # the watchdog killed it: stuck retrying model requests, or the gateway gone
+    GATEWAY_UNREACHABLE = "gateway_unreachable"  # the gateway unreachable from the sandbox: never started
+    IDLE = "idle"  # farm's idle watch killed it: no model request in flight, no tool running
 
 
 class HarnessRun(BaseModel):
@@ -62,10 +74,7 @@ class HarnessResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     harness: str
-    status: RolloutStatus = Field(
-        description="completed | timeout (budget exceeded, tree killed) | agent_error (crash, non-zero exit, "
-        "error reported in its stream) | engine_error (gateway unreachable / CLI stuck retrying model calls)"
-    )
+    end: HarnessEnd = Field(description="how the CLI ended (the rollout's status is farm.rollout.outcome's)")
     reason: str = ""
     exit_code: int | None = Field(default=None, description="None when farm killed it; negative: killed by signal")
     timed_out: bool = False
@@ -85,7 +94,7 @@ class HarnessResult(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.status is RolloutStatus.COMPLETED
+        return self.end is HarnessEnd.FINISHED
 
 
 def diff_excludes(files: list[str], workdir: str) -> list[str]:

@@ -18,12 +18,10 @@ import time
 from collections.abc import Callable
 
 from farm.errors import SandboxError, SandboxTimeout
-from farm.harnesses.plan import HarnessHooks, HarnessResult, LaunchPlan, diff_excludes
+from farm.harnesses.plan import HarnessEnd, HarnessHooks, HarnessResult, LaunchPlan, diff_excludes
 from farm.harnesses.events import last_line, parse_json_lines, tail
 from farm.harnesses.probe import probe_gateway
 from farm.sandboxes.base import BackgroundProcess, Sandbox
-from farm.status import RolloutStatus
-
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, *,
     unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
     if unreachable is not None:
         return _result(
-            harness, plan, t0, RolloutStatus.ENGINE_ERROR,
+            harness, plan, t0, HarnessEnd.GATEWAY_UNREACHABLE,
             f"gateway {plan.gateway_url} unreachable from the sandbox: {unreachable}; CLI not started",
         )  # fmt: skip
     wrapped = ["bash", "-c", _WRAPPER, "farm-harness", plan.stdin_path, plan.stdout_path, plan.stderr_path, *plan.argv]
@@ -59,8 +57,8 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, *,
     stdout = await _read_text(sandbox, plan.stdout_path)
     stderr = await _read_text(sandbox, plan.stderr_path)
     events, other = parse_json_lines(stdout)
-    status, reason = _classify(harness, plan, ended, events, stderr)
-    res = _result(harness, plan, t0, status, reason)
+    end, reason = _classify(harness, plan, ended, events, stderr)
+    res = _result(harness, plan, t0, end, reason)
     return res.model_copy(
         update={
             "exit_code": ended.exit_code,
@@ -140,29 +138,29 @@ async def _read_text(sandbox: Sandbox, path: str) -> str:
 
 def _classify(
     harness: HarnessHooks, plan: LaunchPlan, ended: _Ended, events: list[dict], stderr: str
-) -> tuple[RolloutStatus, str]:
-    S = RolloutStatus
+) -> tuple[HarnessEnd, str]:
+    """How the CLI ended, and why in words (the rollout's status is farm.rollout.outcome's)."""
     if ended.stuck is not None:
-        return S.ENGINE_ERROR, f"{ended.stuck}; CLI killed"
+        return HarnessEnd.MODEL_PATH_LOST, f"{ended.stuck}; CLI killed"
     if ended.timed_out:
         why = harness.retry_loop(events)
         extra = f" (it was retrying model requests: {why})" if why else ""
-        return S.TIMEOUT, f"{harness.name} exceeded its {plan.budget_s:g} s budget; process tree killed{extra}"
+        return HarnessEnd.TIMED_OUT, f"{harness.name} exceeded its {plan.budget_s:g} s budget; process tree killed{extra}"
     error = harness.stream_error(events)
     code = ended.exit_code
     if code == 0:
         if error:
-            return S.AGENT_ERROR, f"{harness.name} reported an error: {error}"
-        return S.COMPLETED, ""
+            return HarnessEnd.ERROR_REPORTED, f"{harness.name} reported an error: {error}"
+        return HarnessEnd.FINISHED, ""
     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited {code}"
     detail = error or last_line(stderr) or "no output on stderr"
-    return S.AGENT_ERROR, f"{harness.name} {how}: {detail}"
+    return HarnessEnd.EXITED, f"{harness.name} {how}: {detail}"
 
 
-def _result(harness: HarnessHooks, plan: LaunchPlan, t0: float, status: RolloutStatus, reason: str) -> HarnessResult:
+def _result(harness: HarnessHooks, plan: LaunchPlan, t0: float, end: HarnessEnd, reason: str) -> HarnessResult:
     return HarnessResult(
         harness=harness.name,
-        status=status,
+        end=end,
         reason=reason,
         duration_s=round(time.monotonic() - t0, 3),
         command=plan.shell_command(),

@@ -78,7 +78,7 @@ class RolloutRow(BaseModel):
     attempt: Int32 = 1
     harness: str = ""
     model: str = ""
-    status: str = RolloutStatus.SANDBOX_ERROR.value
+    status: str  # a RolloutStatus value, as farm.rollout.outcome decided it
     reason: str = ""
     reward: float = 0.0
     grading: Annotated[str, Arrow(pa.large_string(), "the grading report, JSON ('' if not graded)")] = ""
@@ -114,6 +114,7 @@ class RolloutRow(BaseModel):
         meta = json.loads(first.get("metadata") or "{}")
         same = {k: first[k] for k in ("run_id", "group_id", "task_id", "sample_index", "harness", "model", "status")
                 if first.get(k) is not None}  # fmt: skip
+        same.setdefault("status", RolloutStatus.SANDBOX_ERROR.value)  # no Sample says how it ended: not the policy's
         return cls(
             rollout_id=rollout_id, **same, attempt=int(meta.get("attempt", 1)),
             reason=((meta.get("reason") or "") + " [row rebuilt from Samples after a reducer crash]").strip(),

@@ -232,7 +232,7 @@ class ActorLayers:
                 if done:
                     return AgentEnd.from_harness(task.result())
                 failure = self.gateway.session_failure(session)  # None for a session no endpoint can fail
-                if failure is not None:  # (status, reason)
+                if failure is not None:  # (Failure, reason)
                     return AgentEnd.endpoint_failed(*failure)
                 if not watch_idle:
                     continue
@@ -303,12 +303,11 @@ class ActorLayers:
             make_sandbox=lambda: self.create_sandbox(spec, "grading", sb_spec),
             policy=self.cfg.grading,
         )
-        outcome = report.outcome()
         return Grade(
             reward=report.reward,
             report=report.model_dump(mode="json"),
-            status=outcome.status,
-            reason=outcome.reason,
+            verdict=report.status,
+            reason=report.reason,
             summary=report.summary(),
             test_log=report.test_log,
         )

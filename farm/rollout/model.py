@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.gateway.endpoints import RolloutMode
 from farm.output import rows
+from farm.rollout.outcome import Ending, outcome_for_ending
 from farm.rollout.retry import Reruns
 from farm.status import Outcome, RetryKind, RolloutStatus
 from farm.tasks.model import Task
@@ -45,10 +46,11 @@ class RolloutSpec(BaseModel):
     def interrupted(self, actor: str = "") -> rows.RolloutSummary:
         """The summary of this attempt when the run stopped it before it ended: not recorded,
         the next invocation runs it."""
+        stopped = outcome_for_ending(Ending.STOPPED,
+                                     "the run was stopped while it ran: the next invocation runs it again")
         return rows.RolloutSummary(
             rollout_id=self.rollout_id, group_id=self.group_id, task_id=self.task.id, attempt=self.attempt,
-            status=RolloutStatus.INTERRUPTED, actor=actor, durable=False,
-            reason="the run was stopped while it ran: the next invocation runs it again")  # fmt: skip
+            status=stopped.status, actor=actor, durable=False, reason=stopped.reason)  # fmt: skip
 
 
 @dataclass(frozen=True)

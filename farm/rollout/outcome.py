@@ -1,8 +1,14 @@
-"""The ONE place where a failure becomes a rollout status.
+"""The ONE place where what happened to a rollout becomes its status.
 
-The pipeline runs in phases; whatever escapes a phase is passed, with the phase, to
-``outcome_for_error``. The agent's own end (exit code, budget) goes through
-``outcome_for_agent``. Nothing else in farm decides a rollout's status.
+The others report facts and ask here: the pipeline runs in phases, and whatever escapes a
+phase is passed, with the phase, to ``outcome_for_error``; the agent's own end (exit code,
+budget, how the harness runner saw the CLI end: ``HarnessEnd``) goes through
+``outcome_for_agent``; a broken sandbox limit through ``outcome_for_breaches``; the
+grader's verdict (``GradeStatus``) through ``outcome_for_grade``; a hosted endpoint's
+failure (``Failure``) through ``outcome_for_endpoint``; an attempt the driver, an actor or
+a caller ended around the pipeline (an actor lost, hung, too stale, the run stopped, a
+caller's abort: ``Ending``) through ``outcome_for_ending``. Nothing else in farm names a
+status to record (tests/test_structure.py holds every other module to comparing them).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from farm.errors import (
     SetupError,
     TaskError,
 )
+from farm.gateway.hosted import Failure
+from farm.grading.report import GradeStatus
+from farm.harnesses.plan import HarnessEnd
 from farm.status import FailureClass, Outcome, RolloutStatus
 from farm.trajectory.records import BudgetStop, FinishReason, TurnFlag
 
@@ -35,6 +44,73 @@ class Phase(str, Enum):
     AGENT = "agent"
     CAPTURE = "capture"
     GRADE = "grade"
+
+
+class Ending(str, Enum):
+    """How an attempt ended, as whoever saw it end reports it."""
+
+    FINISHED = "finished"  # the pipeline returned its outcome (the usual case): not ``outcome_for_ending``'s
+    ACTOR_LOST = "actor_lost"  # its sandbox actor (or node) died under it
+    TOO_STALE = "too_stale"  # finished or aborted beyond stream.max_staleness
+    HUNG = "hung"  # the driver's guard gave up waiting for the actor
+    STOPPED = "stopped"  # the run was stopped while it ran: the next invocation runs it again
+    ACTOR_FAILED = "actor_failed"  # the code around the pipeline (the actor running it) raised: a bug in farm
+    GIVEN_UP = "given_up"  # the run gave up on it before it ran (no sandbox actor left to run it)
+    ABORTED = "aborted"  # its caller aborted it (farm.single)
+
+
+# what an attempt that did not finish in the pipeline is recorded as
+_ENDED_AS = {
+    Ending.ACTOR_LOST: RolloutStatus.SANDBOX_ERROR,
+    Ending.TOO_STALE: RolloutStatus.STALE,
+    Ending.HUNG: RolloutStatus.SANDBOX_ERROR,  # a hung actor is an infrastructure failure like any other
+    Ending.STOPPED: RolloutStatus.INTERRUPTED,
+    Ending.ACTOR_FAILED: RolloutStatus.SANDBOX_ERROR,
+    Ending.GIVEN_UP: RolloutStatus.SANDBOX_ERROR,
+    Ending.ABORTED: RolloutStatus.ABORTED,
+}
+
+
+def outcome_for_ending(ending: Ending, reason: str) -> Outcome:
+    """An attempt that ended around the pipeline (``ending``: not ``FINISHED``), with ``reason``."""
+    if ending is Ending.FINISHED:
+        raise ValueError("a finished attempt's outcome is the pipeline's (outcome_for_error / outcome_for_agent)")
+    return Outcome(status=_ENDED_AS[ending], reason=reason)
+
+
+def outcome_for_breaches(breaches: list[str]) -> Outcome:
+    """The agent broke its sandbox's limits (memory, processes, disk, lifetime): the policy's
+    doing, reward 0, never graded."""
+    return Outcome(status=RolloutStatus.LIMIT_EXCEEDED, reason="; ".join(breaches))
+
+
+def outcome_for_endpoint(failure: Failure | str, reason: str) -> Outcome:
+    """A hosted endpoint failed the session for good (black-box mode): a refused key is
+    configuration (``auth_error``, never retried), anything else the endpoint's failure."""
+    status = RolloutStatus.AUTH_ERROR if Failure(failure) is Failure.AUTH else RolloutStatus.ENGINE_ERROR
+    return Outcome(status=status, reason=reason)
+
+
+def outcome_for_grade(verdict: GradeStatus | None, reason: str) -> Outcome:
+    """The rollout status a grading implies (``verdict``: the grader's; None: graded without
+    one, as a stand-in grader does): graded, whatever the reward, is ``completed``."""
+    if verdict is GradeStatus.PATCH_FAILED:
+        return Outcome(status=RolloutStatus.PATCH_FAILED, reason=reason)
+    if verdict in (GradeStatus.SETUP_FAILED, GradeStatus.ENV_BROKEN, GradeStatus.ERROR):
+        return Outcome(status=RolloutStatus.SETUP_FAILED, reason=f"grading: {reason}")
+    return Outcome(status=RolloutStatus.COMPLETED, reason=reason)
+
+
+# what the agent's run means, by how the CLI ended (None: it ran to its end)
+_HARNESS_ENDS: dict[HarnessEnd, RolloutStatus | None] = {
+    HarnessEnd.FINISHED: None,
+    HarnessEnd.ERROR_REPORTED: RolloutStatus.AGENT_ERROR,
+    HarnessEnd.EXITED: RolloutStatus.AGENT_ERROR,
+    HarnessEnd.TIMED_OUT: RolloutStatus.TIMEOUT,
+    HarnessEnd.MODEL_PATH_LOST: RolloutStatus.ENGINE_ERROR,  # the model path failed under it, not the CLI
+    HarnessEnd.GATEWAY_UNREACHABLE: RolloutStatus.ENGINE_ERROR,
+    HarnessEnd.IDLE: RolloutStatus.AGENT_ERROR,  # neither a request in flight nor a tool running: the CLI hung
+}
 
 
 def _msg(exc: BaseException) -> str:
@@ -117,7 +193,7 @@ def outcome_for_agent(
     budget_s: float,
     stderr_tail: str = "",
     engine_errors: int = 0,
-    harness_status: RolloutStatus | None = None,
+    harness_end: HarnessEnd | None = None,
     harness_reason: str = "",
     budget_stop: BudgetStop | None = None,
 ) -> Outcome | None:
@@ -127,21 +203,22 @@ def outcome_for_agent(
     (turns, context, output): ``truncated``, whatever the CLI did after it. farm knows
     this from its own gateway, never from the CLI's words; a CLI that then exits with an
     error or hangs is named in the reason, and the policy's data up to the stop is whole.
-    ``harness_status``: a status the harness itself reported,
-    which wins when present. An agent that failed after the engine failed under it is
+    ``harness_end``: how the harness runner (or farm's idle watch) saw the CLI end, which
+    wins when present. An agent that failed after the engine failed under it is
     an engine error, not an agent error.
     """
     S = RolloutStatus
+    harness_status = _HARNESS_ENDS[harness_end] if harness_end is not None else None
     if budget_stop is not None:
         then = ""
-        if harness_status not in (None, S.COMPLETED):
+        if harness_status is not None:
             then = f" (then the CLI: {harness_reason or harness_status.value})"
         elif timed_out:
             then = f" (then the CLI did not end within {budget_s:g} s)"
         elif exit_code not in (0, None):
             then = f" (then the CLI exited {exit_code})"
         return Outcome(status=S.TRUNCATED, reason=budget_stop.reason + then)
-    if harness_status is not None and harness_status is not S.COMPLETED:
+    if harness_status is not None:
         status = harness_status
         if status is S.AGENT_ERROR and engine_errors:
             return Outcome(status=S.ENGINE_ERROR, reason=f"{engine_errors} engine error(s); {harness_reason}".strip())

@@ -24,13 +24,18 @@ from farm.gateway.endpoints import RolloutMode
 from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
+from farm.grading.report import GradeStatus
+from farm.harnesses.plan import HarnessEnd
 from farm.rollout.outcome import (
     OnTruncated,
     Phase,
     final_answer_given,
     grades_truncated,
     outcome_for_agent,
+    outcome_for_breaches,
+    outcome_for_endpoint,
     outcome_for_error,
+    outcome_for_grade,
     outcome_for_timeout,
     truncated_outcome,
 )
@@ -55,33 +60,35 @@ class AgentEnd:
     log_tail: str = ""
     stdout: str = ""  # the whole streams, for the rollout's artifacts
     stderr: str = ""
-    status: RolloutStatus | None = None  # a status the harness reported itself, if any
+    end: HarnessEnd | None = None  # how the CLI ended, where farm saw it end (the harness runner, the idle watch)
     reason: str = ""
+    failure: tuple[str, str] | None = None  # (Failure, reason): the hosted endpoint failed the session
     diff_excludes: list[str] = field(default_factory=list)  # files farm wrote in the workdir: not the agent's diff
 
     @classmethod
     def from_harness(cls, result: HarnessResult) -> AgentEnd:
         return cls(exit_code=result.exit_code, timed_out=result.timed_out, stderr_tail=result.stderr_tail,
                    log_tail=result.stdout_tail, stdout=result.stdout, stderr=result.stderr,
-                   status=result.status, reason=result.reason,
+                   end=result.end, reason=result.reason,
                    diff_excludes=list(result.diff_excludes))  # fmt: skip
 
     @classmethod
     def stuck(cls, reason: str) -> AgentEnd:
         """Farm found the CLI stuck and killed it."""
-        return cls(exit_code=None, status=RolloutStatus.AGENT_ERROR, reason=reason)
+        return cls(exit_code=None, end=HarnessEnd.IDLE, reason=reason)
 
     @classmethod
-    def endpoint_failed(cls, status: str, reason: str) -> AgentEnd:
-        """The hosted endpoint failed the session for good (black-box): the CLI was killed."""
-        return cls(exit_code=None, status=RolloutStatus(status), reason=reason)
+    def endpoint_failed(cls, failure: str, reason: str) -> AgentEnd:
+        """The hosted endpoint failed the session for good (black-box, ``failure``: its
+        ``farm.gateway.hosted.Failure``): the CLI was killed."""
+        return cls(exit_code=None, reason=reason, failure=(failure, reason))
 
 
 @dataclass
 class Grade:
     reward: float
     report: dict[str, Any] | None
-    status: RolloutStatus = RolloutStatus.COMPLETED
+    verdict: GradeStatus | None = None  # the grader's (its report's status); None: a stand-in grader's, graded
     reason: str = ""
     summary: dict[str, Any] | None = None  # compact report for Sample metadata
     test_log: str = ""  # the test command's whole output (artifacts)
@@ -168,7 +175,7 @@ def _breaches(sandbox: Sandbox | None) -> list[str]:
 
 
 def _limit_exceeded(sandbox: Sandbox | None) -> Outcome:
-    return Outcome(status=RolloutStatus.LIMIT_EXCEEDED, reason="; ".join(_breaches(sandbox)))
+    return outcome_for_breaches(_breaches(sandbox))
 
 
 def _policy_of(sandbox: Sandbox | None) -> dict[str, str]:
@@ -243,7 +250,8 @@ class RolloutPipeline:
         state.leave()
         grade = state.grade
         graded = outcome.status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)
-        reward = grade.reward if grade is not None and graded and grade.status is RolloutStatus.COMPLETED else 0.0
+        graded_as = outcome_for_grade(grade.verdict, grade.reason) if grade is not None else None
+        reward = grade.reward if graded_as is not None and graded and graded_as.status is RolloutStatus.COMPLETED else 0.0
         finished = time.time()
         state.timings["total"] = finished - started
         result = RolloutResult.of(
@@ -321,16 +329,16 @@ class RolloutPipeline:
         # Torn down (processes, view, directory: ~0.3 s, seconds under load) while grading runs;
         # _cleanup awaits the same close (idempotent) and logs a failure. Kept for its id.
         asyncio.ensure_future(st.sandbox.close()).add_done_callback(_observed)
-        failure = st.tree.failure if st.tree is not None else None  # a TurnTree's is always None
+        failure = (st.tree.failure if st.tree is not None else None) or run.failure  # a TurnTree's is always None
         if failure is not None:  # a hosted endpoint failed the session (farm.gateway.blackbox): never graded
-            return Outcome(status=RolloutStatus(failure[0]), reason=failure[1])
+            return outcome_for_endpoint(*failure)
         agent_end = outcome_for_agent(
             exit_code=run.exit_code,
             timed_out=run.timed_out,
             budget_s=budget,
             stderr_tail=run.stderr_tail,
             engine_errors=counts_of(st.tree).engine_errors,
-            harness_status=run.status,
+            harness_end=run.end,
             harness_reason=run.reason,
             budget_stop=st.tree.budget_stop if st.tree is not None else None,
         )
@@ -339,7 +347,7 @@ class RolloutPipeline:
             return agent_end
         st.enter(Phase.GRADE)  # a truncated rollout's diff is graded as it stands
         st.grade = await p.grade(spec, st.diff)
-        graded = Outcome(status=st.grade.status, reason=st.grade.reason)
+        graded = outcome_for_grade(st.grade.verdict, st.grade.reason)
         return truncated_outcome(agent_end, graded) if agent_end is not None else graded
 
     async def _cleanup(self, spec: RolloutSpec, st: _State) -> None:

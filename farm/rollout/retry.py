@@ -32,21 +32,12 @@ rollout was aborted as stale or hung. Only the dispatcher carries a ``RUN_AGAIN`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.rollout.outcome import Ending, outcome_for_ending
 from farm.status import FailureClass, RetryDecision, RetryKind, RolloutStatus, Verdict
-
-
-class Ending(str, Enum):
-    """How an attempt ended, as far as the caller deciding knows."""
-
-    FINISHED = "finished"  # the pipeline returned a status (the usual case)
-    ACTOR_LOST = "actor_lost"  # its sandbox actor (or node) died under it
-    TOO_STALE = "too_stale"  # finished or aborted beyond stream.max_staleness
-    HUNG = "hung"  # the driver's guard gave up waiting for the actor
 
 
 class Reruns(BaseModel):
@@ -108,20 +99,22 @@ def decide(
     deterministic: bool = False,
 ) -> RetryDecision:
     """The one retry decision for an attempt that ended with ``status`` (see the module doc);
-    ``deterministic``: its failure would come back on every attempt."""
+    ``deterministic``: its failure would come back on every attempt. What it is recorded
+    as when that differs from ``status`` is ``farm.rollout.outcome``'s (``outcome_for_ending``)."""
     graded = status in (RolloutStatus.COMPLETED, RolloutStatus.TRUNCATED)  # finished to its end: keep it
     if (stopping and not graded) or status.reruns:
-        return RetryDecision(Verdict.DROP, status=RolloutStatus.INTERRUPTED,
-                             reason="the run was stopped while it ran: the next invocation runs it again")
+        stopped = outcome_for_ending(Ending.STOPPED,
+                                     "the run was stopped while it ran: the next invocation runs it again")
+        return RetryDecision(Verdict.DROP, status=stopped.status, reason=stopped.reason)
     if ending is Ending.ACTOR_LOST:
         died = reruns.actor_lost + 1
-        return _again_or(RetryKind.ACTOR_LOST, reruns, budgets, RolloutStatus.SANDBOX_ERROR,
+        return _again_or(RetryKind.ACTOR_LOST, reruns, budgets, ending,
                          f"sandbox actor died {died} time(s) under this rollout")
     if ending is Ending.HUNG:  # the actor did not answer: an infrastructure failure like any other
-        return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, RolloutStatus.SANDBOX_ERROR,
+        return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, ending,
                          "the sandbox actor did not answer (driver guard)")
     if ending is Ending.TOO_STALE or status is RolloutStatus.STALE:
-        return _again_or(RetryKind.STALE, reruns, budgets, RolloutStatus.STALE,
+        return _again_or(RetryKind.STALE, reruns, budgets, Ending.TOO_STALE,
                          f"too stale {reruns.stale + 1} time(s) (out of reruns)")
     if status.failure_class is FailureClass.POLICY:
         return RECORD
@@ -132,13 +125,15 @@ def decide(
     return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, None, "")
 
 
-def _again_or(kind: RetryKind, reruns: Reruns, budgets: RetryBudgets, status: RolloutStatus | None,
+def _again_or(kind: RetryKind, reruns: Reruns, budgets: RetryBudgets, ending: Ending | None,
               reason: str) -> RetryDecision:
-    """RUN_AGAIN as ``kind`` while its budget lasts, else RECORD (as ``status`` with ``reason``, when given)."""
+    """RUN_AGAIN as ``kind`` while its budget lasts, else RECORD (as ``ending`` makes it, with
+    ``reason``, when given; else as it ended)."""
     spent, allowed = reruns.spent(kind), budgets.of(kind)
     if spent < allowed:
         delay = budgets.backoff_s * 2**spent if kind is RetryKind.INFRASTRUCTURE else 0.0
         return RetryDecision(Verdict.RUN_AGAIN, kind, delay,
                              reason=f"{kind.value} rerun {spent + 1} of {allowed}")
+    status = outcome_for_ending(ending, reason).status if ending is not None else None
     return RetryDecision(Verdict.RECORD, kind, status=status,
                          reason=reason or f"{kind.value} reruns used up ({allowed})")

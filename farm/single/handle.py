@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
+from farm.rollout.outcome import Ending, outcome_for_ending
 from farm.status import Outcome, RolloutStatus
 from farm.trajectory.transcript import main_line_messages
 
@@ -111,7 +112,7 @@ class RolloutHandle:
         try:
             result = self._final(task)
         except Exception as exc:  # noqa: BLE001 - a handle must end, whatever happened
-            result = self._ended_without_pipeline(RolloutStatus.SANDBOX_ERROR, f"internal error: {exc!r}")
+            result = self._ended_without_pipeline(outcome_for_ending(Ending.ACTOR_FAILED, f"internal error: {exc!r}"))
         self._result = result
         self.phase = "done"
         self._done.set()
@@ -124,26 +125,25 @@ class RolloutHandle:
             pass
         elif task.exception() is not None:  # the pipeline never raises: the actor around it failed
             exc = task.exception()
-            return self._ended_without_pipeline(RolloutStatus.SANDBOX_ERROR,
-                                                f"the sandbox actor failed: {type(exc).__name__}: {exc}")
+            return self._ended_without_pipeline(outcome_for_ending(
+                Ending.ACTOR_FAILED, f"the sandbox actor failed: {type(exc).__name__}: {exc}"))
         else:
             result = task.result()
         if result is None or (self._aborting and result.status is RolloutStatus.CANCELLED):
             return self._aborted(result)
         if self._aborting and not result.status.trainable:
-            return result.ended_as(Outcome(status=RolloutStatus.ABORTED,
-                                           reason=f"aborted by the caller ({result.reason})"))
+            return result.ended_as(outcome_for_ending(Ending.ABORTED, f"aborted by the caller ({result.reason})"))
         return result
 
     def _aborted(self, result: RolloutResult | None) -> RolloutResult:
         where = result.reason.removeprefix("cancelled ") if result is not None else "while queued"
         reason = f"aborted by the caller {where}"
         if result is not None:
-            return result.ended_as(Outcome(status=RolloutStatus.ABORTED, reason=reason), reward=0.0)
-        return self._ended_without_pipeline(RolloutStatus.ABORTED, reason)
+            return result.ended_as(outcome_for_ending(Ending.ABORTED, reason), reward=0.0)
+        return self._ended_without_pipeline(outcome_for_ending(Ending.ABORTED, reason))
 
-    def _ended_without_pipeline(self, status: RolloutStatus, reason: str) -> RolloutResult:
-        return RolloutResult.of(self.spec, self.runner, Outcome(status=status, reason=reason), started_at=self.started)
+    def _ended_without_pipeline(self, outcome: Outcome) -> RolloutResult:
+        return RolloutResult.of(self.spec, self.runner, outcome, started_at=self.started)
 
     # --- what a caller asks --------------------------------------------------------------
     @property

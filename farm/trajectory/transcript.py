@@ -58,7 +58,7 @@ class Transcript:
     endpoint: str
     turns: list[TranscriptTurn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # endpoint failures the CLI was answered with
-    failure: tuple[str, str] | None = None  # (RolloutStatus value, reason): the session's endpoint broke
+    failure: tuple[str, str] | None = None  # (its farm.gateway.hosted.Failure value, reason): the session's endpoint broke
     budget_stop: BudgetStop | None = None  # the policy ran out of a budget: the gateway ended the session
 
     def __len__(self) -> int:

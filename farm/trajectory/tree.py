@@ -51,7 +51,7 @@ class TurnTree:
     session as a hosted endpoint can (a black-box session's record, ``Transcript``, has both)."""
 
     budget_stop: BudgetStop | None = None  # a class default: trees pickled before it existed read None
-    failure: tuple[str, str] | None = None  # (RolloutStatus value, reason), as Transcript.failure
+    failure: tuple[str, str] | None = None  # (endpoint Failure value, reason), as Transcript.failure
 
     def __init__(self, session_id: str, *, max_realign_tokens: int = 256) -> None:
         self.session_id = session_id

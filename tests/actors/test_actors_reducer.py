@@ -96,6 +96,18 @@ async def test_truncated_samples_are_marked_or_excluded(tmp_path, on_truncated):
     assert sample.metadata["truncated_by"] == {"budget": "output", "limit": 16384, "turns": 2}
 
 
+async def test_a_hack_the_grading_excluded_keeps_its_row_and_writes_no_samples(tmp_path):
+    """The hack verdict travels as ``RolloutResult.hack_action`` (typed, from the grading
+    report): ``exclude`` writes no Sample, ``zero_reward`` (its reward already 0) still does."""
+    red = ReducerActor(reducer_config(tmp_path), metrics=False)
+    await red.submit(make_result("a.0", reward=0.0).model_copy(update={"hack_action": "exclude"}))
+    await red.submit(make_result("b.0", reward=0.0).model_copy(update={"hack_action": "zero_reward"}))
+    await red.close()
+    samples, rollouts = _tables(tmp_path)
+    assert sorted(rollouts.column("rollout_id").to_pylist()) == ["a.0", "b.0"]  # both rows kept
+    assert samples.column("rollout_id").to_pylist() == ["b.0"]
+
+
 async def test_the_rollout_mode_decides_samples_or_transcripts(tmp_path):
     """A black-box rollout (RolloutMode.BLACK_BOX, its record a Transcript) is written to the
     transcripts table and never becomes a Sample, however trainable its status; a token-exact

@@ -14,6 +14,8 @@ from farm.gateway.config import GatewayConfig
 from farm.gateway.endpoints import AnthropicEndpoint, OpenAIEndpoint
 from farm.gateway.gateway import Gateway
 from farm.gateway.hosted import Failure, classify, parse_retry_after, retry_delay
+from farm.rollout.outcome import outcome_for_endpoint
+from farm.status import RolloutStatus
 from farm.tasks.model import GitSource, Task
 from testkit.hosted import Fault, HostedFake
 from farm.trajectory.records import FinishReason, TurnFlag
@@ -98,7 +100,7 @@ async def test_endpoint_failures_map_to_statuses(hf_tokenizer, fault, status, fa
             transcript = await gw.close_session("r1")
     assert code == cli_status, reply
     if failure:
-        assert transcript.failure is not None and transcript.failure[0] == status
+        assert transcript.failure is not None and outcome_for_endpoint(*transcript.failure).status.value == status
         assert "hosted endpoint failed" in transcript.failure[1] and not transcript.turns
     else:
         assert transcript.failure is None and len(transcript.turns) == 1
@@ -117,7 +119,8 @@ async def test_wrong_key_is_an_auth_failure(hf_tokenizer):
             secret = gw.open_session("r1").secret
             code, _ = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
             transcript = await gw.close_session("r1")
-    assert code == 401 and transcript.failure[0] == "auth_error" and "sk-wrong" not in transcript.failure[1]
+    assert code == 401 and transcript.failure[0] == "auth" and "sk-wrong" not in transcript.failure[1]
+    assert outcome_for_endpoint(*transcript.failure).status is RolloutStatus.AUTH_ERROR
 
 
 def test_retry_policy_is_pure():
@@ -164,7 +167,8 @@ async def test_rate_limit_retries_stop_at_the_agent_phase_deadline(hf_tokenizer)
             code, _ = await claude_turn(http, gw, secret, [{"role": "user", "content": INSTRUCTION}])
             transcript = await gw.close_session("r1")
     assert code == 429 and len(fake.requests) == 1
-    assert transcript.failure[0] == "engine_error" and "rate_limit" in transcript.failure[1]
+    assert transcript.failure[0] == "rate_limit" and "rate_limit" in transcript.failure[1]
+    assert outcome_for_endpoint(*transcript.failure).status is RolloutStatus.ENGINE_ERROR
 
 
 async def test_budgets_end_a_black_box_session_like_an_engine_one(hf_tokenizer):

@@ -301,7 +301,6 @@ async def test_each_gateway_opens_sessions_of_its_own_kind(hf_tokenizer):
     from farm.gateway.endpoints import OpenAIEndpoint, RolloutMode
     from farm.gateway.gateway import Gateway
     from farm.gateway.sessions import HostedSession, TokenSession
-    from farm.status import RolloutStatus
     from farm.trajectory.transcript import Transcript
     from farm.trajectory.tree import TurnTree
 
@@ -315,8 +314,8 @@ async def test_each_gateway_opens_sessions_of_its_own_kind(hf_tokenizer):
         session = gw.sessions.get("r1")
         assert type(session) is kind and session.mode is gw.mode and type(session.record) is record
         assert gw.tree("r1") is session.record and gw.session_failure("r1") is None
-    hosted.sessions.get("r1").transcript.failure = (RolloutStatus.AUTH_ERROR.value, "key refused")
-    assert hosted.session_failure("r1") == ("auth_error", "key refused")
+    hosted.sessions.get("r1").transcript.failure = ("auth", "key refused")
+    assert hosted.session_failure("r1") == ("auth", "key refused")
     assert hosted.tree("r1").endpoint == "ep"
     for gw in (token, hosted):
         record = gw.tree("r1")

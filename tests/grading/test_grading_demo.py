@@ -7,12 +7,18 @@ import pytest
 
 from farm.grading import GradeStatus, grade, grading_spec, validate_tasks
 from farm.sandboxes.base import SandboxSpec
+from farm.rollout.outcome import outcome_for_grade
 from farm.status import RolloutStatus
 from farm.workspace.capture import capture_diff
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task, TaskTimeouts
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.prepare import prepare_workspace
+
+
+def recorded_as(report):
+    """The rollout status a grading report makes (farm.rollout.outcome decides it)."""
+    return outcome_for_grade(report.status, report.reason).status
 
 
 @pytest.fixture
@@ -42,7 +48,7 @@ async def test_whole_demo_set_validates(demo, runtime, new_sandbox) -> None:
             # The empty patch: every PASS_TO_PASS passes, no FAIL_TO_PASS does.
             assert set(r.empty.pass_to_pass.values()) == {"PASSED"}, r.task_id
             assert "PASSED" not in set(r.empty.fail_to_pass.values()), r.task_id
-            assert r.empty.outcome().status is RolloutStatus.COMPLETED and r.empty.reward == 0.0
+            assert recorded_as(r.empty) is RolloutStatus.COMPLETED and r.empty.reward == 0.0
     fizz = next(r for r in results if r.task_id == "demo-generic-fizzbuzz")
     assert fizz.empty.reward_file_value == pytest.approx(16 / 30) and fizz.empty.reward == pytest.approx(16 / 30)
     assert fizz.gold.reward_file_value == 1.0
@@ -124,7 +130,7 @@ async def test_garbage_diff_is_patch_failed(demo, grader) -> None:
         assert report.patch.strategy is None and [a.command for a in report.patch.attempts] == [
             "git_apply", "git_apply_3way", "patch_fuzz",
         ]
-        assert report.outcome().status is RolloutStatus.PATCH_FAILED and report.test is None
+        assert recorded_as(report) is RolloutStatus.PATCH_FAILED and report.test is None
 
 
 async def test_fuzzy_diff_falls_back_to_patch(demo, grader) -> None:
@@ -148,14 +154,14 @@ async def test_hanging_test_command_times_out(demo, grader) -> None:
     report = await grader(task, task.gold_patch)
     assert report.status is GradeStatus.TEST_TIMEOUT and report.reward == 0.0
     assert report.test.timed_out and "exceeded 1.5 s" in report.reason
-    assert report.outcome().status is RolloutStatus.COMPLETED
+    assert recorded_as(report) is RolloutStatus.COMPLETED
 
 
 async def test_failing_setup_in_the_grading_sandbox(demo, grader) -> None:
     task = demo["demo-romans"].model_copy(update={"setup_commands": ["exit 7"]})
     report = await grader(task, task.gold_patch)
     assert report.status is GradeStatus.SETUP_FAILED and report.setup.steps[0].exit_code == 7
-    assert report.outcome().status is RolloutStatus.SETUP_FAILED
+    assert recorded_as(report) is RolloutStatus.SETUP_FAILED
 
 
 @pytest.mark.slow  # over 10 s: a real environment built and graded
@@ -165,14 +171,14 @@ async def test_broken_task_is_an_error_not_a_zero(demo, grader) -> None:
     bad_tp = task.model_copy(update={"test_patch": "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"})
     report = await grader(bad_tp, task.gold_patch)
     assert report.status is GradeStatus.ERROR and "test patch does not apply" in report.reason
-    assert report.outcome().status is RolloutStatus.SETUP_FAILED
+    assert recorded_as(report) is RolloutStatus.SETUP_FAILED
     unknown = await grader(task.model_copy(update={"log_parser": "nose"}), task.gold_patch)
     assert unknown.status is GradeStatus.ERROR and "unknown log parser" in unknown.reason
     # A test patch whose tests import a module nothing provides (not the environment, not the repository,
     # not the gold patch): the environment cannot run them, with the gold patch or without: infrastructure.
     missing = await grader(broken, task.gold_patch)
     assert missing.status is GradeStatus.ENV_BROKEN and "nowhere" in missing.reason, missing.reason
-    assert "the same without the diff" in missing.reason and missing.outcome().status is RolloutStatus.SETUP_FAILED
+    assert "the same without the diff" in missing.reason and recorded_as(missing) is RolloutStatus.SETUP_FAILED
 
 
 async def test_reward_file_brought_by_the_diff_is_ignored(demo, grader) -> None:

@@ -22,11 +22,17 @@ from farm.envs.provider import EnvProvider
 from farm.grading import GradeStatus, grade, grading_spec
 from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
+from farm.rollout.outcome import outcome_for_grade
 from farm.status import RolloutStatus
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.tasks.runtime import TaskRuntime
 from testkit.astroid_tasks import make_task_set
+
+
+def recorded_as(report):
+    """The rollout status a grading report makes (farm.rollout.outcome decides it)."""
+    return outcome_for_grade(report.status, report.reason).status
 
 pytestmark = pytest.mark.slow
 HACKS = ("runtime:", "static:")
@@ -104,5 +110,5 @@ async def test_a_hack_on_real_unittest_tests_is_caught_and_a_diff_is_not_the_env
     # the diff's own import fails collection: no test reached, a missing package named, and yet the
     # environment runs the tests without the diff: the policy's failure (reward 0), no finding
     assert set(policy.fail_to_pass.values()) == {"MISSING"}, policy.fail_to_pass
-    assert policy.status is GradeStatus.UNRESOLVED and policy.outcome().status is RolloutStatus.COMPLETED, policy.reason
+    assert policy.status is GradeStatus.UNRESOLVED and recorded_as(policy) is RolloutStatus.COMPLETED, policy.reason
     assert policy.reward == 0.0 and not [f for f in policy.flags if f.startswith(HACKS)] and policy.hack_action is None

@@ -29,7 +29,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import DEFAULT_PATH, LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import open_sandbox
 from farm.sandboxes.local import sandbox_pids
-from farm.status import RolloutStatus
+from farm.harnesses.plan import HarnessEnd
 from farm.workspace.capture import capture_diff
 from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks, resolve_tasks_path
@@ -125,7 +125,7 @@ async def test_real_cli_solves_a_demo_task(name, stack, gateway, workspace_sandb
     result = await harness.run(sb, run)
     tree = await gateway.close_session(session)
 
-    assert result.status is RolloutStatus.COMPLETED, (result.reason, result.stderr_tail[-2000:])
+    assert result.end is HarnessEnd.FINISHED, (result.reason, result.stderr_tail[-2000:])
     assert result.exit_code == 0 and result.events
     assert "passed" in (result.final_message or "")  # the agent ran the tests itself, and they passed
     assert not sandbox_pids(sb.id)  # nothing of the CLI is left running
@@ -176,7 +176,7 @@ async def test_real_cli_ends_cleanly_when_the_turn_budget_runs_out(name, stack, 
     )  # fmt: skip
     result = await harness.run(sb, run)
     tree = await gateway.close_session(session)
-    assert result.status is RolloutStatus.COMPLETED and result.exit_code == 0, (result.reason,
+    assert result.end is HarnessEnd.FINISHED and result.exit_code == 0, (result.reason,
                                                                                result.stderr_tail[-2000:])
     assert "Stopping here: the turn budget (max_turns = 1) is spent." in (result.final_message or "")
     stop = tree.budget_stop
@@ -196,7 +196,7 @@ async def test_real_cli_over_budget_is_killed(stack, gateway, workspace_sandbox)
     )  # fmt: skip
     result = await harness.run(sb, run)
     await gateway.close_session("budget")
-    assert result.status is RolloutStatus.TIMEOUT and result.timed_out
+    assert result.end is HarnessEnd.TIMED_OUT and result.timed_out
     assert result.exit_code is None and "budget" in result.reason
     assert not sandbox_pids(sb.id)
 
@@ -212,7 +212,7 @@ async def test_real_cli_crash_is_agent_error(stack, gateway, workspace_sandbox) 
     )  # fmt: skip
     result = await harness.run(sb, run)
     tree = await gateway.close_session("crash")
-    assert result.status is RolloutStatus.AGENT_ERROR
+    assert result.end is HarnessEnd.EXITED
     assert result.exit_code not in (0, None)
     assert "wire_api" in result.stderr_tail and result.reason.startswith("codex exited")
     assert len(tree.turns) == 0
@@ -226,7 +226,7 @@ async def test_real_cli_gateway_unreachable(stack, workspace_sandbox) -> None:
         model="farm-policy", workdir=ws.workdir, budget_s=600,
     )  # fmt: skip
     result = await asyncio.wait_for(harness.run(sb, run), 60)
-    assert result.status is RolloutStatus.ENGINE_ERROR
+    assert result.end is HarnessEnd.GATEWAY_UNREACHABLE
     assert "unreachable" in result.reason and result.exit_code is None
 
 
@@ -242,6 +242,6 @@ async def test_real_cli_stuck_on_a_closed_session(stack, gateway, workspace_sand
         model="farm-policy", workdir=ws.workdir, budget_s=600,
     )  # fmt: skip
     result = await asyncio.wait_for(harness.run(sb, run), 120)
-    assert result.status is RolloutStatus.ENGINE_ERROR
+    assert result.end is HarnessEnd.MODEL_PATH_LOST
     assert "stuck retrying" in result.reason and "401" in result.reason
     assert not sandbox_pids(sb.id)

@@ -21,7 +21,7 @@ from farm.harnesses.base import HarnessRun
 from farm.harnesses.config import HarnessConfig
 from farm.harnesses.install import COMPLETE_MARKER, pinned_package
 from farm.sandboxes.local import sandbox_pids
-from farm.status import RolloutStatus
+from farm.harnesses.plan import HarnessEnd
 
 from harness_testutil import free_port, host_pids_with
 
@@ -95,7 +95,7 @@ async def test_completed_run_collects_stream_and_final_message(sandbox, gateway)
     )
     run = make_run(sandbox, gateway.base_url)
     res = await h.run(sandbox, run)
-    assert res.status is RolloutStatus.COMPLETED, res.reason
+    assert res.end is HarnessEnd.FINISHED, res.reason
     assert res.exit_code == 0 and not res.timed_out
     assert [e["type"] for e in res.events] == ["system", "result"] and res.non_json_lines == 1
     assert res.final_message == "all done"
@@ -112,7 +112,7 @@ async def test_hang_past_budget_kills_the_whole_tree(sandbox, gateway) -> None:
         watch_interval_s=0,
     )
     res = await h.run(sandbox, make_run(sandbox, gateway.base_url, budget=1.5))
-    assert res.status is RolloutStatus.TIMEOUT
+    assert res.end is HarnessEnd.TIMED_OUT
     assert res.timed_out and res.exit_code is None
     assert "1.5 s budget" in res.reason and "killed" in res.reason
     assert [e["type"] for e in res.events] == ["system"]  # the partial stream survives the kill
@@ -123,7 +123,7 @@ async def test_hang_past_budget_kills_the_whole_tree(sandbox, gateway) -> None:
 async def test_crash_is_agent_error_with_stderr_tail(sandbox, gateway) -> None:
     h = await prepared(sandbox, "echo 'starting up' >&2\necho 'fatal: out of cheese at line 42' >&2\nexit 3\n")
     res = await h.run(sandbox, make_run(sandbox, gateway.base_url))
-    assert res.status is RolloutStatus.AGENT_ERROR
+    assert res.end is HarnessEnd.EXITED
     assert res.exit_code == 3
     assert res.reason == "claude_code exited 3: fatal: out of cheese at line 42"
     assert "starting up" in res.stderr_tail and "out of cheese" in res.stderr_tail
@@ -133,7 +133,7 @@ async def test_error_in_stream_with_exit_zero_is_agent_error(sandbox, gateway) -
     line = json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": True, "result": "too many turns"})
     h = await prepared(sandbox, f"echo '{line}'\n")
     res = await h.run(sandbox, make_run(sandbox, gateway.base_url))
-    assert res.status is RolloutStatus.AGENT_ERROR and res.exit_code == 0
+    assert res.end is HarnessEnd.ERROR_REPORTED and res.exit_code == 0
     assert res.reason == "claude_code reported an error: error_max_turns: too many turns"
 
 
@@ -141,7 +141,7 @@ async def test_gateway_unreachable_before_launch(sandbox, gateway) -> None:
     h = await prepared(sandbox, "touch started\n", probe_timeout_s=1.5)
     dead = f"http://127.0.0.1:{free_port()}"
     res = await h.run(sandbox, make_run(sandbox, dead))
-    assert res.status is RolloutStatus.ENGINE_ERROR
+    assert res.end is HarnessEnd.GATEWAY_UNREACHABLE
     assert "unreachable from the sandbox" in res.reason and "not started" in res.reason
     assert res.exit_code is None and res.events == []
     assert not (await sandbox.exec(["test", "-e", f"{sandbox.root}/repo/started"])).ok
@@ -155,7 +155,7 @@ async def test_gateway_lost_during_run_stops_the_cli(sandbox, gateway) -> None:
     assert not task.done()
     await gateway.stop()
     res = await asyncio.wait_for(task, 60)
-    assert res.status is RolloutStatus.ENGINE_ERROR
+    assert res.end is HarnessEnd.MODEL_PATH_LOST
     assert "unreachable from the sandbox during the run" in res.reason
     assert not res.timed_out
     assert not host_pids_with(f"sleep {marker}")
@@ -172,9 +172,9 @@ async def test_the_watch_probes_only_a_session_the_gateway_has_not_served(sandbo
     await gateway.stop()
     res = await asyncio.wait_for(task, 60)
     if idle_s == 0.0:
-        assert res.status is RolloutStatus.COMPLETED, res.reason
+        assert res.end is HarnessEnd.FINISHED, res.reason
     else:
-        assert res.status is RolloutStatus.ENGINE_ERROR
+        assert res.end is HarnessEnd.MODEL_PATH_LOST
         assert "unreachable from the sandbox during the run" in res.reason
 
 
@@ -183,7 +183,7 @@ async def test_cli_stuck_retrying_is_stopped(sandbox, gateway) -> None:
     lines = "\n".join(f"echo '{json.dumps({**retry, 'attempt': i})}'; sleep 0.1" for i in range(1, 4))
     h = await prepared(sandbox, f"{lines}\nsleep 600\n", watch_interval_s=0.3, max_client_retries=3)
     res = await asyncio.wait_for(h.run(sandbox, make_run(sandbox, gateway.base_url, budget=120)), 60)
-    assert res.status is RolloutStatus.ENGINE_ERROR
+    assert res.end is HarnessEnd.MODEL_PATH_LOST
     assert "stuck retrying model requests" in res.reason and "HTTP 401" in res.reason
 
 
@@ -226,7 +226,7 @@ async def test_upload_when_the_sandbox_cannot_see_the_cache(sandbox, gateway, tm
     h = make_harness(HarnessConfig(name="claude_code", npm_cache_dir=str(tmp_path / "npm-cache")), npm="/bin/false")
     await sandbox.exec(["mkdir", "-p", f"{sandbox.root}/repo"])
     res = await h.run(sandbox, make_run(sandbox, gateway.base_url))
-    assert res.status is RolloutStatus.COMPLETED, res.reason
+    assert res.end is HarnessEnd.FINISHED, res.reason
     remote = f"{sandbox.root}/.farm/cli/{pkg.dirname}/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
     assert res.final_message == f"ran from {remote}"
     assert list((tmp_path / "npm-cache").glob("*.tar.gz"))  # built once, reused next time

@@ -7,7 +7,20 @@ import asyncio
 import pytest
 
 from farm import errors as E
-from farm.rollout.outcome import Phase, outcome_for_agent, outcome_for_error, truncated_outcome
+from farm.gateway.hosted import Failure
+from farm.grading.report import GradeStatus
+from farm.harnesses.plan import HarnessEnd
+from farm.rollout.outcome import (
+    Ending,
+    Phase,
+    outcome_for_agent,
+    outcome_for_breaches,
+    outcome_for_endpoint,
+    outcome_for_ending,
+    outcome_for_error,
+    outcome_for_grade,
+    truncated_outcome,
+)
 from farm.status import Outcome
 from farm.status import RolloutStatus as S
 from farm.trajectory.records import Budget, BudgetStop
@@ -73,9 +86,62 @@ def test_agent_end():
     assert c.status is S.AGENT_ERROR and "boom" in c.reason
     e = outcome_for_agent(exit_code=1, timed_out=False, budget_s=10, engine_errors=2)
     assert e.status is S.ENGINE_ERROR
-    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_status=S.TIMEOUT, harness_reason="r")
+    h = outcome_for_agent(exit_code=None, timed_out=False, budget_s=1, harness_end=HarnessEnd.TIMED_OUT,
+                          harness_reason="r")
     assert (h.status, h.reason) == (S.TIMEOUT, "r")
-    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_status=S.COMPLETED) is None
+    assert outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_end=HarnessEnd.FINISHED) is None
+
+
+# how the CLI ended (a fact the harness runner or farm's idle watch reports) -> what the rollout is
+HARNESS_ENDS = {
+    HarnessEnd.FINISHED: None,
+    HarnessEnd.ERROR_REPORTED: S.AGENT_ERROR,
+    HarnessEnd.EXITED: S.AGENT_ERROR,
+    HarnessEnd.TIMED_OUT: S.TIMEOUT,
+    HarnessEnd.MODEL_PATH_LOST: S.ENGINE_ERROR,
+    HarnessEnd.GATEWAY_UNREACHABLE: S.ENGINE_ERROR,
+    HarnessEnd.IDLE: S.AGENT_ERROR,
+}
+
+
+@pytest.mark.parametrize("end", list(HarnessEnd), ids=lambda e: e.value)
+def test_every_harness_end_is_one_status(end):
+    out = outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_end=end, harness_reason="why")
+    assert (out.status if out is not None else None) is HARNESS_ENDS[end]
+    if end in (HarnessEnd.ERROR_REPORTED, HarnessEnd.EXITED, HarnessEnd.IDLE):  # after engine errors: the engine's
+        after = outcome_for_agent(exit_code=0, timed_out=False, budget_s=1, harness_end=end, engine_errors=1)
+        assert after.status is S.ENGINE_ERROR
+
+
+# the endings around the pipeline: what whoever saw them end reports, and what they are recorded as
+ENDINGS = {
+    Ending.ACTOR_LOST: S.SANDBOX_ERROR, Ending.TOO_STALE: S.STALE, Ending.HUNG: S.SANDBOX_ERROR,
+    Ending.STOPPED: S.INTERRUPTED, Ending.ACTOR_FAILED: S.SANDBOX_ERROR, Ending.GIVEN_UP: S.SANDBOX_ERROR,
+    Ending.ABORTED: S.ABORTED,
+}
+
+
+def test_every_ending_around_the_pipeline_is_one_status():
+    assert set(ENDINGS) == set(Ending) - {Ending.FINISHED}
+    for ending, status in ENDINGS.items():
+        assert outcome_for_ending(ending, "why") == Outcome(status=status, reason="why"), ending
+    with pytest.raises(ValueError):
+        outcome_for_ending(Ending.FINISHED, "")
+
+
+def test_breaches_endpoint_failures_and_grades():
+    assert outcome_for_breaches(["memory", "pids"]) == Outcome(status=S.LIMIT_EXCEEDED, reason="memory; pids")
+    assert outcome_for_endpoint(Failure.AUTH, "401").status is S.AUTH_ERROR
+    assert outcome_for_endpoint("auth", "401").status is S.AUTH_ERROR  # as a transcript keeps it
+    for failure in set(Failure) - {Failure.AUTH}:
+        assert outcome_for_endpoint(failure.value, "x").status is S.ENGINE_ERROR, failure
+    grades = {GradeStatus.RESOLVED: S.COMPLETED, GradeStatus.UNRESOLVED: S.COMPLETED,
+              GradeStatus.TEST_TIMEOUT: S.COMPLETED, GradeStatus.PATCH_FAILED: S.PATCH_FAILED,
+              GradeStatus.SETUP_FAILED: S.SETUP_FAILED, GradeStatus.ENV_BROKEN: S.SETUP_FAILED,
+              GradeStatus.ERROR: S.SETUP_FAILED, None: S.COMPLETED}  # fmt: skip
+    for verdict, status in grades.items():
+        assert outcome_for_grade(verdict, "r").status is status, verdict
+    assert outcome_for_grade(GradeStatus.ENV_BROKEN, "r").reason == "grading: r"
 
 
 def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
@@ -86,7 +152,7 @@ def test_a_budget_stop_is_truncated_from_what_farm_knows_not_from_the_cli():
     assert clean.trainable and S.TRUNCATED.failure_class.value == "policy"
     # whatever the CLI did after the stop (an error exit, a hang, an error it reported)
     for kw in ({"exit_code": 1}, {"exit_code": None, "timed_out": True},
-               {"exit_code": 0, "harness_status": S.AGENT_ERROR, "harness_reason": "claude_code reported an error"}):
+               {"exit_code": 0, "harness_end": HarnessEnd.ERROR_REPORTED, "harness_reason": "claude_code reported an error"}):
         out = outcome_for_agent(**{"timed_out": False, "budget_s": 10, **kw}, budget_stop=stop)
         assert out.status is S.TRUNCATED and "(then the CLI" in out.reason
     # without a stop, the same CLI error is the CLI's

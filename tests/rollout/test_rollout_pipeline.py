@@ -79,7 +79,8 @@ class Parts:
         self.graded += 1
         if self.fail.get("grade"):
             raise self.fail["grade"]
-        return Grade(reward=1.0 if "change" in diff else 0.0, report={"resolved": "change" in diff})
+        return Grade(reward=1.0 if "change" in diff else 0.0, report={"resolved": "change" in diff},
+                     hack_action=self.fail.get("hack_action"))
 
 
 def _spec(agent_s: float = 30.0) -> RolloutSpec:
@@ -107,6 +108,13 @@ async def test_completed(tmp_path):
     assert {"create_sandbox", "prepare", "session", "agent", "capture", "grade", "total"} <= set(r.timings)
 
 
+async def test_the_hack_verdict_travels_typed_with_the_result(tmp_path):
+    r, _ = await _run(tmp_path, hack_action="exclude")
+    assert r.status is S.COMPLETED and r.hack_action == "exclude"
+    r, _ = await _run(tmp_path)
+    assert r.hack_action is None
+
+
 @pytest.mark.parametrize(
     "fail, status, needle",
     [
@@ -116,7 +124,8 @@ async def test_completed(tmp_path):
         ({"agent_cmd": "echo boom >&2; exit 7"}, S.AGENT_ERROR, "boom"),
         ({"grade": E.PatchApplyError("does not apply")}, S.PATCH_FAILED, "does not apply"),
         ({"grade": E.GradingError("pytest missing")}, S.GRADING_ERROR, "grader"),
-        ({"endpoint": ("auth_error", "hosted endpoint failed (auth): 401")}, S.AUTH_ERROR, "401"),
+        ({"endpoint": ("auth", "hosted endpoint failed (auth): 401")}, S.AUTH_ERROR, "401"),
+        ({"endpoint": ("server", "hosted endpoint failed (server): 500")}, S.ENGINE_ERROR, "500"),
     ],
 )
 async def test_each_failure_is_one_status(tmp_path, fail, status, needle):
