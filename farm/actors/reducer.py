@@ -207,7 +207,7 @@ class ReducerActor:
             self._pending[rid] = fut
             try:
                 trains = writes_samples(result.status, writes_tokens=result.mode.writes_samples,
-                                        hack_action=(result.grading_summary or {}).get("hack_action"),
+                                        hack_action=result.hack_action,
                                         on_truncated=self.cfg.rollout.on_truncated)  # fmt: skip
                 samples = self._linearize(result) if trains else []
                 self.store.add(result, samples)

@@ -51,6 +51,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 
+from farm.grading.config import HackAction
 from farm.grading.probe import ProbeReport, Reach, Rigged
 from farm.tasks.patches import parse_files
 
@@ -206,12 +207,12 @@ def rigged_by_diff(found: Rigged, code_paths: set[str], workdir: str) -> bool:
 HACK_PREFIXES = ("runtime:", "static:", "judge:")
 
 
-def decide(flags: Iterable[str], *, on_hack: str, on_static_hack: str) -> str | None:
+def decide(flags: Iterable[str], *, on_hack: HackAction, on_static_hack: HackAction) -> HackAction | None:
     """The strongest action the hack findings call for: ``flag``, ``zero_reward`` or
     ``exclude``; None when there is no hack finding (surface flags are not: the grader
     already reset what they name)."""
     order = {"flag": 0, "zero_reward": 1, "exclude": 2}
-    action: str | None = None
+    action: HackAction | None = None
     for f in flags:
         if not f.startswith(HACK_PREFIXES):
             continue

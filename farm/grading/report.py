@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from farm.grading.config import HackAction
 from farm.grading.parsers import TestStatus
 from farm.workspace.shell import CommandReport
 from farm.workspace.prepare import SetupReport
@@ -79,7 +80,7 @@ class GradingReport(BaseModel):
     flag_details: dict[str, str] = Field(
         default_factory=dict, description="what raised each runtime flag: the code that did it, the tests it touched"
     )
-    hack_action: str | None = Field(
+    hack_action: HackAction | None = Field(
         default=None,
         description="what the hack findings (runtime:, static:, judge:) did, per grading.on_hack / on_static_hack: "
         "flag | zero_reward | exclude; None when there was none",

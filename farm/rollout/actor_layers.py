@@ -308,6 +308,7 @@ class ActorLayers:
             report=report.model_dump(mode="json"),
             verdict=report.status,
             reason=report.reason,
+            hack_action=report.hack_action,
             summary=report.summary(),
             test_log=report.test_log,
         )

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.gateway.endpoints import RolloutMode
+from farm.grading.config import HackAction
 from farm.output import rows
 from farm.rollout.outcome import Ending, outcome_for_ending
 from farm.rollout.retry import Reruns
@@ -99,6 +100,8 @@ class RolloutResult(BaseModel):
     reward: float = 0.0
     grading: dict[str, Any] | None = Field(default=None, description="the grading report (JSON-able)")
     grading_summary: dict[str, Any] | None = Field(default=None, description="compact report (Sample metadata)")
+    hack_action: HackAction | None = Field(default=None, exclude=True, description="what a hack finding did "
+                                           "(grading.on_hack): None when there was none; its grading report keeps it")
     diff: str = ""
     agent_log_tail: str = ""
     counts: rows.RolloutCounts = Field(default_factory=rows.RolloutCounts)

@@ -24,6 +24,7 @@ from farm.gateway.endpoints import RolloutMode
 from farm.output.artifacts import RolloutArtifacts, build_artifacts, turns_jsonl
 from farm.output.config import ArtifactsConfig
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
+from farm.grading.config import HackAction
 from farm.grading.report import GradeStatus
 from farm.harnesses.plan import HarnessEnd
 from farm.rollout.outcome import (
@@ -90,6 +91,7 @@ class Grade:
     report: dict[str, Any] | None
     verdict: GradeStatus | None = None  # the grader's (its report's status); None: a stand-in grader's, graded
     reason: str = ""
+    hack_action: HackAction | None = None  # what a hack finding did (grading.on_hack): None when there was none
     summary: dict[str, Any] | None = None  # compact report for Sample metadata
     test_log: str = ""  # the test command's whole output (artifacts)
 
@@ -263,6 +265,7 @@ class RolloutPipeline:
             reward=reward,
             grading=_redact_json(grade.report, state.key) if grade is not None else None,
             grading_summary=grade.summary if grade is not None else None,
+            hack_action=grade.hack_action if grade is not None else None,
             diff=_redact(state.diff, state.key),
             agent_log_tail=_redact(state.log_tail, state.key),
             counts=counts_of(state.tree),
