@@ -212,8 +212,19 @@ class NullParts:
 
 
 class _NullSandbox:
+    """What the pipeline reads of a sandbox (farm.sandboxes.base.Sandbox), for a rollout that runs nothing."""
+
+    view = None
+    view_ready_s = 0.0
+    breaches: list[str] = []
+    network_policy: dict[str, str] = {}
+    limits_policy: dict[str, str] = {}
+
     def __init__(self, rid: str) -> None:
         self.id = "null-" + rid
+
+    def busy_processes(self) -> int | None:
+        return None
 
     async def close(self) -> None:
         return None

@@ -8,6 +8,8 @@
 - No test helper in the package: nothing in farm imports from tests/, farm has no testing
   package, every module of farm is used by farm, an example, a script or the docs (a module
   only tests use belongs in tests/testkit), and the wheel holds farm's modules and no others.
+- Interfaces say what callers use: no module reads a member of the ``Sandbox`` protocol with
+  ``getattr`` (as if a sandbox might lack it); a backend that lacks one fails ``isinstance``.
 - One owner per decision: a rollout's status is named (recorded, returned, passed on) only by
   ``farm/rollout/outcome.py`` (and declared in ``farm/status.py``); elsewhere a status is
   only compared with, and no module but those builds an ``Outcome``.
@@ -205,6 +207,28 @@ def statuses_decided_outside_outcome(root: Path) -> list[str]:
     return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1]), f))
 
 
+def _protocol_members(path: Path, name: str) -> set[str]:
+    """The members a Protocol class in ``path`` declares (annotated attributes, methods, properties)."""
+    (cls,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name]
+    return ({n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            | {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})  # fmt: skip
+
+
+def sandbox_members_read_by_getattr(root: Path) -> list[str]:
+    """Every ``getattr(<a sandbox>, "<a Sandbox protocol member>", ...)`` in farm/: the protocol
+    declares it, so every sandbox has it."""
+    members = _protocol_members(root / "farm/sandboxes/base.py", "Sandbox")
+    found = []
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in members
+                    and re.search(r"(?i)sandbox|\bsb\b", ast.unparse(node.args[0]))):  # fmt: skip
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)} (the Sandbox protocol declares it)")
+    return found
+
+
 # --- the tree ----------------------------------------------------------------------------
 def test_no_deprecation_mechanisms():
     assert deprecation_mechanisms(ROOT) == []
@@ -221,6 +245,23 @@ def test_no_test_helper_in_the_package():
 
 def test_only_outcome_decides_a_status():
     assert statuses_decided_outside_outcome(ROOT) == [], "report what happened; farm.rollout.outcome names the status"
+
+
+def test_callers_use_the_sandbox_protocol_as_declared(tmp_path):
+    assert sandbox_members_read_by_getattr(ROOT) == []
+    planted = {
+        "farm/sandboxes/base.py": "class Sandbox:\n    id: str\n    def busy_processes(self): ...\n",
+        "farm/rollout/use.py": "def f(sandbox, sb, st, other):\n"
+                               "    return (getattr(sandbox, 'busy_processes', None), getattr(st.sandbox, 'id', ''),\n"
+                               "            getattr(sb, 'closed', False), getattr(other, 'id', ''))\n",
+    }
+    for rel, text in planted.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert sandbox_members_read_by_getattr(tmp_path) == [
+        "farm/rollout/use.py:2: getattr(sandbox, 'busy_processes', None) (the Sandbox protocol declares it)",
+        "farm/rollout/use.py:2: getattr(st.sandbox, 'id', '') (the Sandbox protocol declares it)",
+    ]
 
 
 def test_the_status_check_finds_what_is_planted(tmp_path):

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.config import FarmConfig
 from farm.errors import PatchApplyError
@@ -23,6 +23,12 @@ from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.limiter import SandboxLimiter
 from farm.sandboxes.pool import SandboxPool
 from farm.secrets import RunSecrets
+
+if TYPE_CHECKING:
+    from farm.engine.client import EngineClient
+    from farm.gateway.gateway import Gateway
+    from farm.harnesses.base import Harness
+    from farm.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +66,22 @@ class ActorLayers:
         self.on_sandbox = on_sandbox  # hears each new sandbox (what a bench accounts per sandbox)
         self.limiter = make_actor_limiter(cfg)
         self.pool = make_actor_pool(cfg, self._create, self.limiter)
-        self.gateway: Any = None
-        self.engine: Any = None
-        self.runtime: Any = None
-        self.harness: Any = None
+        # made by ``start`` (None before it: a failed start leaves what it made for ``stop``)
+        self.gateway: Gateway | None = None
+        self.engine: EngineClient | None = None  # None also when a hosted endpoint serves the CLIs
+        self.runtime: TaskRuntime | None = None
+        self.harness: Harness | None = None
         self.gateway_url = ""
-        self._sandboxes: set[Any] = set()
+        self._sandboxes: set[Sandbox] = set()
         self._secrets: dict[str, str] = {}
         self._excludes: dict[str, list[str]] = {}
         # rollout id -> who hears its session's turns (farm.single's live events)
         self.observers: dict[str, Callable[[str, dict[str, Any]], None]] = {}
 
     async def start(self) -> str:
+        # imported here, not with this module: the engine client, the gateway (its HTTP
+        # server, the renderers) and the tokenizer take seconds to import; only a started
+        # actor needs them
         from farm.engine.client import EngineClient
         from farm.modeltext.tokenizer import load_tokenizer
         from farm.envs.provider import provider_for
@@ -218,9 +228,8 @@ class ActorLayers:
         (black-box mode: a hosted endpoint refused the key, retries spent), also that: the CLI
         is killed at once, not left retrying."""
         limit = self.cfg.rollout.agent_idle_timeout_s
-        busy = getattr(sandbox, "busy_processes", None)
         task = asyncio.ensure_future(running)
-        watch_idle = bool(limit) and busy is not None
+        watch_idle = bool(limit)  # a sandbox that cannot count its busy processes (E2B) never finds one idle
         watch_failure = self.cfg.mode.endpoint_fails_sessions
         if not watch_idle and not watch_failure:
             return AgentEnd.from_harness(await task)
@@ -236,9 +245,9 @@ class ActorLayers:
                     return AgentEnd.endpoint_failed(*failure)
                 if not watch_idle:
                     continue
-                assert limit is not None and busy is not None
+                assert limit is not None
                 idle = self.gateway.session_idle_s(session)
-                if idle >= limit and await asyncio.to_thread(busy) == 0:
+                if idle >= limit and await asyncio.to_thread(sandbox.busy_processes) == 0:
                     return AgentEnd.stuck(f"{self.harness.name} was stuck: no model request in flight and no tool "
                                           f"running for {idle:.0f} s (rollout.agent_idle_timeout_s); CLI killed")
         finally:

@@ -173,7 +173,7 @@ def _observed(task: asyncio.Future) -> None:
 
 
 def _breaches(sandbox: Sandbox | None) -> list[str]:
-    return list(getattr(sandbox, "breaches", None) or []) if sandbox is not None else []
+    return list(sandbox.breaches) if sandbox is not None else []
 
 
 def _limit_exceeded(sandbox: Sandbox | None) -> Outcome:
@@ -183,13 +183,11 @@ def _limit_exceeded(sandbox: Sandbox | None) -> Outcome:
 def _policy_of(sandbox: Sandbox | None) -> dict[str, str]:
     """The agent sandbox's network and limits policy and the environment snapshot it
     started from (farm.envs), for the record."""
-    policy: dict[str, str] = {}
-    view = getattr(sandbox, "view", None)
-    if view is not None:
-        policy["env_key"] = view.key
-    for attr, prefix in (("network_policy", "network_"), ("limits_policy", "limits_")):
-        for key, value in (getattr(sandbox, attr, None) or {}).items():
-            policy[prefix + key] = str(value)
+    if sandbox is None:
+        return {}
+    policy = {"env_key": sandbox.view.key} if sandbox.view is not None else {}
+    for items, prefix in ((sandbox.network_policy, "network_"), (sandbox.limits_policy, "limits_")):
+        policy.update({prefix + key: str(value) for key, value in items.items()})
     return policy
 
 
@@ -270,7 +268,7 @@ class RolloutPipeline:
             agent_log_tail=_redact(state.log_tail, state.key),
             counts=counts_of(state.tree),
             timings={k: round(v, 4) for k, v in state.timings.items()},
-            sandbox_id=getattr(state.sandbox, "id", "") if state.sandbox is not None else "",
+            sandbox_id=state.sandbox.id if state.sandbox is not None else "",
             sandbox_policy=_policy_of(state.sandbox),
             tree=state.tree,
         )
@@ -365,4 +363,4 @@ class RolloutPipeline:
             try:
                 await st.sandbox.close()
             except Exception:  # noqa: BLE001
-                log.exception("rollout %s: closing sandbox %s failed", spec.rollout_id, getattr(st.sandbox, "id", "?"))
+                log.exception("rollout %s: closing sandbox %s failed", spec.rollout_id, st.sandbox.id)

@@ -79,6 +79,8 @@ class Sandbox(Protocol):
     root: str  # absolute path of the sandbox's writable root, as seen by its commands
     home: str  # $HOME of its commands (inside root)
     tmp: str  # its commands' TMPDIR: private to the sandbox, kept across its commands, the same path in every sandbox
+    view: SnapshotView | None  # the environment snapshot (farm.envs) it starts from (None: an empty root)
+    view_ready_s: float  # seconds its view took to be ready (mounted, copied); 0 when none or nothing to wait for
 
     async def exec(
         self,
@@ -134,8 +136,17 @@ class Sandbox(Protocol):
         """Which network applied (``setup``, ``agent``, ``forwarded_ports``), for the record."""
 
     @property
+    def limits_policy(self) -> dict[str, str]:
+        """Which resource limits applied and what enforced them, for the record ({} where the
+        backend's own limits apply: E2B)."""
+
+    @property
     def breaches(self) -> list[str]:
         """The limits this sandbox's processes ran into, as precise reasons ([] if none)."""
+
+    def busy_processes(self) -> int | None:
+        """How many of its processes do work of their own now (a tool the agent runs); None
+        where the backend cannot tell (E2B): then no CLI is found idle. Blocking: call it in a thread."""
 
     async def close(self) -> None:
         """Kill everything and release the sandbox. Idempotent."""

@@ -180,6 +180,7 @@ class E2BSandbox(ClosingContext):
         self.id = str(sdk_sandbox.sandbox_id)
         self.labels = dict(spec.labels)
         self.view = spec.view  # the environment template it was created from (farm.envs), if any
+        self.view_ready_s = 0.0  # the template is the VM's disk: nothing to wait for
         self.root = cfg.root
         self.home = "/root" if cfg.user == "root" else f"/home/{cfg.user}"
         self.tmp = _UPLOAD_TMP  # the VM's own /tmp
@@ -343,8 +344,15 @@ class E2BSandbox(ClosingContext):
         return {"setup": "e2b", "agent": "e2b", "forwarded_ports": ""}
 
     @property
+    def limits_policy(self) -> dict[str, str]:
+        return {}  # the VM's own limits (its template's CPU and memory) apply
+
+    @property
     def breaches(self) -> list[str]:
         return []  # the VM's own limits end it; no per-sandbox accounting here
+
+    def busy_processes(self) -> int | None:
+        return None  # no process accounting inside the VM from here
 
     async def close(self) -> None:
         """Kill the E2B sandbox (retried; a sandbox already gone counts as killed)."""

@@ -269,7 +269,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             "lifetime_s": f"{self._spec.timeout_s:g}",
         }
 
-    def busy_processes(self) -> int:
+    def busy_processes(self) -> int | None:
         """Processes doing work of their own (a tool the agent runs); see ``local_dirs``."""
         return busy_processes(self.id)
 

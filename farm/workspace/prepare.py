@@ -84,7 +84,7 @@ class Workspace(BaseModel):
 
 
 def workdir_of(sandbox: Sandbox, task: Task) -> str:
-    view = getattr(sandbox, "view", None)  # an environment snapshot's tree (farm.envs): the workdir
+    view = sandbox.view  # an environment snapshot's tree (farm.envs): the workdir
     if view is not None and not view.root:  # (a container image's is the whole root: the task says where)
         return view.mount
     return task.workdir if posixpath.isabs(task.workdir) else posixpath.join(sandbox.root, task.workdir)
@@ -258,7 +258,7 @@ async def prepare_workspace(
     t0 = time.monotonic()
     workdir = workdir_of(sandbox, task)
     scratch = posixpath.join(sandbox.root, SCRATCH)
-    view = getattr(sandbox, "view", None)
+    view = sandbox.view
     from_snapshot = view is not None and not view.building and runtime.envs is not None
     if make_scratch or not from_snapshot:
         res = await sandbox.exec(["mkdir", "-p", scratch], timeout=60)
@@ -274,7 +274,7 @@ async def prepare_workspace(
         return Workspace(
             task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base,
             baseline_commit=baseline, setup=record.setup,
-            timings={"snapshot_view_s": getattr(sandbox, "view_ready_s", 0.0), "prepare_s": time.monotonic() - t0},
+            timings={"snapshot_view_s": sandbox.view_ready_s, "prepare_s": time.monotonic() - t0},
         )
     base = await materialize(sandbox, task, runtime, workdir)
     await exclude(sandbox, workdir, excludes)
