@@ -261,8 +261,11 @@ class Dispatcher:
                 reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
                 self._finish(self._record(spec, outcome_for_ending(Ending.TOO_STALE, reason), ""))
                 return
-        else:  # the actor (or the reducer) decided; a summary without a decision is a stopped rollout's
-            decision = summary.retry or self._decide(spec, summary.status)
+        elif summary.retry is None:  # handed back undecided: stopped under it (cancelled): not recorded
+            self._finish(summary)
+            return
+        else:  # the actor (or the reducer) decided where the attempt ended: carried out, never decided again
+            decision = summary.retry
         if decision.runs_again:
             self._run_again(spec, decision, f"{summary.status.value} ({summary.reason[:120]})", aborted=aborted)
         else:
@@ -367,7 +370,8 @@ class Dispatcher:
         self.delayed.clear()
         # Actors first learn the run is stopping: a rollout that ends now (its sandbox
         # closed under it, its CLI killed) is interrupted, never a recorded failure.
-        _wait_quietly([a.stop_accepting.remote() for a in self.actors.values()], 10.0)
+        # The reducer too: a too stale rollout it records from now on is dropped, not run again.
+        _wait_quietly([a.stop_accepting.remote() for a in (*self.actors.values(), self.reducer)], 10.0)
         for batch in self.inflight.batches:
             ray.cancel(batch)
         deadline = time.monotonic() + drain_s

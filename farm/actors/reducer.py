@@ -32,7 +32,7 @@ from farm.rollout.outcome import Ending, outcome_for_ending, writes_samples
 from farm.rollout.retry import RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
-from farm.status import RolloutStatus
+from farm.status import RolloutStatus, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class ReducerActor:
         self._closed = False
         self.policy_version = 0  # the farm's current weight version (farm.Farm.update_weights sets it)
         self.stale_dropped = 0
+        self._stopping = False  # the run is stopping (the dispatcher says so): what ends now is not run again
         self._metrics = None
         if metrics:
             from farm.actors.metrics import ActorMetrics
@@ -129,6 +130,11 @@ class ReducerActor:
         if self._metrics is not None:
             self._metrics.set_policy_version(self.policy_version)
         return self.policy_version
+
+    async def stop_accepting(self) -> None:
+        """The run is stopping: a too stale rollout recorded from now on is dropped, not run
+        again (``farm.rollout.retry.decide``, as the sandbox actors are told)."""
+        self._stopping = True
 
     def _stale(self, result: RolloutResult) -> str | None:
         """Why ``result`` is too stale to keep (stream.on_stale = drop), or None."""
@@ -194,11 +200,13 @@ class ReducerActor:
         stale = self._stale(result)
         if stale is not None:
             self.stale_dropped += 1
-            decision = decide(result.status, result.reruns, self.budgets, ending=Ending.TOO_STALE)
+            decision = decide(result.status, result.reruns, self.budgets, ending=Ending.TOO_STALE,
+                              stopping=self._stopping)  # fmt: skip
+            if decision.verdict is Verdict.DROP:  # the run is stopping: not recorded, the next invocation runs it
+                return result.summary().handed_back(decision, status=decision.status)
             if decision.runs_again:  # the dispatcher runs it again under the current weights
                 dropped = outcome_for_ending(Ending.TOO_STALE, stale)
-                return result.summary().model_copy(
-                    update={"status": dropped.status, "reason": dropped.reason, "durable": False, "retry": decision})
+                return result.summary().handed_back(decision, status=dropped.status, reason=dropped.reason)
             # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
             result = result.ended_as(outcome_for_ending(Ending.TOO_STALE, stale + " (out of reruns)"))
         fut = self._pending.get(rid)

@@ -229,11 +229,9 @@ class SandboxActor:
         if decision.verdict is Verdict.DROP:
             # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
             why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"
-            return result.summary().model_copy(
-                update={"status": decision.status, "reason": why, "durable": False, "retry": decision}
-            )
+            return result.summary().handed_back(decision, status=decision.status, reason=why)
         if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
-            return result.summary().model_copy(update={"durable": False, "retry": decision})
+            return result.summary().handed_back(decision)
         return await self._reducer_link.submit(result)
 
     async def run_many(self, specs: list[RolloutSpec]) -> AsyncIterator[list[Answer]]:

@@ -195,6 +195,18 @@ class RolloutSummary(BaseModel):
         default=None, exclude=True, description="not durable: what the actor or reducer decided (run again / drop)"
     )
 
+    def handed_back(self, decision: RetryDecision, *, status: RolloutStatus | None = None,
+                    reason: str | None = None) -> RolloutSummary:
+        """This attempt handed back to the dispatcher, not recorded, with the retry decision
+        made where it ended (``farm.rollout.retry.decide``), which the dispatcher carries out;
+        ``status`` / ``reason``: what it is reported as, when that differs from how it ended."""
+        update: dict = {"durable": False, "retry": decision}
+        if status is not None:
+            update["status"] = status
+        if reason is not None:
+            update["reason"] = reason
+        return self.model_copy(update=update)
+
 
 # the columns a RolloutSummary (what the driver sees) is read back from
 SUMMARY_COLUMNS = [k for k in RolloutSummary.model_fields if k in RolloutRow.model_fields]

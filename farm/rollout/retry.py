@@ -23,9 +23,13 @@ caller's decision). A rollout stopped under it (``interrupted``/``cancelled``, o
 unfinished one once the run is stopping) is dropped: not recorded, the next invocation
 of the run runs it again.
 
-Callers decide where the facts are: the sandbox actor when a rollout finished, the
-reducer when it is too stale to keep, the dispatcher when an actor was lost, a
-rollout was aborted as stale or hung. Only the dispatcher carries a ``RUN_AGAIN`` out. (The decision's data, ``RetryDecision``,
+Callers ask where the facts are, once per attempt's end: the sandbox actor when a rollout
+finished, the reducer when it is too stale to keep, the dispatcher when an actor was lost, a
+rollout was aborted as stale or hung. Each passes the run's stop as the dispatcher told it
+(``stop_accepting``: the sandbox actors and the reducer hear it before the in-flight rollouts
+are cancelled). A decision travels with the attempt it was made for
+(``RolloutSummary.handed_back``); only the dispatcher carries a ``RUN_AGAIN`` out, and it
+never decides a handed-back attempt again. (The decision's data, ``RetryDecision``,
 ``Verdict`` and ``RetryKind``, is declared in ``farm.status``: a rollout's summary carries it.)
 """
 

@@ -12,7 +12,7 @@ from farm.config import FarmConfig
 from farm.output.groups import GroupReader
 from farm.rollout.retry import Reruns, RetryKind
 from farm.run.stream import StreamConfig, StreamFeed, TaskStream
-from farm.status import RolloutStatus
+from farm.status import RolloutStatus, Verdict
 from farm.tasks.model import Task
 from farm.trajectory.schema import to_slime_dict
 from farm.trajectory.tree import TurnTree
@@ -141,6 +141,13 @@ async def test_stale_rollouts_are_dropped_then_rerun_then_recorded_as_stale(tmp_
     assert not again.durable and again.retry.kind is RetryKind.STALE
     last = await red.submit(_versioned_result("t0.1", [1], reruns=Reruns(stale=1)))  # out of reruns: recorded, no Samples
     assert last.durable and last.status is RolloutStatus.STALE
+    # the run stops (the dispatcher tells the reducer as it tells the actors): a stale attempt that did
+    # not finish to its end is dropped for the next invocation, as a sandbox actor drops one
+    await red.stop_accepting()
+    stopped = await red.submit(_versioned_result("t1.0", [1], status=RolloutStatus.TIMEOUT))
+    assert not stopped.durable and stopped.retry.verdict is Verdict.DROP and stopped.status is RolloutStatus.INTERRUPTED
+    graded = await red.submit(_versioned_result("t1.1", [1]))  # one graded is kept as graded: run again
+    assert not graded.durable and graded.retry.runs_again and graded.status is RolloutStatus.STALE
     await red.close()
     groups = GroupReader(tmp_path, size=2, include_incomplete=True).read()
     assert [(g.complete, len(g.samples)) for g in groups] == [(False, 1)]
