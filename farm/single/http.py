@@ -31,9 +31,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 
 from farm.errors import ConfigError, TaskError
 from farm.single.service import Rollouts
@@ -84,6 +85,49 @@ def _handle(request: web.Request) -> Any:
         raise HttpError(404, "not_found", f"unknown rollout {rid!r}") from None
 
 
+class CreateRequest(BaseModel):
+    """``POST /rollouts``: a task of the service's task set by id, or one given inline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: StrictStr | None = Field(default=None, description="a task id")
+    inline: dict[str, Any] | None = Field(default=None, description="a task object (instruction, files, setup, "
+                                          "verifier): farm.single.inline checks it")
+    harness: StrictStr | None = Field(default=None, description="the CLI to run (default: the service's)")
+
+    @model_validator(mode="after")
+    def _one_task(self) -> CreateRequest:
+        if (self.task is None) == (self.inline is None):
+            raise ValueError("give exactly one of 'task' (a task id) or 'inline' (a task object)")
+        return self
+
+
+class FinalizeRequest(BaseModel):
+    """``POST /rollouts/{id}/finalize`` (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_aborted: StrictBool = Field(default=False, description="store an aborted rollout's row too (untrainable)")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parsed(model: type[M], body: dict[str, Any]) -> M:
+    """``body`` as ``model``, or a 400 naming every field that is wrong."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown field {where!r}")
+            else:
+                problems.append(f"{where}: {err['msg']}" if where else err["msg"].removeprefix("Value error, "))
+        raise HttpError(400, "invalid_request", "; ".join(problems)) from None
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     if request.content_type != "application/json":
         raise HttpError(415, "unsupported_media",
@@ -98,20 +142,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 async def create(request: web.Request) -> web.Response:
-    body = await _body(request)
-    unknown = set(body) - {"task", "inline", "harness"}
-    if unknown:
-        raise HttpError(400, "invalid_request", f"unknown field(s): {', '.join(sorted(unknown))}")
-    task, inline, harness = body.get("task"), body.get("inline"), body.get("harness")
-    if (task is None) == (inline is None):
-        raise HttpError(400, "invalid_request", "give exactly one of 'task' (a task id) or 'inline' (a task object)")
-    if task is not None and not isinstance(task, str):
-        raise HttpError(400, "invalid_request", "'task' must be a task id (string)")
-    if inline is not None and not isinstance(inline, dict):
-        raise HttpError(400, "invalid_request", "'inline' must be an object (instruction, files, setup, verifier)")
-    if harness is not None and not isinstance(harness, str):
-        raise HttpError(400, "invalid_request", "'harness' must be a string")
-    handle = await request.app[ROLLOUTS_KEY].start(task if task is not None else inline, harness=harness)
+    req = _parsed(CreateRequest, await _body(request))
+    handle = await request.app[ROLLOUTS_KEY].start(req.task if req.task is not None else req.inline, harness=req.harness)
     return web.json_response(handle.state(), status=201)
 
 
@@ -134,10 +166,8 @@ async def abort(request: web.Request) -> web.Response:
 
 async def finalize(request: web.Request) -> web.Response:
     handle = _handle(request)
-    body = await _body(request) if request.can_read_body else {}
-    if set(body) - {"keep_aborted"} or not isinstance(body.get("keep_aborted", False), bool):
-        raise HttpError(400, "invalid_request", "finalize takes an optional {\"keep_aborted\": true|false}")
-    return web.json_response(await handle.finalize(keep_aborted=body.get("keep_aborted", False)))
+    req = _parsed(FinalizeRequest, await _body(request) if request.can_read_body else {})
+    return web.json_response(await handle.finalize(keep_aborted=req.keep_aborted))
 
 
 async def events(request: web.Request) -> web.StreamResponse:
