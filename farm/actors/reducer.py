@@ -32,6 +32,7 @@ from farm.rollout.outcome import Ending, outcome_for_ending, writes_samples
 from farm.rollout.retry import RetryBudgets, decide
 from farm.output.writer import OutputWriter
 from farm.output.rows import counts_of
+from farm.trajectory.linearize import RolloutInfo, linearize
 from farm.status import RolloutStatus, Verdict
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class ReducerActor:
         self.stale_dropped = 0
         self._stopping = False  # the run is stopping (the dispatcher says so): what ends now is not run again
         self._metrics = None
-        if metrics:
+        if metrics:  # Ray's metrics API: only where the reducer exports metrics
             from farm.actors.metrics import ActorMetrics
 
             self._metrics = ActorMetrics(cfg.run_id, sum_counters=True)  # flushed after each commit
@@ -237,8 +238,6 @@ class ReducerActor:
             return []
         if not result.counts.turns:
             result.counts = counts_of(result.tree)
-        from farm.trajectory.linearize import RolloutInfo, linearize
-
         info = RolloutInfo(
             rollout_id=result.rollout_id,
             run_id=result.run_id,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,18 +23,21 @@ from farm.actors.batches import CANCELLED, Answer
 from farm.actors.calls import call
 from farm.actors.reducer_link import ReducerLink
 from farm.config import FarmConfig
+from farm.errors import GatewayError
+from farm.gateway.config import NODE_FIELDS, fill_url, url_fields
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.rollout.pipeline import RolloutPipeline
 from farm.rollout.retry import RetryBudgets, decide
 from farm.status import Verdict
 from farm.secrets import RunSecrets
+from farm.trajectory.transcript import main_line_messages
 
 log = logging.getLogger(__name__)
 
 
 def _ray_node() -> str:
-    try:
+    try:  # Ray only when this runs as an actor: farm.single also runs the class in its own process
         import ray
     except ImportError:
         return ""
@@ -44,14 +48,10 @@ def for_this_node(cfg: FarmConfig, node: str) -> FarmConfig:
     """``cfg`` with the node fields of ``gateway.public_url`` filled in for this actor's Ray
     node (``node``: its id), so the sandboxes it runs reach its own gateway; the gateway fills
     in ``{port}`` when it binds (``farm.gateway.public_url``). Unchanged outside Ray."""
-    from farm.gateway.config import NODE_FIELDS, fill_url, url_fields
-
     template = cfg.gateway.public_url
     if not template or not node or not url_fields(template) & set(NODE_FIELDS):
         return cfg
-    import socket
-
-    import ray
+    import ray  # here on a Ray node (its fields are in the template): see _ray_node
 
     facts = {"node_ip": ray.util.get_node_ip_address(), "node_id": node, "hostname": socket.gethostname()}
     gateway = cfg.gateway.model_copy(update={"public_url": fill_url(template, **facts)})
@@ -113,11 +113,11 @@ class SandboxActor:
                 if not self.engine_url and self._engine_router:
                     self.engine_url = await call(self._engine_router, "url_when_started")
                 self.node = _ray_node()
-                if self._parts_factory is None:
+                if self._parts_factory is None:  # the real layers (not a test's or a bench's stand-in)
                     from farm.rollout.actor_layers import ActorLayers as factory
                 else:
                     factory = self._parts_factory
-                if self._want_metrics:
+                if self._want_metrics:  # Ray's metrics API: only where the actor exports metrics
                     from farm.actors.metrics import ActorMetrics
 
                     self._metrics = ActorMetrics(self.cfg.run_id)
@@ -148,7 +148,7 @@ class SandboxActor:
         under there (the run reports a dead node's root as left behind when it closes its actors)."""
         await self.ready()
         root = ""
-        if self.cfg.sandbox.backend == "local":
+        if self.cfg.sandbox.backend == "local":  # the local backend's host directories (E2B has none)
             from farm.sandboxes.local_dirs import sandbox_root
 
             root = sandbox_root(self.cfg.sandbox.local)
@@ -215,8 +215,6 @@ class SandboxActor:
 
     def transcript(self, rollout_id: str) -> list[dict[str, Any]]:
         """The canonical messages of a running rollout's main line so far ([] if none)."""
-        from farm.trajectory.transcript import main_line_messages
-
         return main_line_messages(self.live_tree(rollout_id))
 
     async def run(self, spec: RolloutSpec) -> RolloutSummary:
@@ -266,8 +264,6 @@ class SandboxActor:
 
     def live_tree(self, rollout_id: str) -> Any:
         """The turn tree of a rollout's open gateway session (None when it has none open)."""
-        from farm.errors import GatewayError
-
         gateway = getattr(self._parts, "gateway", None)
         if gateway is None:
             return None

@@ -14,15 +14,21 @@ import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from farm.config import FarmConfig
 from farm.errors import PatchApplyError
+from farm.grading import grade, grading_spec
+from farm.harnesses.plan import HarnessRun
 from farm.rollout.model import RolloutSpec
 from farm.rollout.pipeline import AgentEnd, Grade
 from farm.sandboxes.base import Sandbox, SandboxSpec
+from farm.sandboxes.config import DEFAULT_PATH
 from farm.sandboxes.limiter import SandboxLimiter
 from farm.sandboxes.pool import SandboxPool
 from farm.secrets import RunSecrets
+from farm.workspace.capture import capture_diff
+from farm.workspace.prepare import prepare_workspace
 
 if TYPE_CHECKING:
     from farm.engine.client import EngineClient
@@ -163,8 +169,6 @@ class ActorLayers:
         return sb
 
     async def prepare(self, sandbox: Sandbox, spec: RolloutSpec) -> Any:
-        from farm.workspace.prepare import prepare_workspace
-
         return await prepare_workspace(sandbox, spec.task, self.runtime)
 
     async def open_session(self, spec: RolloutSpec) -> str:
@@ -176,8 +180,6 @@ class ActorLayers:
     async def run_agent(
         self, sandbox: Sandbox, spec: RolloutSpec, secret: str, budget_s: float, workspace: Any
     ) -> AgentEnd:
-        from farm.harnesses.base import HarnessRun
-
         gateway_url = await self._connect(sandbox, secret)
         self.gateway.set_deadline(self._secrets[secret], time.monotonic() + budget_s)
         run = HarnessRun(
@@ -260,8 +262,6 @@ class ActorLayers:
         latch, then the gateway's port relayed to a unix socket that serves only this
         session. Returns the gateway URL as the sandbox sees it (E2B, or a local sandbox on
         the host network: the gateway's URL as it is)."""
-        from urllib.parse import urlsplit
-
         await sandbox.isolate_network()
         port = urlsplit(self.gateway_url).port
         if port is None:
@@ -281,14 +281,10 @@ class ActorLayers:
         prefix = self.runtime.path_prefix_for(task) if self.runtime is not None else None
         if not prefix:
             return {}
-        from farm.sandboxes.config import DEFAULT_PATH
-
         base = self.cfg.sandbox.local.path if self.cfg.sandbox.backend == "local" else DEFAULT_PATH
         return {"PATH": f"{prefix}:{base}"}
 
     async def capture(self, sandbox: Sandbox, spec: RolloutSpec, workspace: Any) -> str:
-        from farm.workspace.capture import capture_diff
-
         excludes = self._excludes.pop(spec.rollout_id, [])
         captured = await capture_diff(
             sandbox, workspace, exclude=excludes, max_bytes=self.runtime.config.max_diff_bytes
@@ -302,8 +298,6 @@ class ActorLayers:
         return await self.gateway.close_session(session_id)
 
     async def grade(self, spec: RolloutSpec, diff: str) -> Grade:
-        from farm.grading import grade, grading_spec
-
         sb_spec = grading_spec(spec.task, self._labels(spec, "grading"))
         report = await grade(
             spec.task,
