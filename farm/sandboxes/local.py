@@ -426,23 +426,27 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             await self._watchdog.stop()
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
             self.cpu.freeze()
-            if self._cgroup is not None:
-                await asyncio.to_thread(self._cgroup.remove)
-            if self._sock_dir:
-                await asyncio.to_thread(shutil.rmtree, self._sock_dir, True)
-            if self.view is not None and not self.view.writable:
-                await asyncio.to_thread(unmount_under, self.dir)
-            if not self._cfg.keep and self.dir.exists():
-                await asyncio.to_thread(remove_sandbox_dir, self.dir)
-                try:
-                    self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
-                except OSError:
-                    pass
+            await asyncio.to_thread(self._remove_from_host)  # one thread job: each costs wake-ups
         finally:
             self._run_close_callbacks()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise SandboxError(f"sandbox {self.id}: {len(errors)} process(es) could not be killed: {errors[0]}")
+
+    def _remove_from_host(self) -> None:
+        """Its cgroup, socket dir, view mount and directories (in that order)."""
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        if self._sock_dir:
+            shutil.rmtree(self._sock_dir, True)
+        if self.view is not None and not self.view.writable:
+            unmount_under(self.dir)
+        if not self._cfg.keep and self.dir.exists():
+            remove_sandbox_dir(self.dir)
+            try:
+                self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"LocalSandbox(id={self.id!r}, root={self.root!r}, isolation={self._cfg.isolation!r})"
