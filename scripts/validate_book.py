@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         rows_file = out / "rows.todo.jsonl"  # what is left to do, in the rows' own words
         rows_file.write_text("".join(json.dumps(all_rows[i]) + "\n" for i in todo))
         cfg = load_config(args.config, [f"tasks.mirror_dir={mirrors}", *args.overrides, f"tasks.path={rows_file}"])
-        loaded = load_task_file(cfg.tasks)
+        loaded = load_task_file(cfg)
         skipped: dict[str, list[str]] = {}
         for err in loaded.errors:  # a row's every problem, in one reason
             if 1 <= getattr(err, "line", 0) <= len(todo):

@@ -51,6 +51,15 @@ _OFFLINE = re.compile(r"Temporary failure in name resolution|Name or service not
 _HOST = re.compile(r"\bhttps?://([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})")
 
 
+# the flag of a grading that left out PASS_TO_PASS tests needing the network (``grader._offline_p2p``)
+OFFLINE_P2P = "p2p_needs_network"
+
+
+def tried_the_network(text: str) -> bool:
+    """Does a run's output show a host name failing to resolve (a sandbox has no network)?"""
+    return _OFFLINE.search(text) is not None
+
+
 def network_note(text: str) -> str:
     """When a run's output shows its tests failing to reach hosts (names that do not resolve: a
     sandbox has no network), the sentence that says so, with the hosts; else ''."""

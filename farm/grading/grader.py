@@ -36,14 +36,15 @@ from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
-from farm.grading.environment import PROBE_FAILED, diagnose, diff_brings, left_out_note, missing_modules
+from farm.grading.environment import (OFFLINE_P2P, PROBE_FAILED, diagnose, diff_brings, left_out_note,
+                                      missing_modules, tried_the_network)
 from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
 from farm.grading.reward import add_reward_steps, grade_generic
 from farm.grading.witness import Witness
 from farm.grading.steps import StepResults, StepScript
 from farm.grading.rigged import static_comparison_flags
 from farm.grading.parsers import PASSING, TestIds, TestStatus, fill_gaps, log_format
-from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport
+from farm.grading.report import MISSING, GradeStatus, GradingReport, PatchReport, unresolved_reason
 from farm.grading.surface import surface_flags, surface_touches
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.workspace.capture import CapturedDiff
@@ -279,7 +280,13 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
                 mismatches[name] = [want, got]
     ok = lambda s: s in {p.value for p in PASSING}  # noqa: E731
     f2p_ok = sum(ok(s) for s in f2p.values())
-    p2p_all = all(ok(s) or s == TestStatus.SKIPPED.value for s in p2p.values())  # SWE-bench: P2P may skip
+    if offline := await _offline_p2p(task, runtime, policy, attempt, p2p, fields["test_log"]):
+        fields["flags"] = sorted({*fields["flags"], OFFLINE_P2P})
+        fields["flag_details"] = {**fields.get("flag_details", {}), OFFLINE_P2P: (
+            f"{len(offline)} PASS_TO_PASS test(s) reach hosts on the internet and fail the same without the diff "
+            f"(a grading sandbox has no network): not judged here: {', '.join(offline[:5])}")}  # fmt: skip
+    judged = {t: s for t, s in p2p.items() if t not in offline}
+    p2p_all = all(ok(s) or s == TestStatus.SKIPPED.value for s in judged.values())  # SWE-bench: P2P may skip
     listed = bool(f2p or p2p or task.expected_test_statuses)
     resolved = (f2p_ok == len(f2p) and p2p_all and not mismatches) if listed else res.exit_code == 0
     reward = 1.0 if resolved else 0.0
@@ -288,7 +295,7 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             reward = f2p_ok / len(f2p)
         elif task.expected_test_statuses:
             reward = 1.0 - len(mismatches) / max(1, len(set(task.expected_test_statuses) | set(statuses)))
-    reason = "" if resolved else _why(f2p, p2p, mismatches, res.exit_code, listed, ids) + left_out_note(
+    reason = "" if resolved else unresolved_reason(f2p, judged, mismatches, res.exit_code, listed, ids) + left_out_note(
         fields["test_log"], ws.setup.left_out)
     return {
         **fields,
@@ -327,35 +334,24 @@ async def _environment_failure(sandbox: Sandbox, task: Task, ws: Workspace, runt
     return f"{why} (the same without the diff)" if empty.status is GradeStatus.ENV_BROKEN else None
 
 
-def _why(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: int, listed: bool,
-         ids: TestIds) -> str:  # fmt: skip
-    if not listed:
-        return f"the test command exited {exit_code}"
-    parts = []
-    bad_f2p = [t for t, s in f2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value)]
-    bad_p2p = [t for t, s in p2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value,
-                                                      TestStatus.SKIPPED.value)]
-    if bad_f2p:
-        parts.append(f"{len(bad_f2p)}/{len(f2p)} FAIL_TO_PASS not passing (e.g. {_status(bad_f2p[0], f2p, ids)})")
-    if bad_p2p:
-        parts.append(f"{len(bad_p2p)}/{len(p2p)} PASS_TO_PASS broken (e.g. {_status(bad_p2p[0], p2p, ids)})")
-    if mismatches:
-        name = next(iter(mismatches))
-        parts.append(f"{len(mismatches)} tests differ from the expected statuses (e.g. {name}: {mismatches[name]})")
-    return "; ".join(parts)
-
-
-def _status(test_id: str, statuses: dict[str, str], ids: TestIds) -> str:
-    """``id: STATUS``; for a MISSING id (the run reported no such test), the closest ids it did report."""
-    status = statuses[test_id]
-    if status != MISSING:
-        return f"{test_id}: {status}"
-    if not ids.statuses:
-        return f"{test_id}: {MISSING}, the run reported no tests"
-    near = ids.closest(test_id)
-    n = len(ids.statuses)
-    return (f"{test_id}: {MISSING} (the run reported {n} test{'s' * (n != 1)}; "
-            + (f"closest: {', '.join(near)})" if near else "none close to it)"))
+async def _offline_p2p(task: Task, runtime: TaskRuntime, policy: GradingConfig, attempt: Attempt,
+                       p2p: dict[str, str], log: str) -> list[str]:  # fmt: skip
+    """The PASS_TO_PASS tests this machine cannot judge: the run shows its tests failing to reach
+    hosts (SWE-bench's harness ran them online; a grading sandbox has no network) and these fail
+    without the diff too, in a fresh sandbox. A diff never excuses a test it breaks itself: a
+    test that passes without the diff is judged, whatever its failure prints."""
+    bad = [t for t, s in p2p.items() if s in (TestStatus.FAILED.value, TestStatus.ERROR.value)]
+    if not bad or not tried_the_network(log):
+        return []
+    if is_empty(attempt.diff):
+        return bad
+    if attempt.baseline is None:
+        return []
+    empty = await grade(task, "", runtime=runtime, make_sandbox=attempt.baseline, policy=policy)
+    if empty.status not in (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED):
+        return []
+    failing = (TestStatus.FAILED.value, TestStatus.ERROR.value)
+    return [t for t in bad if empty.pass_to_pass.get(t) in failing]
 
 
 async def _read_optional(sandbox: Sandbox, path: str | None) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from farm.grading.parsers import TestStatus
+from farm.grading.parsers import TestIds, TestStatus
 from farm.status import Outcome, RolloutStatus
 from farm.workspace.shell import CommandReport
 from farm.workspace.prepare import SetupReport
@@ -127,3 +127,36 @@ class GradingReport(BaseModel):
 
 def _passing(statuses: dict[str, str]) -> int:
     return sum(s in (TestStatus.PASSED.value, TestStatus.XFAIL.value) for s in statuses.values())
+
+
+def unresolved_reason(f2p: dict[str, str], p2p: dict[str, str], mismatches: dict, exit_code: int, listed: bool,
+                      ids: TestIds) -> str:  # fmt: skip
+    """Why a grading of listed tests did not resolve: which FAIL_TO_PASS did not pass, which
+    PASS_TO_PASS broke (``p2p``: the ones judged), how the statuses differ from the expected."""
+    if not listed:
+        return f"the test command exited {exit_code}"
+    parts = []
+    bad_f2p = [t for t, s in f2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value)]
+    bad_p2p = [t for t, s in p2p.items() if s not in (TestStatus.PASSED.value, TestStatus.XFAIL.value,
+                                                      TestStatus.SKIPPED.value)]
+    if bad_f2p:
+        parts.append(f"{len(bad_f2p)}/{len(f2p)} FAIL_TO_PASS not passing (e.g. {_test_status(bad_f2p[0], f2p, ids)})")
+    if bad_p2p:
+        parts.append(f"{len(bad_p2p)}/{len(p2p)} PASS_TO_PASS broken (e.g. {_test_status(bad_p2p[0], p2p, ids)})")
+    if mismatches:
+        name = next(iter(mismatches))
+        parts.append(f"{len(mismatches)} tests differ from the expected statuses (e.g. {name}: {mismatches[name]})")
+    return "; ".join(parts)
+
+
+def _test_status(test_id: str, statuses: dict[str, str], ids: TestIds) -> str:
+    """``id: STATUS``; for a MISSING id (the run reported no such test), the closest ids it did report."""
+    status = statuses[test_id]
+    if status != MISSING:
+        return f"{test_id}: {status}"
+    if not ids.statuses:
+        return f"{test_id}: {MISSING}, the run reported no tests"
+    near = ids.closest(test_id)
+    n = len(ids.statuses)
+    return (f"{test_id}: {MISSING} (the run reported {n} test{'s' * (n != 1)}; "
+            + (f"closest: {', '.join(near)})" if near else "none close to it)"))

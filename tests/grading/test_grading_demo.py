@@ -222,3 +222,45 @@ async def test_r2e_style_expected_statuses_and_oversized_diffs(demo, grader) -> 
     assert not empty.resolved and empty.expected_mismatches == {"test_get_refreshes": ["PASSED", "FAILED"]}
     huge = await grader(task, CapturedDiff(patch="diff --git a/x b/x\n", bytes=10**9, too_large=True))
     assert huge.status is GradeStatus.PATCH_FAILED and "over tasks.max_diff_bytes" in huge.reason
+
+
+# a PASS_TO_PASS test that calls a host on the internet, as requests' and sphinx's rows have
+REACH_TEST = """diff --git a/tests/test_reach.py b/tests/test_reach.py
+new file mode 100644
+--- /dev/null
++++ b/tests/test_reach.py
+@@ -0,0 +1,9 @@
++import socket
++
++import durations
++
++
++def test_resolves_a_host():
++    socket.getaddrinfo("pypi.org", 443)
++def test_hours_here_too():
++    assert durations.parse_duration("7h") == 25200
+"""
+@pytest.mark.slow  # three gradings in real sandboxes
+async def test_p2p_tests_that_need_the_internet_are_not_judged_offline(demo, grader) -> None:
+    task = demo["demo-durations"]
+    reach = "tests/test_reach.py::test_resolves_a_host"
+    online = task.model_copy(update={
+        "test_patch": task.test_patch + REACH_TEST,
+        "test_command": task.test_command.replace("tests/test_durations.py", "tests/test_durations.py tests/test_reach.py"),
+        "pass_to_pass": [*task.pass_to_pass, reach, "tests/test_reach.py::test_hours_here_too"],
+    })  # fmt: skip
+    # the gold patch resolves: the test that cannot reach its host fails without the diff too
+    report = await grader(online, task.gold_patch)
+    assert report.pass_to_pass[reach] == "FAILED" and report.resolved, report.reason
+    assert "p2p_needs_network" in report.flags and reach in report.flag_details["p2p_needs_network"]
+    assert report.outcome().status is RolloutStatus.COMPLETED and report.reward == 1.0
+    # a diff that breaks a passing test with a failure that prints a name-resolution error is judged:
+    # without the diff that test passes, so nothing excuses it
+    fake = task.gold_patch.replace("@@ -8,7 +8,7 @@", "@@ -8,7 +8,9 @@").replace(
+        "+    text = text.strip()\n",
+        '+    text = text.strip()\n+    if text == "7h":\n+        raise OSError("[Errno -3] Temporary failure in name resolution")\n')  # fmt: skip
+    assert fake != task.gold_patch
+    broken = await grader(online, fake)
+    assert broken.pass_to_pass["tests/test_reach.py::test_hours_here_too"] == "FAILED"
+    assert not broken.resolved and "p2p_needs_network" in broken.flags, broken.reason
+    assert "test_hours_here_too" in broken.reason and reach not in broken.reason

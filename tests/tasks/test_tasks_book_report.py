@@ -40,3 +40,25 @@ def test_the_committed_results_are_well_formed_and_the_page_is_made_of_them() ->
     assert {r.part for r in results.rows} >= {"fix", "heldout"}
     published = counts(r for r in results.rows if r.part != "sdist")
     assert sum(published.values()) == sum(r.part != "sdist" for r in results.rows)
+
+
+def test_validate_book_loads_its_rows_with_the_runs_own_loader(tmp_path: Path) -> None:
+    """scripts/validate_book.py up to the load (no mirror's content needed): a row of a version the book
+    lacks is recorded as skipped, with the loader's reason, and nothing is validated."""
+    import json
+    import subprocess
+    import sys
+
+    row = {"repo": "psf/requests", "instance_id": "psf__requests-1", "base_commit": "0" * 40, "version": "99.9",
+           "patch": "diff --git a/x b/x\n", "test_patch": "diff --git a/test_x.py b/test_x.py\n",
+           "problem_statement": "p", "FAIL_TO_PASS": '["test_x.py::test_a"]', "PASS_TO_PASS": "[]"}  # fmt: skip
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "mirrors" / "psf__requests.git").mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "validate_book.py"), str(tmp_path / "rows.jsonl"),
+         str(tmp_path / "mirrors"), "--out", str(tmp_path / "out"), "--set", f"tasks.cache_dir={tmp_path / 'cache'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (recorded,) = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert recorded["id"] == "psf__requests-1" and recorded["outcome"] == "skipped", recorded
+    assert "99.9" in recorded["reason"], recorded

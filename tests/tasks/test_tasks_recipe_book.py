@@ -90,6 +90,14 @@ def test_the_book_carries_what_the_real_dev_rows_needed() -> None:
     astroid = book["pylint-dev/astroid"]
     for version, with_pip in (("2.10", False), ("2.12", True), ("2.13", True), ("2.14", True), ("2.15", False)):
         assert (astroid[version].setup[-1] == ".venv/bin/python -m pip install -q -e .") is with_pip, version
+    # astropy 0.1 to 1.3 (Python 3.6): MarkupSafe 1.0's sdist imports setuptools.Feature (gone in 46), so its
+    # isolated build gets setuptools below 46; 3.0 on pins wheels of today's setuptools
+    astropy = book["astropy/astropy"]
+    for version, constrained in (("0.1", True), ("1.3", True), ("3.0", False), ("5.0", False)):
+        steps = astropy[version].base_setup
+        pins = next(c for c in steps if "pytest==" in c)
+        assert ("--build-constraint .venv/build-constraints.txt" in pins) is constrained, version
+        assert any("'setuptools>=40.8,<46" in c and "> .venv/build-constraints.txt" in c for c in steps) is constrained
 
 
 def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path) -> None:
