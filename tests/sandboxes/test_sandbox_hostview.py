@@ -208,3 +208,27 @@ async def test_reap_removes_the_sandbox_cgroups(local_cfg: SandboxConfig) -> Non
     assert await reap("cgreap", cfg=local_cfg.local) == [sb.id]
     assert not any(d.exists() for d in cgroups)
     assert not os.path.exists(sb.dir) and not os.path.exists(sb._sock_dir)
+
+
+def test_a_view_is_mounted_and_unmounted_without_forking_mount(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """As root, an overlay view is mounted and unmounted by the system calls: with the
+    commands made to fail, the view still comes and goes (the commands stay the fallback)."""
+    from farm.errors import SandboxError
+    from farm.sandboxes import views
+
+    if os.geteuid() != 0:
+        pytest.skip("not root: views are mounted by the commands")
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    (layer / "f").write_text("below")
+
+    def no_commands(argv: list[str], what: str, timeout: float = 600.0) -> None:
+        raise SandboxError(f"{what}: a command was run ({argv[0]})")
+
+    monkeypatch.setattr(views, "_run", no_commands)
+    merged = views.mount_view([views.ViewLayer(path=str(layer))], tmp_path / "view", "overlay")
+    (merged / "f").write_text("above")
+    assert views.mounts_under(tmp_path / "view") == [str(merged)]
+    assert (layer / "f").read_text() == "below" and (tmp_path / "view" / "upper" / "f").read_text() == "above"
+    assert views.unmount_under(tmp_path / "view") == [str(merged)]
+    assert views.mounts_under(tmp_path / "view") == []
