@@ -41,7 +41,7 @@ one_instance_build_s=…``. Targets: ready_p50_s <= 1.0, group8_speedup
 >= 4, rollout_disk_mb <= changed_mb + 20; layered_disk_mb <= 1.5 x one_instance_disk_mb,
 layered_build_s <= 1.5 x one_instance_build_s.
 ``--quick``: the smallest size, which the test suite runs
-(``tests/scripts/test_scripts_benches.py``).
+(``tests/scripts/test_scripts_benches.py``): one rollout a run, 2 instances, no packages but pytest.
 """
 
 from __future__ import annotations
@@ -269,12 +269,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--layers-only", action="store_true", help="only the layered environments part (no farm run)")
     ap.add_argument("--quick", action="store_true",
-                    help="the smallest size, which the test suite runs (2 rollouts, 2 instances, no packages "
-                         "but pytest): its figures mean nothing")
+                    help="the smallest size, which the test suite runs (1 rollout a run, 2 instances, no "
+                         "packages but pytest): its figures mean nothing")
     args = ap.parse_args()
     deps, instances = DEPS, INSTANCES
     if args.quick:
-        args.n, deps, instances = 2, [], 2
+        # one rollout a run: a group sharing one snapshot is tests/farm/test_farm_e2e.py's (n=2)
+        args.n, deps, instances = 1, [], 2
     root = Path(tempfile.mkdtemp(prefix="bench-envs-"))
     console = Console(stderr=True)
     try:

@@ -177,24 +177,33 @@ class LoopCPU:
         work_run = cf_thread._WorkItem.run
 
         def run_work(item: Any) -> None:
-            t0 = time.thread_time()
-            try:
-                work_run(item)
-            finally:
-                dt = time.thread_time() - t0
-                fn = item.fn  # asyncio.to_thread: partial(context.run, func, *args)
-                ctx = getattr(getattr(fn, "func", None), "__self__", None)
-                call = list(getattr(fn, "args", ()) or ()) if isinstance(ctx, contextvars.Context) else [fn]
-                func, args = (call[0], call[1:]) if call else (fn, [])
-                by_owner[f"threads.{getattr(func, '__qualname__', type(func).__name__)}"] += dt
-                sb = self.sandbox_of(func, args)
-                holder = ctx.get(OWNER) if isinstance(ctx, contextvars.Context) else None
-                if sb is not None:
-                    self.by_sandbox[id(sb)] += dt
-                elif (getattr(func, "__module__", "") or "").startswith("farm.gateway."):
-                    self.thread_phase["gateway"] += dt  # the render thread, the fidelity check
-                elif holder and holder["owner"].startswith("rollout."):
-                    self.thread_phase[holder["owner"]] += dt
+            fn = item.fn  # asyncio.to_thread: partial(context.run, func, *args)
+
+            def timed(*a: Any, **kw: Any) -> Any:
+                # counted before the future resolves: the loop may act on the result (a sandbox's
+                # close callbacks account its jobs) before this thread runs another line
+                t0 = time.thread_time()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    book(fn, time.thread_time() - t0)
+
+            item.fn = timed
+            work_run(item)
+
+        def book(fn: Any, dt: float) -> None:
+            ctx = getattr(getattr(fn, "func", None), "__self__", None)
+            call = list(getattr(fn, "args", ()) or ()) if isinstance(ctx, contextvars.Context) else [fn]
+            func, args = (call[0], call[1:]) if call else (fn, [])
+            by_owner[f"threads.{getattr(func, '__qualname__', type(func).__name__)}"] += dt
+            sb = self.sandbox_of(func, args)
+            holder = ctx.get(OWNER) if isinstance(ctx, contextvars.Context) else None
+            if sb is not None:
+                self.by_sandbox[id(sb)] += dt
+            elif (getattr(func, "__module__", "") or "").startswith("farm.gateway."):
+                self.thread_phase["gateway"] += dt  # the render thread, the fidelity check
+            elif holder and holder["owner"].startswith("rollout."):
+                self.thread_phase[holder["owner"]] += dt
 
         asyncio.events.Handle._run = run_handle  # type: ignore[method-assign]
         cf_thread._WorkItem.run = run_work  # type: ignore[method-assign]

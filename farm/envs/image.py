@@ -63,13 +63,7 @@ async def build_image(
     info = {"name": src.image, "digest": image.digest, "config": image.config.model_dump(),
             "compressed_bytes": image.size, "layers": len(image.manifest.layers)}  # fmt: skip
     progress = PullProgress(src.image, image.size, puller.cfg.progress_s)
-    turns = asyncio.Semaphore(puller.cfg.concurrency)
-    # every layer to its end (a layer that failed does not throw away the others' work), then the first failure
-    results = await asyncio.gather(*(
-        _ensure_layer(image, desc, diff_id, store=store, puller=puller, progress=progress, turns=turns,
-                      lock_timeout_s=lock_timeout_s)
-        for desc, diff_id in zip(image.manifest.layers, image.config.diff_ids)
-    ), return_exceptions=True)  # fmt: skip
+    results = await ensure_layers(image, store=store, puller=puller, progress=progress, lock_timeout_s=lock_timeout_s)
     failures = [r for r in results if isinstance(r, BaseException)]
     malformed = [f for f in failures if isinstance(f, ImageMalformed)]
     if malformed:
@@ -93,6 +87,22 @@ async def build_image(
     log.info("image %s ready (%d layers, %.0f MB pulled) in %.1f s", src.image, len(layers), progress.done / 1e6,
              rec.build_s)  # fmt: skip
     return _publish(store, rec)
+
+
+async def ensure_layers(
+    image: ResolvedImage, *, store: EnvStore, puller: ImagePuller, progress: PullProgress | None = None,
+    lock_timeout_s: float,
+) -> list[str | BaseException]:
+    """Every layer of ``image`` in the store (fetched and unpacked where missing), bottom first:
+    its key, or what failed it. Layers are fetched and unpacked at once (``images.concurrency``
+    at a time), each to its end: a layer that failed does not throw away the others' work."""
+    progress = progress or PullProgress(image.name, image.size, puller.cfg.progress_s)
+    turns = asyncio.Semaphore(puller.cfg.concurrency)
+    return await asyncio.gather(*(
+        _ensure_layer(image, desc, diff_id, store=store, puller=puller, progress=progress, turns=turns,
+                      lock_timeout_s=lock_timeout_s)
+        for desc, diff_id in zip(image.manifest.layers, image.config.diff_ids)
+    ), return_exceptions=True)  # fmt: skip
 
 
 def _publish(store: EnvStore, record: EnvRecord) -> EnvRecord:

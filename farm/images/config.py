@@ -114,7 +114,7 @@ class ImagesConfig(BaseModel):
         default=120.0, gt=0, description="a registry that sends nothing for this long fails the request (never a hang)"
     )
     retries: int = Field(default=4, ge=0, description="retries of a failed request (network, 5xx); a blob resumes")
-    concurrency: int = Field(default=3, ge=1, description="layers downloaded at once per image")
+    concurrency: int = Field(default=3, ge=1, description="layers downloaded and unpacked at once per image")
     progress_s: float = Field(default=10.0, gt=0, description="a long pull logs its progress this often")
 
     def dataset(self, name: str) -> DatasetImages:

@@ -23,22 +23,27 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import os
-import queue
 import shutil
 import stat
 import tarfile
-import threading
-import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from farm.errors import ImageMalformed
+from farm.images.inflate import Inflating
 
 _CHUNK = 1 << 20
+# Files are written by a few threads while the tar is parsed: creating and filling a file is
+# kernel time (os.open/os.write let go of the GIL), and on ext4 it costs more CPU per layer
+# than inflating it; the parser runs ahead of them by at most this many bytes (or files).
+WRITERS = 3
+_AHEAD_BYTES = 32 << 20
+_AHEAD_FILES = 1024
+_INLINE = 8 << 20  # a file this large is written by the parsing thread, piece by piece
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 
@@ -55,132 +60,6 @@ class LayerReport:
     diff_id: str = ""
 
 
-class _Inflating:
-    """A read() stream of ``raw`` decompressed, its uncompressed bytes hashed and counted.
-
-    A thread of its own reads, decompresses and hashes (zlib and hashlib let go of the GIL):
-    the caller's thread meanwhile parses the tar and writes files, so the two overlap on two
-    cores. Decompressed chunks are kept whole and handed out by offset: a read copies only what
-    it returns (tarfile asks 512 bytes for each header: shifting one buffer per read cost 5x
-    the decompression itself)."""
-
-    def __init__(self, raw: BinaryIO, compression: str, what: str) -> None:
-        self.what = what
-        self.hasher = hashlib.sha256()
-        self.count = 0
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._off = 0  # into the first chunk
-        self._avail = 0
-        self._eof = False
-        if compression == "zstd":
-            try:
-                import zstandard
-            except ImportError:
-                raise ImageMalformed(f"{what}: a zstd layer needs the 'zstandard' package (pip install zstandard)") from None
-            raw = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        elif compression not in ("gzip", ""):
-            raise ImageMalformed(f"{what}: unknown compression {compression!r}")
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=16)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(raw, compression == "gzip"), daemon=True,
-                                        name="farm-layer-inflate")  # fmt: skip
-        self._thread.start()
-
-    def _produce(self, raw: BinaryIO, gzip: bool) -> None:
-        z = _gunzip() if gzip else None
-        try:
-            while not self._stop.is_set():
-                chunk = raw.read(_CHUNK)
-                if not chunk:
-                    if z is not None and not z.eof:
-                        raise ImageMalformed(f"{self.what}: the gzip stream ends early (truncated, or empty)")
-                    break
-                if z is None:
-                    out = chunk
-                else:
-                    try:
-                        out = z.decompress(chunk)
-                        while z.eof and z.unused_data:  # a multi-member gzip stream
-                            rest = z.unused_data
-                            z = _gunzip()
-                            out += z.decompress(rest)
-                    except _GZIP_ERRORS as exc:
-                        raise ImageMalformed(f"{self.what}: corrupt gzip data: {exc}") from None
-                if out:
-                    self.hasher.update(out)
-                    self.count += len(out)
-                    self._put(out)
-            self._put(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, raised there
-            self._put(exc)
-
-    def _put(self, item: bytes | BaseException | None) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def _more(self) -> None:
-        item = self._queue.get()
-        if item is None:
-            self._eof = True
-        elif isinstance(item, BaseException):
-            self._eof = True
-            raise item
-        else:
-            self._chunks.append(item)
-            self._avail += len(item)
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = 1 << 62
-        while self._avail < n and not self._eof:
-            self._more()
-        pieces = []
-        need = min(n, self._avail)
-        self._avail -= need
-        while need:
-            first = self._chunks[0]
-            left = len(first) - self._off
-            if need < left:
-                pieces.append(first[self._off : self._off + need])
-                self._off += need
-                break
-            pieces.append(first[self._off :] if self._off else first)
-            self._chunks.popleft()
-            self._off = 0
-            need -= left
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-    def drain(self) -> None:
-        """Read to the end (the digest covers the whole stream)."""
-        while not self._eof:
-            self._more()
-            self._chunks.clear()
-            self._avail = self._off = 0
-        self._thread.join()
-
-    def close(self) -> None:
-        """Stop the thread (also when the unpack failed midway)."""
-        self._stop.set()
-        self._thread.join()
-
-
-try:  # ISA-L's inflate: the same gzip, ~2x zlib's speed (python-isal); zlib where it is missing
-    from isal import isal_zlib as _inflate
-
-    _GZIP_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
-except ImportError:  # pragma: no cover - isal is a dependency; a platform without its wheel
-    _inflate = zlib  # type: ignore[assignment]
-    _GZIP_ERRORS = (zlib.error,)
-
-
-def _gunzip():  # noqa: ANN202 - a zlib-compatible decompress object
-    return _inflate.decompressobj(wbits=31)
-
-
 def _clean(name: str, what: str) -> str:
     """A member's path relative to the layer root ('' for the root itself)."""
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
@@ -189,13 +68,68 @@ def _clean(name: str, what: str) -> str:
     return "/".join(parts)
 
 
+class _Writers:
+    """Regular files written by ``WRITERS`` threads, in any order, while the tar is parsed.
+
+    An entry that depends on a file still being written waits for that file alone: one that
+    replaces it (``wait``), a hard link to it (``wait``); removing a directory waits for all.
+    A writer's error (a full disk) is raised in the parsing thread at the next wait or hand-off."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="farm-layer-write")
+        self._order: collections.deque[tuple[str, Future, int]] = collections.deque()
+        self.pending: dict[str, Future] = {}  # rel -> its write, until collected
+        self._bytes = 0
+
+    def submit(self, rel: str, path: str, data: list[memoryview], size: int, mode: int, mtime: float) -> None:
+        fut = self._pool.submit(_write_file, path, data, mode, mtime)
+        self.pending[rel] = fut
+        self._order.append((rel, fut, size))
+        self._bytes += size
+        while self._order and (self._order[0][1].done() or self._bytes > _AHEAD_BYTES or len(self._order) > _AHEAD_FILES):
+            self._collect()
+
+    def _collect(self) -> None:
+        rel, fut, size = self._order.popleft()
+        self._bytes -= size
+        if self.pending.get(rel) is fut:
+            del self.pending[rel]
+        fut.result()
+
+    def wait(self, rel: str) -> None:
+        fut = self.pending.get(rel)
+        if fut is not None:
+            fut.result()
+
+    def wait_all(self) -> None:
+        while self._order:
+            self._collect()
+
+    def close(self) -> None:
+        """Every write finished or cancelled (also after a failure: the caller removes the tree)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _write_file(path: str, data: list[memoryview], mode: int, mtime: float) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        for piece in data:
+            _write_all(fd, piece)
+        os.fchmod(fd, mode)
+        os.utime(fd, (mtime, mtime))
+    finally:
+        os.close(fd)
+
+
 class _Tree:
     """The directory being written: parents checked once, modes of directories kept for last."""
 
-    def __init__(self, root: Path, what: str) -> None:
+    def __init__(self, root: Path, what: str, writers: _Writers) -> None:
         self.root = root
         self.what = what
+        self.writers = writers
         self._dirs: set[str] = {""}  # checked: real directories of this tree
+        self._made: set[str] = set()  # the entries written so far (the tree starts empty)
         self.dir_meta: dict[str, tuple[int, float]] = {}
 
     def path(self, rel: str) -> str:
@@ -208,6 +142,8 @@ class _Tree:
         if parent in self._dirs:
             return
         self.parent_ready(parent, create=create)
+        if parent in self.writers.pending:
+            raise ImageMalformed(f"{self.what}: an entry lies under {parent!r}, which the layer made a file")
         p = self.path(parent)
         try:
             st = os.lstat(p)
@@ -223,6 +159,10 @@ class _Tree:
 
     def clear(self, rel: str, keep_dir: bool) -> None:
         """Make room for ``rel`` (a later entry of a tar replaces an earlier one)."""
+        if rel not in self._made and rel not in self._dirs:
+            self._made.add(rel)
+            return  # nothing there: only this layer's entries and the parents made for them are
+        self.writers.wait(rel)
         p = self.path(rel)
         try:
             st = os.lstat(p)
@@ -231,6 +171,7 @@ class _Tree:
         if stat.S_ISDIR(st.st_mode):
             if keep_dir:
                 return
+            self.writers.wait_all()  # files under it may still be being written
             _make_writable(p)
             shutil.rmtree(p)
             self._dirs = {d for d in self._dirs if d != rel and not d.startswith(rel + "/")}
@@ -260,19 +201,23 @@ def _tar_errors(what: str) -> Iterator[None]:
 
 def unpack_layer(raw: BinaryIO, compression: str, dest: Path, *, what: str, diff_id: str | None = None) -> LayerReport:
     """Unpack the layer read from ``raw`` into ``dest`` (an empty directory)."""
-    stream = _Inflating(raw, compression, what)
+    stream = Inflating(raw, compression, what)
+    writers = _Writers()
     try:
-        return _unpack(stream, dest, what, diff_id)
+        return _unpack(stream, _Tree(dest, what, writers), diff_id)
     finally:
+        writers.close()
         stream.close()
 
 
-def _unpack(stream: _Inflating, dest: Path, what: str, diff_id: str | None) -> LayerReport:
-    tree = _Tree(dest, what)
+def _unpack(stream: Inflating, tree: _Tree, diff_id: str | None) -> LayerReport:
+    what = tree.what
     report = LayerReport()
     deleted: list[str] = []
     try:
-        tar = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]
+        # random-access mode over a stream read in order (it seeks forward only): headers parsed
+        # without the stream mode's buffer; an entry's data is read by _write_member, not tarfile
+        tar = tarfile.open(fileobj=stream, mode="r:")  # type: ignore[call-overload]
     except tarfile.TarError as exc:
         raise ImageMalformed(f"{what}: not a valid tar stream: {exc}") from None
     with tar, _tar_errors(what):
@@ -293,8 +238,9 @@ def _unpack(stream: _Inflating, dest: Path, what: str, diff_id: str | None) -> L
             tree.parent_ready(rel)
             if m.pax_headers and any(k.startswith("SCHILY.xattr.") for k in m.pax_headers):
                 report.xattrs_dropped += 1
-            _write_member(tar, m, rel, tree, report)
+            _write_member(tar, stream, m, rel, tree, report)
             report.files += 1
+    tree.writers.wait_all()
     stream.drain()  # the end-of-archive blocks and padding: part of the stream the diff_id covers
     for rel in sorted(tree.dir_meta, key=lambda r: r.count("/"), reverse=True):  # children before parents
         mode, mtime = tree.dir_meta[rel]
@@ -311,7 +257,15 @@ def _unpack(stream: _Inflating, dest: Path, what: str, diff_id: str | None) -> L
     return report
 
 
-def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, tree: _Tree, report: LayerReport) -> None:
+def _data(stream: Inflating, m: tarfile.TarInfo, n: int) -> list[memoryview]:
+    views = stream.views(n)
+    if sum(len(v) for v in views) < n:
+        raise EOFError(f"{m.name}: the stream ends in its data")
+    return views
+
+
+def _write_member(tar: tarfile.TarFile, stream: Inflating, m: tarfile.TarInfo, rel: str, tree: _Tree,
+                  report: LayerReport) -> None:  # fmt: skip
     p = tree.path(rel)
     mode = m.mode & 0o7777
     if m.isdir():
@@ -322,17 +276,28 @@ def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, tree: _Tre
         tree.dir_meta[rel] = (mode, m.mtime)
         return
     tree.clear(rel, keep_dir=False)
-    if m.isreg():
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    if m.isreg() and not m.issparse() and m.size <= _INLINE:
+        if stream.tell() != m.offset_data:
+            stream.seek(m.offset_data)
+        tree.writers.submit(rel, p, _data(stream, m, m.size), m.size, mode, m.mtime)
+    elif m.isreg():  # large (or sparse, which tarfile maps): written here, a piece at a time
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            src = tar.extractfile(m)
-            if src is not None:
-                while chunk := src.read(_CHUNK):
+            if m.issparse():
+                src = tar.extractfile(m)
+                while chunk := src.read(_CHUNK):  # type: ignore[union-attr]
                     _write_all(fd, chunk)
+            else:
+                stream.seek(m.offset_data)
+                left = m.size
+                while left:
+                    for piece in _data(stream, m, min(left, 4 * _CHUNK)):
+                        _write_all(fd, piece)
+                        left -= len(piece)
             os.fchmod(fd, mode)
+            os.utime(fd, (m.mtime, m.mtime))
         finally:
             os.close(fd)
-        os.utime(p, (m.mtime, m.mtime), follow_symlinks=False)
     elif m.issym():
         os.symlink(m.linkname, p)
         os.utime(p, (m.mtime, m.mtime), follow_symlinks=False)
@@ -341,6 +306,7 @@ def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, tree: _Tre
         tp = tree.path(target)
         try:
             tree.parent_ready(target, create=False)
+            tree.writers.wait(target)  # its content and mode are the link's
             st = os.lstat(tp)
         except (FileNotFoundError, ImageMalformed):
             raise ImageMalformed(f"{tree.what}: hard link {rel!r} -> {m.linkname!r}: no such file earlier in the "
@@ -358,7 +324,7 @@ def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, rel: str, tree: _Tre
         report.skipped.append(f"/{rel} (tar entry type {m.type!r})")
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

@@ -24,10 +24,12 @@ class LocalLimits(BaseModel):
     ``pids`` through a cgroup per sandbox (v2 where its controllers are delegated, else
     v1; where neither is writable, ``memory_bytes`` falls back to a per-process
     RLIMIT_DATA and ``pids`` is not enforced: logged, and shown in ``limits_policy``),
-    ``disk_bytes`` through a watchdog that sums the sandbox directory's allocated blocks
-    every ``disk_check_s`` while a command runs, once after the last one ends and after
-    farm writes into it (overshoot bound: write speed x interval; RLIMIT_FSIZE still
-    caps each file). The sandbox's lifetime is ``SandboxSpec.timeout_s``. A breach kills
+    ``disk_bytes`` through a watchdog that checks every ``disk_check_s`` while a command
+    runs: it sums the sandbox directory's allocated blocks when the processes' write counts
+    (the kernel's, per process) could have taken the use over the limit, at least every
+    ``disk_full_check_s`` (for what no write counts: ``fallocate``), after a command ends
+    and after farm writes into it (overshoot bound: write speed x ``disk_check_s``;
+    RLIMIT_FSIZE still caps each file). The sandbox's lifetime is ``SandboxSpec.timeout_s``. A breach kills
     the processes concerned and is recorded as the rollout's ``limit_exceeded`` reason.
     Per-process rlimits (``prlimit``): ``nofile``, ``nproc``, ``file_size_bytes``,
     ``cpu_seconds``. ``None`` leaves a limit unset.
@@ -42,7 +44,15 @@ class LocalLimits(BaseModel):
     disk_bytes: int | None = Field(
         default=10 * 1024**3, ge=1 << 20, description="disk used by the sandbox's directories (watchdog)"
     )
-    disk_check_s: float = Field(default=2.0, gt=0, description="how often the disk watchdog sums usage (while a command runs)")
+    disk_check_s: float = Field(
+        default=2.0, gt=0, description="how often the disk watchdog checks usage (while a command runs)"
+    )
+    disk_full_check_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="how often, at least, the disk watchdog walks the sandbox's directories while a command runs "
+        "(between walks, the processes' write counts bound the use)",
+    )
     nofile: int | None = Field(default=4096, ge=16, description="RLIMIT_NOFILE: open files per process")
     nproc: int | None = Field(
         default=1024,

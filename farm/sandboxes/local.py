@@ -55,7 +55,7 @@ from farm.sandboxes.local_dirs import (  # noqa: F401 - re-exported: the backend
 from farm.sandboxes.process import HostProcess
 from farm.sandboxes.usage import CPUBook
 from farm.sandboxes.views import mount_view, resolve_mode, unmount_under
-from farm.sandboxes.watchdog import Watchdog
+from farm.sandboxes.watchdog import COUNTED_FS, Watchdog, fs_type, written_bytes
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,10 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             lifetime_s=spec.timeout_s,
             kill=self._kill_processes,
             busy=lambda: bool(self._procs),  # only a running command (or farm: wrote()) changes the use
+            written=self._written_bytes,
+            full_interval_s=cfg.limits.disk_full_check_s,
         )
+        self._writes_counted = False  # what its processes write is counted (_make_dirs decides)
 
     @classmethod
     async def create(
@@ -221,6 +224,13 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             if self.image:
                 self._image_ready(host)
             self.view_ready_s = time.monotonic() - t0
+        # the watchdog may trust the processes' write counts only where every write of theirs
+        # is counted to them: in their cgroup, on a disk file system, not through a FUSE daemon
+        self._writes_counted = (
+            self._cgroup is not None
+            and self.view_mode != "fuse-overlayfs"
+            and all(fs_type(p) in COUNTED_FS for p in self._watchdog.paths)
+        )
 
     # --- commands ------------------------------------------------------------
     def _uid(self, user: str | None) -> int | None:
@@ -343,7 +353,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         else:
             self._uid(user)
             full, host_env, host_cwd = limited, inner_env, workdir
-        self._watchdog.wrote()
+        if not self._writes_counted:
+            self._watchdog.wrote()
         proc = await HostProcess.spawn(
             full,
             env=host_env,
@@ -361,6 +372,13 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
     def _exited(self, proc: HostProcess) -> None:
         self._procs.discard(proc)
         self.cpu.ended(proc.pid)
+        self._watchdog.wrote()  # its processes' write counts left with it: the next round sums
+
+    def _written_bytes(self) -> int | None:
+        """What the sandbox's live processes have written (for the watchdog); None: not counted."""
+        if not self._writes_counted or self._cgroup is None:
+            return None
+        return written_bytes(self._cgroup.pids_inside())
 
     async def exec(
         self,
@@ -408,23 +426,27 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             await self._watchdog.stop()
             results = await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
             self.cpu.freeze()
-            if self._cgroup is not None:
-                await asyncio.to_thread(self._cgroup.remove)
-            if self._sock_dir:
-                await asyncio.to_thread(shutil.rmtree, self._sock_dir, True)
-            if self.view is not None and not self.view.writable:
-                await asyncio.to_thread(unmount_under, self.dir)
-            if not self._cfg.keep and self.dir.exists():
-                await asyncio.to_thread(remove_sandbox_dir, self.dir)
-                try:
-                    self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
-                except OSError:
-                    pass
+            await asyncio.to_thread(self._remove_from_host)  # one thread job: each costs wake-ups
         finally:
             self._run_close_callbacks()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise SandboxError(f"sandbox {self.id}: {len(errors)} process(es) could not be killed: {errors[0]}")
+
+    def _remove_from_host(self) -> None:
+        """Its cgroup, socket dir, view mount and directories (in that order)."""
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        if self._sock_dir:
+            shutil.rmtree(self._sock_dir, True)
+        if self.view is not None and not self.view.writable:
+            unmount_under(self.dir)
+        if not self._cfg.keep and self.dir.exists():
+            remove_sandbox_dir(self.dir)
+            try:
+                self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"LocalSandbox(id={self.id!r}, root={self.root!r}, isolation={self._cfg.isolation!r})"

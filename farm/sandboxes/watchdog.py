@@ -1,18 +1,30 @@
 """The disk and lifetime watchdog of a local sandbox.
 
 Disk cannot be capped by a cgroup, and a per-file RLIMIT_FSIZE does not stop a thousand
-files: so every ``interval_s`` the watchdog sums the allocated blocks under the
-sandbox's directory (``os.scandir``, in a thread; hard links counted once, sparse files
-by what they really allocate) and, when the sum is over the limit, kills the sandbox's
-processes and records the breach. The overshoot is bounded by write speed x interval
-(RLIMIT_FSIZE still caps any single file). The sandbox's lifetime (``SandboxSpec.timeout_s``)
-is checked in the same loop.
+files: so the watchdog sums the allocated blocks under the sandbox's directory
+(``os.scandir``, in a thread; hard links counted once, sparse files by what they really
+allocate) and, when the sum is over the limit, kills the sandbox's processes and records
+the breach. The sandbox's lifetime (``SandboxSpec.timeout_s``) is checked in the same loop,
+every ``interval_s``.
 
-Only what writes can change the sum: the sandbox's processes and farm's own file writes
-into it. So a round sums only while a process runs (``busy``), once more after the last
-one ends, and after farm wrote (``wrote``); an idle sandbox (a warm one in the pool, a
-grading sandbox between commands, an agent's after its CLI ended) costs no walk. The
-bound is unchanged: nothing unseen can have written since the last sum.
+A walk costs CPU in proportion to the files, and a sandbox's CLI runs for its whole
+rollout, so the rounds do not walk when they can prove the limit is not reached:
+
+- only what writes can change the sum: the sandbox's processes and farm's own file writes
+  into it. An idle sandbox (a warm one in the pool, a grading sandbox between commands, an
+  agent's after its CLI ended) costs nothing; farm's writes (``wrote``) and a command's end
+  (its processes' counts leave with it) make the next round walk;
+- while commands run, a round reads what the sandbox's live processes have written
+  (``written``: the kernel's per-process count of the bytes they dirtied, which takes in
+  what their reaped children wrote): the sum at the last walk plus what was written since
+  is a bound on the use, and only a bound over the limit makes the round walk. What that
+  count does not see (blocks ``fallocate`` reserves, directories' own blocks) is summed by
+  a walk at least every ``full_interval_s`` while a command runs.
+
+The overshoot is bounded by write speed x ``interval_s`` for data written
+(RLIMIT_FSIZE still caps any single file), and by what an allocation without writing
+reserved within ``full_interval_s``. Where the counts cannot be read (``written`` gives
+None: no cgroup, no task IO accounting), every round of a busy sandbox walks.
 """
 
 from __future__ import annotations
@@ -58,6 +70,52 @@ def disk_usage(path: str) -> int:
     return total
 
 
+# File systems whose writes the kernel counts to the writing process when it dirties a page
+# (``write_bytes`` in /proc/<pid>/io). Not tmpfs/ramfs (no writeback: never counted), not
+# FUSE (the daemon writes, outside the sandbox), not an overlay (its upper layer may be
+# either): there, every round of a busy sandbox walks.
+COUNTED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+
+
+def fs_type(path: str) -> str:
+    """The type of the file system ``path`` is on (the deepest mount point above it), '' if unknown."""
+    path = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                fields = line.split()
+                sep = fields.index("-")
+                mount = fields[4].replace("\\040", " ")
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, fields[sep + 1]
+    except (OSError, ValueError, IndexError):
+        return ""
+    return kind
+
+
+def written_bytes(pids: list[int]) -> int | None:
+    """What ``pids`` have written, by the kernel's count of the bytes each process dirtied
+    (its threads and its reaped children included); None when a count cannot be read (no
+    task IO accounting, no permission). A process that ended since ``pids`` was listed counts
+    nothing here: its count went to its parent."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io", "rb") as fh:
+                text = fh.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except OSError:
+            return None
+        start = text.find(b"\nwrite_bytes: ")
+        if start < 0:
+            return None
+        total += int(text[start + 14:text.index(b"\n", start + 1)])
+    return total
+
+
 def _size(n: int) -> str:
     return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"
 
@@ -75,9 +133,11 @@ class Watchdog:
         lifetime_s: float | None,
         kill: Callable[[], Awaitable[None]],
         busy: Callable[[], bool] | None = None,
+        written: Callable[[], int | None] | None = None,
+        full_interval_s: float | None = None,
     ) -> None:
         self._path = path
-        self._paths = [path, *(extra_paths or [])]
+        self.paths = [path, *(extra_paths or [])]
         self._disk_bytes = disk_bytes
         self._interval = interval_s
         self._deadline = time.monotonic() + lifetime_s if lifetime_s else None
@@ -85,6 +145,12 @@ class Watchdog:
         self._kill = kill
         self._busy = busy  # None: always sum
         self._written = True  # the first round sums (the directories as made)
+        self._count = written or (lambda: None)  # bytes the live processes wrote (None: unknown)
+        self._full_interval = full_interval_s if full_interval_s is not None else interval_s
+        self._used = 0  # the last walk's sum
+        self._walked_at = 0.0  # monotonic time of the last walk
+        self._counted = 0  # the processes' count when last read
+        self._grown = 0  # what they wrote since the last walk (a bound: a dropped count is not subtracted)
         self.walks = 0  # disk sums done (the cost this module keeps low)
         self.breaches: dict[str, str] = {}  # kind -> reason (the latest)
         self._task: asyncio.Task[None] | None = None
@@ -103,8 +169,8 @@ class Watchdog:
             self._task = None
 
     def wrote(self) -> None:
-        """Something may have changed the disk use (a command started, farm wrote a file):
-        the next round sums."""
+        """Something changed the disk use that the processes' counts do not show (farm wrote
+        a file, a command ended and its count left with it): the next round sums."""
         self._written = True
 
     async def check(self) -> None:
@@ -115,16 +181,28 @@ class Watchdog:
         if self._disk_bytes is None:
             return
         busy = self._busy() if self._busy is not None else True
-        if busy or self._written:
-            # a writer still running keeps the flag: the round after it ends sums what it left
-            self._written = busy
-            self.walks += 1
-            used = sum([await asyncio.to_thread(disk_usage, p) for p in self._paths])
-            if used > self._disk_bytes:
-                self.breaches["disk"] = (
-                    f"disk: {_size(used)} used, over the {_size(self._disk_bytes)} limit: processes killed"
-                )
-                await self._kill()
+        if not (busy or self._written):
+            return
+        count = self._count()
+        if count is not None and not self._written:
+            self._grown += max(0, count - self._counted)
+            self._counted = count
+            due = time.monotonic() - self._walked_at >= self._full_interval
+            if not due and self._used + self._grown <= self._disk_bytes:
+                return  # the bound is under the limit: no walk
+        # a writer still running keeps the flag when nothing counts its writes: the round
+        # after it ends sums what it left
+        self._written = busy and count is None
+        self._counted, self._grown = (count or 0), 0
+        self._walked_at = time.monotonic()
+        self.walks += 1
+        used = sum([await asyncio.to_thread(disk_usage, p) for p in self.paths])
+        self._used = used
+        if used > self._disk_bytes:
+            self.breaches["disk"] = (
+                f"disk: {_size(used)} used, over the {_size(self._disk_bytes)} limit: processes killed"
+            )
+            await self._kill()
 
     async def _run(self) -> None:
         while True:

@@ -131,10 +131,10 @@ def test_ray_job_stop_then_resubmit_records_every_rollout_once(head, tmp_path):
 def _check_metrics(cluster) -> None:
     """The farm's series reach Ray's Prometheus endpoint (exported asynchronously)."""
     deadline = time.monotonic() + 60
-    text = ""
+    text = _metrics(cluster)
     while time.monotonic() < deadline and "ray_farm_rollouts" not in text:
+        time.sleep(2)  # only while the series is not there yet
         text = _metrics(cluster)
-        time.sleep(2)
     assert "ray_farm_rollouts" in text and 'status="completed"' in text, text[-2000:]
     # every documented series is really emitted (the latencies from the turns' recorded timings)
     for series in ("ray_farm_engine_latency_s_count", "ray_farm_gateway_latency_s_count", "ray_farm_turns",

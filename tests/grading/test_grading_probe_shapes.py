@@ -47,6 +47,8 @@ def _project(root: Path, lib: str = LIB) -> Path:
     (root / "lib.py").write_text(lib)
     (root / "tests" / "base.py").write_text(BASE)
     (root / "tests" / "test_shapes.py").write_text(SHAPES)
+    # a conftest naming plugins to load (sphinx's does): a variable, not a hook
+    (root / "tests" / "conftest.py").write_text('pytest_plugins = []\n\n\ndef pytest_report_header(config):\n    return "shapes"\n')
     (root / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     return root
 

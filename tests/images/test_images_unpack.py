@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,73 @@ def test_unpack_runs_unprivileged(request: pytest.FixtureRequest):
     assert (tree / "bin/sh").stat().st_uid == 65534
     assert stat.S_IMODE((tree / "bin/sh").stat().st_mode) == 0o4755
     assert os.path.samefile(tree / "bin/sh", tree / "bin/sh2") and os.readlink(tree / "lib") == "usr/lib"
+
+
+@pytest.fixture
+def slow_first_write(monkeypatch: pytest.MonkeyPatch):
+    """Files are written by threads while the tar is parsed: the first file's write held back
+    (as a busy disk would), so what comes after it in the tar finds it still being written."""
+    import threading
+    import time
+
+    from farm.images import unpack as unpack_mod
+
+    real, first = unpack_mod._write_file, threading.Event()
+
+    def write(path: str, *args):  # noqa: ANN002
+        if not first.is_set():
+            first.set()
+            time.sleep(0.3)
+        return real(path, *args)
+
+    monkeypatch.setattr(unpack_mod, "_write_file", write)
+
+
+def test_entries_wait_for_the_file_they_depend_on(tmp_path: Path, slow_first_write: None):
+    tree, _, _ = unpack(tmp_path, [Entry("bin/tool", data=b"old", mode=0o755), Entry("bin/other", data=b"o"),
+                                   Entry("bin/alias", "hardlink", link="bin/tool"),  # fmt: skip
+                                   Entry("etc/a", data=b"1"), Entry("etc/a", data=b"2", mode=0o600)], name="t1")
+    assert os.path.samefile(tree / "bin/tool", tree / "bin/alias") and (tree / "bin/alias").read_bytes() == b"old"
+    assert stat.S_IMODE((tree / "bin/alias").stat().st_mode) == 0o755
+    tree, _, _ = unpack(tmp_path, [Entry("a", data=b"first"), Entry("a", data=b"second"), Entry("b", data=b"b")], name="t2")
+    assert (tree / "a").read_bytes() == b"second"
+    with pytest.raises(ImageMalformed, match="which the layer made a file"):
+        unpack(tmp_path, [Entry("f", data=b"x"), Entry("f/g", data=b"x")], name="t3")
+
+
+def test_a_writers_error_is_the_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A file that cannot be written (a full disk) fails the layer; nothing is written after."""
+    from farm.images import unpack as unpack_mod
+
+    real = unpack_mod._write_file
+
+    def write(path: str, *args):  # noqa: ANN002
+        if path.endswith("/f3"):
+            raise OSError(28, "No space left on device", path)
+        if path.endswith(("/f4", "/f5")):
+            time.sleep(0.3)  # still being written when f3 fails
+        return real(path, *args)
+
+    monkeypatch.setattr(unpack_mod, "_write_file", write)
+    with pytest.raises(OSError, match="No space left"):
+        unpack(tmp_path, [Entry(f"d/f{i}", data=b"x" * 1000) for i in range(6)])
+    before = sorted(p.name for p in (tmp_path / "tree/d").iterdir())
+    assert "f3" not in before
+    time.sleep(0.5)
+    assert sorted(p.name for p in (tmp_path / "tree/d").iterdir()) == before  # no writer left running
+
+
+def test_a_large_file_is_written_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from farm.images import unpack as unpack_mod
+
+    monkeypatch.setattr(unpack_mod, "_INLINE", 1000)
+    monkeypatch.setattr(unpack_mod, "_CHUNK", 700)  # pieces of 2800 bytes
+    big = bytes(range(256)) * 400
+    tree, report, tar = unpack(tmp_path, [Entry("big", data=big, mode=0o640), Entry("small", data=b"s")])
+    assert (tree / "big").read_bytes() == big and stat.S_IMODE((tree / "big").stat().st_mode) == 0o640
+    assert report.diff_id == "sha256:" + hashlib.sha256(tar).hexdigest()
+    cut = tar_of_entries([Entry("big", data=big)])[:60_000]  # the stream ends inside the large file
+    dest = tmp_path / "cut"
+    dest.mkdir()
+    with pytest.raises(ImageMalformed, match="ends in the middle of an entry"):
+        unpack_layer(io.BytesIO(cut), "", dest, what="layer")

@@ -121,10 +121,11 @@ async def test_limits_hold_per_sandbox_and_are_recorded(local_cfg: SandboxConfig
 
 
 async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxConfig) -> None:
-    """An idle sandbox costs no walk; what a command wrote is summed after it ends, also
-    when a round ran while it was still running; farm's own writes are summed too. (The
-    rounds are driven by hand: the watchdog's own loop waits an hour here.)"""
-    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600))
+    """An idle sandbox costs no walk, nor does a running command whose processes' write
+    counts keep the use under the limit; what a command left (an allocation no write count
+    shows) is summed after it ends; farm's own writes are summed too. (The rounds are driven
+    by hand: the watchdog's own loop waits an hour here.)"""
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600, disk_full_check_s=3600))
     async with await create_sandbox(cfg, SandboxSpec()) as sb:
         dog = sb._watchdog
         await dog.check()
@@ -133,7 +134,7 @@ async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxCo
         assert dog.walks == walks, "an idle sandbox was walked"
         proc = await sb.start("sleep 0.5; fallocate -l 60M big")
         await dog.check()  # while it runs: nothing written yet
-        assert dog.walks == walks + 1 and sb.breaches == []
+        assert dog.walks == walks + (0 if sb._writes_counted else 1) and sb.breaches == []
         assert (await proc.wait(60)).exit_code == 0
         await dog.check()
         assert [b for b in sb.breaches if b.startswith("disk:")], "what the command wrote was not summed"
@@ -142,6 +143,50 @@ async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxCo
         await sb.write_file(f"{sb.root}/upload.bin", b"x" * (60 << 20))
         await sb._watchdog.check()
         assert [b for b in sb.breaches if b.startswith("disk:")], "farm's own write was not summed"
+
+
+async def _until(cond, timeout_s: float = 30.0) -> None:  # noqa: ANN001 - a predicate
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not cond():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_below_the_limit(
+    local_cfg: SandboxConfig,
+) -> None:
+    """While a command runs, the processes' write counts (a child's, once reaped, in its
+    parent's) bound the use: writes under the limit cost no walk; writes over it make the
+    round walk and stop the command while it still runs; an allocation no count shows is
+    found by the walk every ``disk_full_check_s``."""
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600, disk_full_check_s=3600))
+    async with await create_sandbox(cfg, SandboxSpec()) as sb:
+        if not sb._writes_counted:
+            pytest.skip("no cgroup or no disk file system here: every round walks")
+        dog = sb._watchdog
+        await dog.check()
+        walks = dog.walks
+        small = await sb.start("sh -c 'dd if=/dev/zero of=small bs=1M count=10 status=none; touch done'; sleep 60")
+        await _until(lambda: os.path.exists(f"{sb.root}/done"))
+        await dog.check()
+        assert dog.walks == walks and sb.breaches == [], "writes under the limit were walked"
+        big = await sb.start("sh -c 'dd if=/dev/zero of=big bs=1M count=40 status=none; touch done2'; sleep 60")
+        await _until(lambda: os.path.exists(f"{sb.root}/done2"))
+        await dog.check()
+        assert dog.walks == walks + 1, "writes over the limit were not walked"
+        assert [b for b in sb.breaches if b.startswith("disk:")], "writes over the limit were not stopped"
+        assert (await big.wait(30)).exit_code != 0 and (await small.wait(30)).exit_code != 0
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600, disk_full_check_s=0.2))
+    async with await create_sandbox(cfg, SandboxSpec()) as sb:
+        dog = sb._watchdog
+        await dog.check()
+        proc = await sb.start("fallocate -l 60M big && touch done; sleep 60")
+        await _until(lambda: os.path.exists(f"{sb.root}/done"))
+        await asyncio.sleep(0.3)
+        await dog.check()
+        assert [b for b in sb.breaches if b.startswith("disk:")], "an allocation was not found by the full walk"
+        assert (await proc.wait(30)).exit_code != 0
 
 
 async def test_lifetime_is_enforced(local_cfg: SandboxConfig) -> None:
@@ -163,3 +208,27 @@ async def test_reap_removes_the_sandbox_cgroups(local_cfg: SandboxConfig) -> Non
     assert await reap("cgreap", cfg=local_cfg.local) == [sb.id]
     assert not any(d.exists() for d in cgroups)
     assert not os.path.exists(sb.dir) and not os.path.exists(sb._sock_dir)
+
+
+def test_a_view_is_mounted_and_unmounted_without_forking_mount(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """As root, an overlay view is mounted and unmounted by the system calls: with the
+    commands made to fail, the view still comes and goes (the commands stay the fallback)."""
+    from farm.errors import SandboxError
+    from farm.sandboxes import views
+
+    if os.geteuid() != 0:
+        pytest.skip("not root: views are mounted by the commands")
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    (layer / "f").write_text("below")
+
+    def no_commands(argv: list[str], what: str, timeout: float = 600.0) -> None:
+        raise SandboxError(f"{what}: a command was run ({argv[0]})")
+
+    monkeypatch.setattr(views, "_run", no_commands)
+    merged = views.mount_view([views.ViewLayer(path=str(layer))], tmp_path / "view", "overlay")
+    (merged / "f").write_text("above")
+    assert views.mounts_under(tmp_path / "view") == [str(merged)]
+    assert (layer / "f").read_text() == "below" and (tmp_path / "view" / "upper" / "f").read_text() == "above"
+    assert views.unmount_under(tmp_path / "view") == [str(merged)]
+    assert views.mounts_under(tmp_path / "view") == []

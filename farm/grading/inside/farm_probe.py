@@ -153,8 +153,9 @@ def pytest_plugin_registered(plugin, manager):
 def _plugin_origin(plugin):
     paths = [getattr(plugin, "__file__", None)] if hasattr(plugin, "__file__") else []
     for name in dir(plugin):
-        if name.startswith("pytest_"):
-            fn = _rigged._unwrap(getattr(plugin, name, None))
+        value = getattr(plugin, name, None) if name.startswith("pytest_") else None
+        if callable(value):  # a hook, not a variable (a conftest's pytest_plugins)
+            fn = _rigged._unwrap(value)
             code = getattr(fn, "__code__", None)
             paths.append(code.co_filename if code is not None else "")
     for path in paths:
