@@ -136,10 +136,10 @@ def test_with_no_actor_left_the_rest_of_a_finite_plan_is_recorded_failed():
     progress, recorded = _Progress(), []
     d = Dispatcher(FarmConfig(), {}, reducer=None, progress=progress, tally=SummaryTally())
 
-    def record(spec, status, reason, actor):
-        recorded.append((spec.rollout_id, status, reason))
+    def record(spec, outcome, actor):
+        recorded.append((spec.rollout_id, outcome.status, outcome.reason))
         return RolloutSummary(rollout_id=spec.rollout_id, group_id=spec.group_id, task_id=spec.task.id,
-                              status=status, reason=reason)  # fmt: skip
+                              status=outcome.status, reason=outcome.reason)  # fmt: skip
 
     d._record = record
     d.run(feed=StreamFeed(stream, total=total))
