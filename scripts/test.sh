@@ -8,6 +8,11 @@ bash scripts/setup.sh || exit 1
 VENV="${FARM_VENV:-.venv}"
 select=()
 if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
+# Several pytest-xdist workers: most of the suite waits (subprocesses, Ray start-up, sandboxes),
+# so on 2 cores 3 workers take about half the wall time of one. tests/conftest.py keeps on one
+# worker what must share one (the shared Ray, modules with module-scoped runs) and sends the
+# slow tests first. FARM_TEST_WORKERS=0 runs everything in this process (or pass `-n 0`).
+workers=(-n "${FARM_TEST_WORKERS:-3}" --dist loadgroup)
 # pytest as `python -m pytest` runs it, then Python's atexit handlers (Ray's shutdown,
 # wandb's service), then the process ends without the interpreter's teardown: in two of
 # four whole-suite runs (2026-11-27, CI's among them) that teardown crashed with SIGSEGV
@@ -23,7 +28,7 @@ atexit._run_exitfuncs()
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(int(code))
-' -q -ra --durations=15 "${select[@]}" "$@"
+' -q -ra --durations=15 "${workers[@]}" "${select[@]}" "$@"
 rc=$?
 # pytest exit 5 = "no tests ran": that is a failure of ours, not a pass.
 if [ "$rc" -eq 5 ]; then echo "no tests ran: failing" >&2; exit 1; fi

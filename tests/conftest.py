@@ -109,15 +109,52 @@ def shared_ray():
     yield
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests using `shared_ray` run together, from where the first of them is (each
-    module's tests keep their order): one Ray start for all of them."""
+    module's tests keep their order): one Ray start for all of them. Under pytest-xdist
+    (scripts/test.sh runs it), see `_group_for_workers`."""
     users = [item for item in items if SHARED_RAY in item.fixturenames]
-    if not users:
-        return
-    at = items.index(users[0])
-    others = [item for item in items if SHARED_RAY not in item.fixturenames]
-    items[:] = others[:at] + users + others[at:]
+    if users:
+        at = items.index(users[0])
+        others = [item for item in items if SHARED_RAY not in item.fixturenames]
+        items[:] = others[:at] + users + others[at:]
+    if config.getvalue("dist") not in (None, "no"):
+        _group_for_workers(items)
+
+
+# --- pytest-xdist: what must stay on one worker, and the long work first ----------------------
+# scripts/test.sh runs the suite on several workers with `--dist loadgroup`: a test without an
+# xdist_group goes to whichever worker is free, the tests of one group all go to one worker,
+# one after another in collection order. Grouped here:
+# - the `shared_ray` users: one Ray start on one worker, as above (a second worker never sees
+#   it: a plain ray.init() only joins a cluster `ray start` or Cluster() recorded in its own
+#   temp dir, and the tests that start those give them temp dirs of their own);
+# - each module with a module- or class-scoped fixture: split over workers it would run once
+#   per worker (the folded end-to-end runs are such fixtures).
+# Each worker has its own session fixtures (tokenizer, registry) and its own tmp_path root.
+# The slow tests are sent first (the shared Ray group first of all): a long test that starts
+# last would leave the other worker idle at the end.
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SHARED_RAY in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group(SHARED_RAY))
+        elif item.get_closest_marker("xdist_group") is None and _shares_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+    def rank(item: pytest.Item) -> int:
+        if SHARED_RAY in item.fixturenames:
+            return 0
+        return 1 if item.get_closest_marker("slow") is not None else 2
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
+
+
+def _shares_fixtures(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope in ("module", "class") for defs in info.name2fixturedefs.values() for d in defs)
 
 
 @pytest.hookimpl(tryfirst=True)
