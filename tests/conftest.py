@@ -119,7 +119,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         at = items.index(users[0])
         others = [item for item in items if SHARED_RAY not in item.fixturenames]
         items[:] = others[:at] + users + others[at:]
-    if config.getvalue("dist") not in (None, "no"):
+    if config.getoption("dist", default="no") != "no":  # xdist off (`-p no:xdist`): no such option
         _group_for_workers(items)
 
 
