@@ -10,9 +10,9 @@ select=()
 if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
 # FARM_TEST_WORKERS=N: the suite on N pytest-xdist workers (`--dist loadgroup`; tests/conftest.py
 # keeps on one worker what must share one: the shared Ray, modules with module-scoped runs, and
-# sends the slow tests first). Off by default: two local Rays started at once on one machine
-# clash on the dashboard agent's fixed port (52365, which ray.init() cannot change), and the
-# second one's start times out; see docs/developing/index.md.
+# sends the slow tests first). Off by default: beside another worker's end-to-end test, every
+# start of the shared Ray failed (its raylet gave up waiting for its dashboard agent); see
+# docs/developing/index.md.
 workers=()
 if [ "${FARM_TEST_WORKERS:-0}" != "0" ]; then workers=(-n "$FARM_TEST_WORKERS" --dist loadgroup); fi
 # pytest as `python -m pytest` runs it, then Python's atexit handlers (Ray's shutdown,
