@@ -110,7 +110,7 @@ async def pull_and_unpack(name: str, work: Path, rounds: int) -> dict[str, float
             ours.append(await _product_unpack(image, puller, work / f"store-{i}"))
             gnu.append(_gnu_tar([kept / blob.name for blob in blobs], work / f"tar-{i}"))
         # the rounds' trees are removed after the last: on ext4 without a journal a file made
-        # within a minute of deletions in its block group costs ~20x the kernel CPU (see
+        # within a minute of deletions in its block group costs 20-30x the kernel CPU (see
         # farm.images.unpack.spread_inodes), so removing one round's tree would slow the next
         # (ours and tar's alike) by what the bench itself did, not by what is measured
         for i in range(rounds):
