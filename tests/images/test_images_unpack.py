@@ -230,7 +230,8 @@ def test_a_layers_tree_is_the_top_of_a_hierarchy(tmp_path: Path):
         pytest.skip("the test directory's file system has no inode flags (not ext2/3/4)")
     tree, report, _ = unpack(tmp_path, [Entry("usr/bin/tool", data=b"x", mode=0o755)])
     assert _inode_flags(tree) & unpack_mod._FS_TOPDIR_FL  # type: ignore[operator]
-    assert not _inode_flags(tree / "usr") & unpack_mod._FS_TOPDIR_FL  # type: ignore[operator]  # the layer's own dirs keep theirs
+    # the layer's own directories keep their flags (only its root is a top)
+    assert not _inode_flags(tree / "usr") & unpack_mod._FS_TOPDIR_FL  # type: ignore[operator]
     assert (tree / "usr/bin/tool").read_bytes() == b"x"
 
 
