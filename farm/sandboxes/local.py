@@ -366,6 +366,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             jailed=self._isolated,
         )
         self._procs.add(proc)
+        self._watchdog.wake()  # an idle sandbox's watchdog sleeps until a command starts
         self.cpu.started(proc.pid, proc.describe)
         return proc
 

@@ -12,8 +12,9 @@ rollout, so the rounds do not walk when they can prove the limit is not reached:
 
 - only what writes can change the sum: the sandbox's processes and farm's own file writes
   into it. An idle sandbox (a warm one in the pool, a grading sandbox between commands, an
-  agent's after its CLI ended) costs nothing; farm's writes (``wrote``) and a command's end
-  (its processes' counts leave with it) make the next round walk;
+  agent's after its CLI ended) costs nothing, not even a wake-up: its loop sleeps until a
+  command starts or farm writes (``wrote``, ``wake``), or until its lifetime ends; farm's
+  writes and a command's end (its processes' counts leave with it) make the next round walk;
 - while commands run, a round reads what the sandbox's live processes have written
   (``written``: the kernel's per-process count of the bytes they dirtied, which takes in
   what their reaped children wrote): the sum at the last walk plus what was written since
@@ -152,6 +153,8 @@ class Watchdog:
         self._counted = 0  # the processes' count when last read
         self._grown = 0  # what they wrote since the last walk (a bound: a dropped count is not subtracted)
         self.walks = 0  # disk sums done (the cost this module keeps low)
+        self.rounds = 0  # rounds run (an idle sandbox's loop runs none)
+        self._woken = asyncio.Event()  # a command started or farm wrote: an idle loop goes on
         self.breaches: dict[str, str] = {}  # kind -> reason (the latest)
         self._task: asyncio.Task[None] | None = None
 
@@ -172,9 +175,21 @@ class Watchdog:
         """Something changed the disk use that the processes' counts do not show (farm wrote
         a file, a command ended and its count left with it): the next round sums."""
         self._written = True
+        self._woken.set()
+
+    def wake(self) -> None:
+        """A command started: rounds run again (every ``interval_s``) while the sandbox is busy."""
+        self._woken.set()
+
+    def _idle(self) -> bool:
+        """Nothing can change the disk use until a command starts or farm writes."""
+        if self._disk_bytes is None:
+            return True
+        return not self._written and self._busy is not None and not self._busy()
 
     async def check(self) -> None:
         """One round: lifetime, then disk."""
+        self.rounds += 1
         if self._deadline is not None and time.monotonic() > self._deadline and "lifetime" not in self.breaches:
             self.breaches["lifetime"] = f"lifetime: {self._lifetime_s:g} s exceeded: processes killed"
             await self._kill()
@@ -207,6 +222,16 @@ class Watchdog:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
+            if self._idle():
+                self._woken.clear()
+                # only a wake-up (or the lifetime's end) can give this round anything to do
+                left = None if self._deadline is None else self._deadline - time.monotonic()
+                if left is None or left > 0:
+                    try:
+                        await asyncio.wait_for(self._woken.wait(), left)
+                        continue  # woken: the next round comes an interval later, as for a busy sandbox
+                    except TimeoutError:
+                        pass  # the lifetime ended while idle: the round below records it
             try:
                 await self.check()
             except Exception:  # noqa: BLE001 - a watchdog round must never end the watchdog
