@@ -16,8 +16,13 @@
 - **farm's process**: ``getrusage`` over the window, and by what ran it: every event-loop
   callback's thread CPU goes to the rollout phase of the task it ran for (the gateway's
   request handlers are no rollout's: ``gateway``), every worker-thread job's likewise; the
-  loop's own work (``select``, scheduling) is what its thread used outside callbacks, and
-  threads outside the executors (asyncio's child watchers) are the process's remainder.
+  loop's own work (``select``, scheduling) is what its thread used outside callbacks; a
+  callback no rollout owns is named by its task (``unowned.<coroutine>``: the warm pool's
+  sandboxes' watchdogs); every other thread by its pool (``/proc/self/task/<tid>/schedstat``):
+  each executor's work around its jobs (``threads.<pool>.outside_jobs``), threads Python did not
+  start (``threads.native``: the tokenizer's), threads that ended within the window
+  (``threads.exited``: asyncio's child watchers, one a subprocess); ``other_threads`` is what
+  is left (near zero).
 - **the engine stand-in**: its process's ``/proc/<pid>/stat`` (with its children) over
   the window.
 
