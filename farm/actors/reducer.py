@@ -24,6 +24,7 @@ Cancelled rollouts are never stored: a rerun runs them.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import time
@@ -68,8 +69,6 @@ def steady_malloc() -> bool:
     ``MALLOC_*_`` variables set at start-up): a Ray actor with environment variables of its
     own gets a worker started for it (~1.4 s of every run's start) instead of a pooled one.
     False where there is no glibc (nothing changed)."""
-    import ctypes
-
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -18,7 +18,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.status import RetryDecision, RolloutStatus
+from farm.trajectory.linearize import is_trainable
+from farm.trajectory.records import FinishReason
 from farm.trajectory.row_schema import Arrow, arrow_schema
+from farm.trajectory.transcript import Transcript
 
 Int32 = Annotated[int, Arrow(pa.int32())]
 Text = Annotated[str, Arrow(pa.large_string())]
@@ -210,16 +213,11 @@ def counts_of(tree: Any) -> RolloutCounts:
     """Turn and token counts of a session tree (None: no session)."""
     if tree is None:
         return RolloutCounts()
-    from farm.trajectory.transcript import Transcript
-
     if isinstance(tree, Transcript):  # black-box: the endpoint's usage, nothing trainable
         return RolloutCounts(
             turns=len(tree.turns), prompt_tokens=sum(t.prompt_tokens for t in tree.turns),
             output_tokens=sum(t.output_tokens for t in tree.turns), engine_errors=len(tree.errors),
         )  # fmt: skip
-    from farm.trajectory.linearize import is_trainable
-    from farm.trajectory.records import FinishReason
-
     turns = list(tree.turns)
     versions = [t.policy_version for t in turns if t.policy_version is not None and is_trainable(t)]
     return RolloutCounts(
