@@ -13,7 +13,7 @@ One runs after every recipe's commands that make its venv:
   runs the bare base interpreter without the venv's packages. ``prefix_step`` makes the
   venv self-contained, as a conda environment is.
 
-Three are steps a recipe names where they run, among its own commands (``expand``):
+Four are steps a recipe names where they run, among its own commands (``expand``):
 
 - ``farm-requirements PATH...`` (``requirements_script.py``): the first of the repository's
   requirements files that exists, read as SWE-bench's harness reads it (``-r`` files in
@@ -27,6 +27,10 @@ Three are steps a recipe names where they run, among its own commands (``expand`
   ``left_out`` reads back into the setup's report: the environment's record and the
   validation report name them, and a test that fails on a missing module says which package
   was left out.
+- ``farm-submodule PATH PACKAGE`` (``submodule_script.py``): a submodule the checkout builds
+  with (astropy's ``astropy_helpers``) that farm's mirror does not hold, filled from PACKAGE's
+  source release on PyPI that matches the checkout's date; a no-op when the commit holds no
+  submodule at PATH or it is already there.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ def requirements_step(paths: Sequence[str]) -> str:
     return _run_with_venv_python(_script("requirements_script.py"), *paths)
 
 
+def submodule_step(path: str, package: str) -> str:
+    """The setup step that fills the checkout's submodule ``path`` from ``package``'s source
+    release on PyPI (``submodule_script.py``): run before the step that builds the checkout."""
+    return _run_with_venv_python(_script("submodule_script.py"), path, package)
+
+
 HTTPBIN = f"{_VENV}/httpbin"
 HTTPBIN_URL = f"$({HTTPBIN}/bin/python {HTTPBIN}/serve.py)"  # a test command's: starts it, prints its URL
 
@@ -88,7 +98,9 @@ FARM_STEPS = {
     "farm-requirements": ((1, None), requirements_step),
     "farm-conda-env": ((1, 1), lambda args: conda_env_step(*args)),
     "farm-httpbin": ((0, 0), lambda args: httpbin_step()),
+    "farm-submodule": ((2, 2), lambda args: submodule_step(*args)),
 }
+_TAKES = {(0, 0): "no argument", (1, 1): "one file", (1, None): "one or more paths", (2, 2): "a path and a package"}
 
 
 def step_error(command: str) -> str | None:
@@ -100,7 +112,7 @@ def step_error(command: str) -> str | None:
         return f"unknown step {name!r} (farm's steps: {', '.join(FARM_STEPS)})"
     (least, most), _ = FARM_STEPS[name]
     if len(args) < least or (most is not None and len(args) > most):
-        return f"{name} takes {'no argument' if most == 0 else 'one file' if most == 1 else 'one or more paths'}"
+        return f"{name} takes {_TAKES[least, most]}"
     return None
 
 

@@ -387,14 +387,14 @@ def test_farm_envs_build_refuses_an_unknown_log_parser_before_building(tmp_path:
 
 
 def test_test_ids_no_run_can_report_are_dataset_defects(tmp_path: Path) -> None:
-    """As published: a PASS_TO_PASS "[100%]" (SWE-bench's log parser read pytest's progress
-    column of an inner run as a test name: pytest-dev__pytest-5227) and a FAIL_TO_PASS id holding
+    """As published: PASS_TO_PASS "[", "[100%]" and "[100%]------" (SWE-bench's log parser read
+    pytest's progress column of an inner run as a test name: pytest-dev__pytest-5227) and a FAIL_TO_PASS id holding
     a path of the machine SWE-bench ran on. They are left out of the lists and named; a row with
     no FAIL_TO_PASS left is refused as a dataset defect."""
     theirs = "tests/test_self.py::test_stdin[/n/fs/p-swe-bench/temp/pylint/tmpx/mymodule.py]"
     path = write_jsonl(tmp_path / "swe.jsonl", [
         swebench_row(FAIL_TO_PASS=json.dumps(["tests/test_core.py::test_add", theirs]),
-                     PASS_TO_PASS=json.dumps(["[100%]", "tests/test_other.py::test_ok"])),
+                     PASS_TO_PASS=json.dumps(["[", "[100%]", "[100%]------", "tests/test_other.py::test_ok"])),
         swebench_row(instance_id="acme__thing-2", FAIL_TO_PASS=json.dumps([theirs])),
     ])  # fmt: skip
     result = load_tasks(path, environments=False)  # the conversion alone
@@ -402,8 +402,8 @@ def test_test_ids_no_run_can_report_are_dataset_defects(tmp_path: Path) -> None:
     assert task.fail_to_pass == ["tests/test_core.py::test_add"] and task.pass_to_pass == ["tests/test_other.py::test_ok"]
     assert task.metadata["dataset_defects"] == [
         f"FAIL_TO_PASS {theirs!r} holds a path of the machine the dataset was made on, which no run elsewhere reports",
-        "PASS_TO_PASS '[100%]' is not a test (SWE-bench's log parser read pytest's progress column of an inner run "
-        "as a test name)",
+        *(f"PASS_TO_PASS {junk!r} is not a test (SWE-bench's log parser read pytest's progress column of an inner "
+          "run as a test name)" for junk in ("[", "[100%]", "[100%]------")),
     ]
     (err,) = result.errors
     assert err.field == "FAIL_TO_PASS" and "dataset defect: FAIL_TO_PASS" in str(err) and "/n/fs/p-swe-bench/" in str(err)

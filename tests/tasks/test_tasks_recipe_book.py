@@ -20,7 +20,7 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.tasks.recipes import BUILTIN, builtin_recipes, fill_test_command, load_book, recipe_sources
 from farm.tasks.requirements import Requirement, check_met
-from farm.tasks.venvs import conda_env_step, prefix_step, requirements_step
+from farm.tasks.venvs import conda_env_step, prefix_step, requirements_step, submodule_step
 
 # The repositories of SWE-bench's Lite / Verified / full test splits and of its dev split.
 SWEBENCH_REPOS = {
@@ -112,11 +112,17 @@ def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path)
     (task,) = load_tasks(path, check_requirements=False).tasks
     assert task.base_setup_commands[1] == requirements_step(["requirements_test.txt"])
     assert task.base_setup_commands[-1] == prefix_step()
+    # astropy up to 3.2 builds with its astropy_helpers submodule: filled before the checkout's install
+    old = write(tmp_path / "old.jsonl", row("astropy/astropy", "1.3"))
+    (astropy,) = load_tasks(old, check_requirements=False).tasks
+    fill = astropy.setup_commands.index(submodule_step("astropy_helpers", "astropy-helpers"))
+    assert "pip install -q -e '.[test]'" in astropy.setup_commands[fill + 1]
     mine = tmp_path / "mine.yaml"
     for bad, why in (("farm-requirement x.txt", "unknown step 'farm-requirement'"),
                      ("farm-conda-env a.yml b.yml", "farm-conda-env takes one file"),
                      ("farm-requirements", "farm-requirements takes one or more paths"),
-                     ("farm-httpbin 8080", "farm-httpbin takes no argument")):  # fmt: skip
+                     ("farm-httpbin 8080", "farm-httpbin takes no argument"),
+                     ("farm-submodule astropy_helpers", "farm-submodule takes a path and a package")):  # fmt: skip
         mine.write_text(f"acme/tool:\n  '1.0': {{base_setup: ['{bad}']}}\n")
         with pytest.raises(TaskLoadError, match=why):
             load_tasks(path, recipes=str(mine))

@@ -182,3 +182,82 @@ def test_the_local_httpbin_answers_http_and_https_on_one_port(tmp_path: Path) ->
     finally:
         port = url.rsplit(":", 1)[1].rstrip("/")
         os.kill(int((tmp_path / f".venv/httpbin/server-{port}.pid").read_text()), signal.SIGTERM)
+
+
+def _sdist(name: str, version: str) -> bytes:
+    """A source release as PyPI serves one: NAME-VERSION/setup.py and its package, gzipped tar."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, text in ((f"{name}-{version}/setup.py", "from setuptools import setup\nsetup()\n"),
+                           (f"{name}-{version}/helpers/__init__.py", f"VERSION = {version!r}\n")):  # fmt: skip
+            data = text.encode()
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_a_submodule_the_mirror_lacks_is_filled_from_the_release_of_the_checkouts_date(tmp_path: Path) -> None:
+    """farm-submodule (astropy's astropy_helpers): from a PyPI-style JSON index (a local server
+    here), the highest release, pre-releases included, uploaded before the checkout's commit
+    date; sha256 checked; nothing done for a commit without that submodule."""
+    import hashlib
+    import http.server
+    import json
+    import threading
+
+    from farm.tasks.venvs import submodule_step
+
+    files = {v: _sdist("thing-helpers", v) for v in ("2.0.3", "3.0rc2", "3.0", "3.1")}
+    uploaded = {"2.0.3": "2018-01-22T10:00:00", "3.0rc2": "2018-01-22T09:00:00", "3.0": "2018-02-09T10:00:00",
+                "3.1": "2018-12-05T10:00:00"}  # fmt: skip
+    tampered = {"3.0rc2"}
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/pypi/thing-helpers/json":
+                base = f"http://127.0.0.1:{self.server.server_port}/files"
+                body = json.dumps({"releases": {v: [{
+                    "packagetype": "sdist", "filename": f"thing-helpers-{v}.tar.gz", "url": f"{base}/{v}",
+                    "upload_time": uploaded[v], "digests": {"sha256": hashlib.sha256(files[v]).hexdigest()}}]
+                    for v in files}}).encode()  # fmt: skip
+            else:
+                version = self.path.rsplit("/", 1)[-1]
+                body = files[version] + (b"x" if version in tampered else b"")
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        git = "git -c user.name=t -c user.email=t@t"
+        assert _bash(f"git init -q && {git} commit -q --allow-empty -m plain && python3 -m venv --without-pip .venv",
+                     repo).returncode == 0  # fmt: skip
+        step = submodule_step("helpers_dir", "thing-helpers")
+        env = f"export FARM_PYPI_URL=http://127.0.0.1:{server.server_port}/pypi; "
+        no_submodule = _bash(env + step, repo)  # this commit holds no submodule there: nothing to do
+        assert no_submodule.returncode == 0 and not (repo / "helpers_dir").exists(), no_submodule.stderr
+        gitlink = "git update-index --add --cacheinfo 160000,0123456789abcdef0123456789abcdef01234567,helpers_dir"
+        dated = "GIT_COMMITTER_DATE=2018-02-07T12:00:00+0000"
+        assert _bash(f"{gitlink} && {dated} {git} commit -q -m submodule", repo).returncode == 0
+        refused = _bash(env + step, repo)  # the release of that date, 3.0rc2, does not match its digest
+        assert refused.returncode != 0 and "is not PyPI's" in refused.stderr, refused.stderr
+        assert not (repo / "helpers_dir" / "setup.py").exists()
+        tampered.clear()
+        filled = _bash(env + step, repo)
+        assert filled.returncode == 0, filled.stderr
+        assert "helpers_dir <- thing-helpers 3.0rc2" in filled.stdout  # not 2.0.3 (older line), not 3.0 (after)
+        assert (repo / "helpers_dir" / "helpers" / "__init__.py").read_text() == "VERSION = '3.0rc2'\n"
+        assert _bash(env + step, repo).stdout == ""  # already there: nothing done again
+    finally:
+        server.shutdown()

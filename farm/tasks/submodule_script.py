@@ -1,0 +1,144 @@
+"""Fill a git submodule of the checkout from its package's source release on PyPI.
+
+This file is data to farm: ``farm.tasks.venvs`` puts its text in a setup command that the
+venv's own python runs (``.venv/bin/python - PATH PACKAGE <<...``); farm never imports it.
+It runs in the task's environment: Python 3.5+ and the standard library.
+
+Some checkouts build with a submodule: astropy up to 4.0 vendors ``astropy_helpers`` (its
+``ah_bootstrap.py`` imports it from there, else runs ``git submodule update`` against
+GitHub, else asks PyPI through setuptools' old easy_install). SWE-bench's harness builds
+with the network; farm's mirrors hold the repository but not its submodules, and their host
+may be out of reach. The submodule's project publishes its releases on PyPI, so this puts
+the source release that matches the checkout at PATH: the highest version (pre-releases
+included: a development checkout tracked the next release) whose sdist was uploaded before
+the checkout's commit date (``git log -1 --format=%cI``), else the oldest one after. Its
+sha256 is checked against PyPI's. Nothing is done when the checkout's commit does not hold
+PATH as a submodule, or when PATH already holds a project (``setup.py`` or ``pyproject.toml``:
+the submodule was checked out). One line says what was
+put there: ``farm-submodule: PATH <- PACKAGE VERSION (...)``.
+
+The index is PyPI's JSON API (``FARM_PYPI_URL``, default https://pypi.org/pypi): a simple
+index alone (a mirror) does not give upload dates.
+"""
+
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import urllib.request
+import zipfile
+
+PYPI = os.environ.get("FARM_PYPI_URL", "https://pypi.org/pypi").rstrip("/")
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[.-]?(dev|alpha|a|beta|b|rc|c)\.?(\d*))?")
+_PRE_RANK = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1}
+
+
+def version_key(version):
+    """A sort key for PEP 440 versions with the standard library alone: 3.0rc2 < 3.0 == 3.0.0 < 3.0.1."""
+    m = _VERSION.match(version.lower())
+    if not m:
+        return (), (-9, 0)
+    release = [int(x) for x in m.group(1).split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    pre = (_PRE_RANK[m.group(2)], int(m.group(3) or 0)) if m.group(2) else (0, 0)
+    return tuple(release), pre
+
+
+def parse_time(text):
+    return datetime.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")
+
+
+def commit_time():
+    out = subprocess.check_output(["git", "log", "-1", "--format=%cI"], universal_newlines=True).strip()
+    when = datetime.datetime.strptime(out[:19], "%Y-%m-%dT%H:%M:%S")
+    sign = 1 if out[19] == "+" else -1
+    offset = datetime.timedelta(hours=int(out[20:22]), minutes=int(out[23:25]))
+    return when - sign * offset  # UTC, as PyPI's upload times are
+
+
+def pick(releases, when):
+    """(version, sdist file record) of the release to use, or None."""
+    dated = []
+    for version, files in releases.items():
+        sdists = [f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")]
+        if sdists:
+            dated.append((parse_time(sdists[0]["upload_time_iso_8601"] if "upload_time_iso_8601" in sdists[0]
+                                     else sdists[0]["upload_time"]), version, sdists[0]))
+    before = [d for d in dated if d[0] <= when]
+    if before:
+        return max(before, key=lambda d: version_key(d[1]))[1:]
+    after = sorted(dated)
+    return after[0][1:] if after else None
+
+
+def unpack(data, filename, path):
+    """The sdist's files under its top directory, written under ``path``."""
+    os.makedirs(path, exist_ok=True)
+    if filename.endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for info in z.infolist():
+                parts = info.filename.split("/", 1)
+                if len(parts) == 2 and parts[1] and ".." not in parts[1].split("/"):
+                    target = os.path.join(path, parts[1])
+                    if info.filename.endswith("/"):
+                        os.makedirs(target, exist_ok=True)
+                    else:
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        with open(target, "wb") as f:
+                            f.write(z.read(info))
+        return
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/", 1)
+            if len(parts) < 2 or not parts[1] or ".." in parts[1].split("/") or not (member.isfile() or member.isdir()):
+                continue
+            target = os.path.join(path, parts[1])
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(tar.extractfile(member).read())
+            os.chmod(target, member.mode & 0o755 | 0o644)
+
+
+def is_submodule(path):
+    """Whether the checkout's commit holds ``path`` as a submodule (a gitlink, mode 160000)."""
+    out = subprocess.check_output(["git", "ls-tree", "HEAD", "--", path.rstrip("/")], universal_newlines=True)
+    return out.startswith("160000 ")
+
+
+def main(path, package):
+    if not is_submodule(path):
+        return 0  # this checkout does not vendor it (the recipe serves versions before and after)
+    if os.path.isfile(os.path.join(path, "setup.py")) or os.path.isfile(os.path.join(path, "pyproject.toml")):
+        return 0
+    when = commit_time()
+    with urllib.request.urlopen("{}/{}/json".format(PYPI, package), timeout=60) as r:
+        releases = json.loads(r.read().decode("utf-8"))["releases"]
+    chosen = pick(releases, when)
+    if chosen is None:
+        sys.stderr.write("farm-submodule: {} has no source release on {}\n".format(package, PYPI))
+        return 1
+    version, sdist = chosen
+    with urllib.request.urlopen(sdist["url"], timeout=300) as r:
+        data = r.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sdist["digests"]["sha256"]:
+        sys.stderr.write("farm-submodule: {} sha256 {} is not PyPI's {}\n".format(sdist["filename"], digest,
+                                                                                 sdist["digests"]["sha256"]))
+        return 1
+    unpack(data, sdist["filename"], path)
+    print("farm-submodule: {} <- {} {} (the newest source release uploaded before the checkout's commit, {}; "
+          "the submodule's own repository is not fetched)".format(path, package, version, when.date()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
