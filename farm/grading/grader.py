@@ -31,6 +31,7 @@ import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+import importlib
 
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
@@ -393,8 +394,6 @@ def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, 
 
 def run_judge(spec: str, task: Task, diff: str, report: GradingReport) -> str | None:
     """Call ``module:callable`` (task, diff, report) -> None or a short finding."""
-    import importlib
-
     module, _, name = spec.partition(":")
     try:
         verdict = getattr(importlib.import_module(module), name)(task, diff, report)
