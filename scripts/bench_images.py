@@ -109,6 +109,13 @@ async def pull_and_unpack(name: str, work: Path, rounds: int) -> dict[str, float
                 os.link(kept / blob.name, blob)
             ours.append(await _product_unpack(image, puller, work / f"store-{i}"))
             gnu.append(_gnu_tar([kept / blob.name for blob in blobs], work / f"tar-{i}"))
+        # the rounds' trees are removed after the last: on ext4 without a journal a file made
+        # within a minute of deletions in its block group costs 20-30x the kernel CPU (see
+        # farm.images.unpack.spread_inodes), so removing one round's tree would slow the next
+        # (ours and tar's alike) by what the bench itself did, not by what is measured
+        for i in range(rounds):
+            shutil.rmtree(work / f"store-{i}", ignore_errors=True)
+            shutil.rmtree(work / f"tar-{i}", ignore_errors=True)
     finally:
         await puller.close()
     mb = ours[0][0] / 1e6
@@ -130,7 +137,6 @@ async def _product_unpack(image, puller: ImagePuller, store_dir: Path) -> tuple[
     if failed:
         raise failed[0]
     tar_bytes = sum(store.record(k).image["tar_bytes"] for k in keys)  # type: ignore[union-attr,misc]
-    shutil.rmtree(store_dir)
     return tar_bytes, wall, cpu
 
 
@@ -146,7 +152,6 @@ def _gnu_tar(blobs: list[Path], dest: Path) -> tuple[float, float]:
         if proc.wait() != 0:
             raise SystemExit(f"bench_images: GNU tar failed: {proc.stderr.read().decode(errors='replace')}")  # type: ignore[union-attr]
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
-    shutil.rmtree(dest)
     return wall, cpu
 
 

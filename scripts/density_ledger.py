@@ -16,8 +16,13 @@
 - **farm's process**: ``getrusage`` over the window, and by what ran it: every event-loop
   callback's thread CPU goes to the rollout phase of the task it ran for (the gateway's
   request handlers are no rollout's: ``gateway``), every worker-thread job's likewise; the
-  loop's own work (``select``, scheduling) is what its thread used outside callbacks, and
-  threads outside the executors (asyncio's child watchers) are the process's remainder.
+  loop's own work (``select``, scheduling) is what its thread used outside callbacks; a
+  callback no rollout owns is named by its task (``unowned.<coroutine>``: the warm pool's
+  sandboxes' watchdogs); every other thread by its pool (``/proc/self/task/<tid>/schedstat``):
+  each executor's work around its jobs (``threads.<pool>.outside_jobs``), threads Python did not
+  start (``threads.native``: the tokenizer's), threads that ended within the window
+  (``threads.exited``: asyncio's child watchers, one a subprocess); ``other_threads`` is what
+  is left (near zero).
 - **the engine stand-in**: its process's ``/proc/<pid>/stat`` (with its children) over
   the window.
 
@@ -31,6 +36,8 @@ import asyncio
 import concurrent.futures.thread as cf_thread
 import contextvars
 import os
+import re
+import threading
 import resource
 import time
 from collections import defaultdict
@@ -51,8 +58,10 @@ OWNER: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("d
 # through a unix socket opened from the rollout's own task, and a connection of the engine
 # client keeps the context of the turn that opened it): aiohttp's per-connection server task,
 # a turn's task, and the socket callbacks of aiohttp's server and client protocols.
-GATEWAY_TASKS = {"RequestHandler.start", "TurnService.run"}
+GATEWAY_TASKS = {"RequestHandler.start", "RequestHandler._handle_request", "TurnService.run"}
 GATEWAY_PROTOCOLS = {"RequestHandler", "ResponseHandler"}
+# the bench's own coroutines (its samplers, its slots' driver): their callbacks are not farm's
+BENCH_TASKS = ("NodeLedger.", "Sampler.", "slots", "run_farm", "main")
 
 
 # ---- /proc --------------------------------------------------------------------------------
@@ -77,11 +86,7 @@ def proc_stat(pid: int) -> ProcStat | None:
 
 def schedstat_s(pid: int) -> float | None:
     """Nanosecond-exact CPU of ``pid``'s main thread (the jail's processes have one)."""
-    try:
-        with open(f"/proc/{pid}/schedstat") as fh:
-            return int(fh.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    return schedstat_s_of(f"/proc/{pid}/schedstat")
 
 
 def children(pid: int) -> list[int]:
@@ -92,12 +97,71 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def thread_cpu_s() -> dict[int, float]:
+    """This process's live threads: their CPU (nanosecond-exact), by thread id."""
+    out: dict[int, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        got = schedstat_s_of(f"/proc/self/task/{tid}/schedstat")
+        if got is not None:
+            out[int(tid)] = got
+    return out
+
+
+def schedstat_s_of(path: str) -> float | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def tree_s(pid: int) -> float:
     """CPU of ``pid`` and every live descendant, with what they reaped (clock ticks)."""
     st = proc_stat(pid)
     if st is None:
         return 0.0
     return st.own_s + st.children_s + sum(tree_s(c) for c in children(pid))
+
+
+def callback_name(h: asyncio.events.Handle) -> str:
+    """What a callback ran: its task's coroutine, else the callback (a second view, for profiling)."""
+    me = getattr(h._callback, "__self__", None)
+    if isinstance(me, asyncio.Task):
+        return me.get_coro().__qualname__
+    return getattr(h._callback, "__qualname__", None) or type(me or h._callback).__name__
+
+
+def pool_of(thread_name: str) -> str:
+    """A thread's pool: its name without the number (``asyncio_3``, ``asyncio-waitpid-117``)."""
+    return re.sub(r"[-_]\d+$", "", thread_name)
+
+
+class ThreadCPU:
+    """Every thread of this process over a window, by pool (``pool_of`` its Python name;
+    ``native`` for threads Python did not start: the tokenizer's, the gRPC ones), and what
+    threads that ended inside the window used (asyncio's child watchers: a thread per
+    subprocess until it is reaped): the process's count minus its live threads'."""
+
+    def __init__(self) -> None:
+        self._t0: dict[int, float] = {}
+
+    def start(self) -> None:
+        self._t0 = thread_cpu_s()
+
+    def stop(self, process_s: float) -> tuple[float, dict[str, float]]:
+        """(the main thread's CPU, CPU by pool incl. ``exited``) since ``start``."""
+        now = thread_cpu_s()
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        main_id = threading.main_thread().native_id
+        main, pools = 0.0, defaultdict(float)
+        for tid, s in now.items():
+            d = s - self._t0.get(tid, 0.0)
+            if tid == main_id:
+                main = d
+            else:
+                pools[pool_of(names[tid]) if tid in names else "native"] += d
+        pools["exited"] = process_s - main - sum(pools.values())
+        return main, dict(pools)
 
 
 # ---- farm's process by owner -------------------------------------------------------------------
@@ -112,6 +176,8 @@ class LoopCPU:
         self.by_owner: dict[str, float] = defaultdict(float)
         self.by_sandbox: dict[int, float] = defaultdict(float)  # id(sandbox) -> its jobs' CPU
         self.thread_phase: dict[str, float] = defaultdict(float)  # rollout.<phase> -> other jobs' CPU
+        self.by_callback: dict[tuple[str, str], float] = defaultdict(float)  # (owner, task/callback) -> CPU
+        self.jobs_by_pool: dict[str, float] = defaultdict(float)  # thread pool (its threads' name) -> its jobs' CPU
         self.sandbox_of = sandbox_of or (lambda func, args: None)
         self._patched: list[tuple[Any, str, Any]] = []
         self._main_t0 = 0.0
@@ -154,11 +220,20 @@ class LoopCPU:
         elif type(getattr(owner, "_protocol", None)).__name__ in GATEWAY_PROTOCOLS:
             return "gateway"
         holder = h._context.get(OWNER) if h._context is not None else None
-        return holder["owner"] if holder else "bench"
+        if holder:
+            return holder["owner"]
+        # no rollout's and not the gateway's: the bench's own samplers, or farm's work started
+        # outside any rollout (the warm pool's refills): named by its task's coroutine
+        if isinstance(owner, asyncio.Task):
+            return f"unowned.{owner.get_coro().__qualname__}"
+        cb = getattr(h._callback, "__qualname__", None) or type(owner or h._callback).__name__
+        return f"unowned.{cb}"
 
     def start(self) -> None:
         self.callbacks = 0
         self.by_owner.clear()
+        self.jobs_by_pool.clear()
+        self.by_callback.clear()
         self._patch()
         self._main_t0 = time.thread_time()
 
@@ -166,13 +241,18 @@ class LoopCPU:
         by_owner, owner = self.by_owner, self.owner
         handle_run = asyncio.events.Handle._run
 
+        by_callback = self.by_callback
+
         def run_handle(h: asyncio.events.Handle) -> None:
             t0 = time.thread_time()
             try:
                 handle_run(h)
             finally:
                 self.callbacks += 1
-                by_owner[owner(h)] += time.thread_time() - t0
+                dt = time.thread_time() - t0
+                who = owner(h)
+                by_owner[who] += dt
+                by_callback[(who, callback_name(h))] += dt
 
         work_run = cf_thread._WorkItem.run
 
@@ -192,6 +272,7 @@ class LoopCPU:
             work_run(item)
 
         def book(fn: Any, dt: float) -> None:
+            self.jobs_by_pool[pool_of(threading.current_thread().name)] += dt
             ctx = getattr(getattr(fn, "func", None), "__self__", None)
             call = list(getattr(fn, "args", ()) or ()) if isinstance(ctx, contextvars.Context) else [fn]
             func, args = (call[0], call[1:]) if call else (fn, [])
@@ -236,6 +317,7 @@ class Ledger:
     owners: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     farm_detail: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # farm's process, a partition
     farm_threads: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its thread jobs by function
+    farm_callbacks: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its loop callbacks, owner:task
     jail_starts: list[float] = field(default_factory=list)  # each sandbox's create probe: a jailed `true`
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
@@ -255,6 +337,7 @@ class NodeLedger:
         self.tests = [t[:60] for t in test_commands if t]
         self.period = period
         self.loop_cpu = LoopCPU(self._sandbox_of)
+        self.threads = ThreadCPU()
         self._live: dict[int, Any] = {}
         self._dirs: dict[str, Any] = {}  # a tracked sandbox's directory -> the sandbox
         self._at_start: dict[int, tuple[float, int]] = {}  # sandboxes alive at start: (count, commands) then
@@ -378,6 +461,7 @@ class NodeLedger:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         self._r0 = ru.ru_utime + ru.ru_stime
         self._e0 = self._engine_s()
+        self.threads.start()
         self.loop_cpu.start()
         self._running = True
         self._task = asyncio.ensure_future(self._sample())
@@ -395,12 +479,19 @@ class NodeLedger:
         led = self.ledger
         cpu = self.loop_cpu
         led.ledger_overhead_s += cpu.overhead_s + self.sampler_s  # this accounting's own CPU: not farm's
-        farm = ru.ru_utime + ru.ru_stime - self._r0 - exclude_s - self.sampler_s - cpu.overhead_s
+        process_s = ru.ru_utime + ru.ru_stime - self._r0
+        _, pools = self.threads.stop(process_s)
+        farm = process_s - exclude_s - self.sampler_s - cpu.overhead_s
         led.owners["farm.process"] += farm
         led.owners["engine"] += self._engine_s() - self._e0
         callbacks = {k: v for k, v in cpu.by_owner.items() if not k.startswith("threads.")}
         jobs = {k: v for k, v in cpu.by_owner.items() if k.startswith("threads.")}
-        bench = callbacks.pop("bench", 0.0)  # the bench's own tasks (the ledger's sampler)
+        unowned = {k: callbacks.pop(k) for k in [k for k in callbacks if k.startswith("unowned.")]}
+        # the bench's own tasks (the ledger's and the memory sampler) are not farm's
+        bench = sum(v for k, v in unowned.items() if k.split(".", 1)[1].startswith(BENCH_TASKS))
+        for k, v in unowned.items():
+            if not k.split(".", 1)[1].startswith(BENCH_TASKS):
+                callbacks[k] = v
         # farm's process by owner (a partition): the gateway, each rollout phase (its callbacks and
         # thread jobs), each kind of sandbox's making and removal (at its account), the loop's own
         # work, and what no callback or job holds (asyncio's child watchers, the tokenizer's threads)
@@ -409,9 +500,21 @@ class NodeLedger:
             view[phase] = view.get(phase, 0.0) + v
         view["loop.select_and_scheduling"] = max(0.0, cpu.main_s - sum(callbacks.values()) - bench - cpu.overhead_s)
         lifecycle = sum(v for k, v in led.farm_detail.items() if k.startswith("sandbox_lifecycle."))
+        # the threads outside the loop, beyond the jobs booked above: each pool's own work
+        # around its jobs (waking, queueing: ``<pool>.outside_jobs``), jobs run for no rollout,
+        # sandbox or gateway (the pool's refills, the engine client's), threads with no jobs
+        jobs_total = sum(jobs.values())
+        phases = sum(cpu.thread_phase.values())
+        view["threads.unowned_jobs"] = max(0.0, jobs_total - exclude_s - lifecycle - phases)
+        for pool, v in pools.items():
+            booked = cpu.jobs_by_pool.get(pool, 0.0)
+            view[f"threads.{pool}" + (".outside_jobs" if booked else "")] = max(0.0, v - booked)
         view["other_threads"] = max(0.0, farm - sum(view.values()) - lifecycle)
         for k, v in view.items():
             led.farm_detail[k] += v
+        for (who, name), v in cpu.by_callback.items():
+            if not (who.startswith("unowned.") and who.split(".", 1)[1].startswith(BENCH_TASKS)):
+                led.farm_callbacks[f"{who}:{name}"] += v
         for k, v in jobs.items():  # the thread jobs by function (a second view, for profiling)
             if not k.startswith("threads.Sampler"):
                 led.farm_threads[k] += v

@@ -207,6 +207,39 @@ def statuses_decided_outside_outcome(root: Path) -> list[str]:
     return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1]), f))
 
 
+RETRY_OWNER = "farm/actors/reducer.py"  # asks the retry decision for every attempt's end
+RETRY_POLICY = ("farm/rollout/retry.py", "farm/status.py")  # the decision itself, and its data
+RETRY_ASKS = ("decide", "RetryBudgets")  # asking the decision, or holding the budgets it spends
+
+
+def retry_decided_outside_the_reducer(root: Path) -> list[str]:
+    """Every place outside ``RETRY_OWNER`` (and the policy that declares it) that asks the
+    retry decision (``farm.rollout.retry.decide``, by any name), holds its budgets, or makes a
+    ``RetryDecision`` of its own."""
+    found = []
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        if rel in (RETRY_OWNER, *RETRY_POLICY):
+            continue
+        tree = ast.parse(path.read_text())
+        modules = set()  # the names farm.rollout.retry goes by here
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "farm.rollout.retry":
+                found += [f"{rel}:{node.lineno}: imports {a.name} from farm.rollout.retry (the reducer decides)"
+                          for a in node.names if a.name in RETRY_ASKS]  # fmt: skip
+            elif isinstance(node, ast.ImportFrom) and node.module == "farm.rollout":
+                modules |= {a.asname or a.name for a in node.names if a.name == "retry"}
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname or a.name for a in node.names if a.name == "farm.rollout.retry"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in RETRY_ASKS and ast.unparse(node.value) in modules:
+                found.append(f"{rel}:{node.lineno}: uses {ast.unparse(node)} (the reducer decides)")
+            elif isinstance(node, ast.Call) and "RetryDecision" in (getattr(node.func, "id", None),
+                                                                    getattr(node.func, "attr", None)):  # fmt: skip
+                found.append(f"{rel}:{node.lineno}: makes a RetryDecision (the reducer decides)")
+    return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1]), f))
+
+
 def _protocol_members(path: Path, name: str) -> set[str]:
     """The members a Protocol class in ``path`` declares (annotated attributes, methods, properties)."""
     (cls,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name]
@@ -245,6 +278,36 @@ def test_no_test_helper_in_the_package():
 
 def test_only_outcome_decides_a_status():
     assert statuses_decided_outside_outcome(ROOT) == [], "report what happened; farm.rollout.outcome names the status"
+
+
+def test_only_the_reducer_decides_a_retry():
+    assert retry_decided_outside_the_reducer(ROOT) == [], "report how the attempt ended; the reducer decides"
+
+
+def test_the_retry_check_finds_what_is_planted(tmp_path):
+    """Asking ``decide`` (by any import), holding the budgets or making a decision by hand is
+    found outside the reducer; the reducer, the policy itself, a rerun count and the grader's
+    own ``decide`` (a hack finding's) are not."""
+    files = {
+        "farm/rollout/retry.py": "def decide(): ...\nclass RetryBudgets: ...\n",
+        "farm/actors/reducer.py": "from farm.rollout.retry import RetryBudgets, decide\nd = decide()\n",
+        "farm/actors/sandbox.py": "from farm.rollout.retry import decide as ask\n",
+        "farm/actors/dispatch.py": "import farm.rollout.retry as r\nfrom farm.rollout import retry\nimport farm.rollout.retry\n"
+                                   "a = r.decide(), retry.RetryBudgets(1), farm.rollout.retry.decide()\n",
+        "farm/single/handle.py": "from farm.status import RetryDecision, Verdict\nd = RetryDecision(Verdict.RECORD)\n",
+        "farm/rollout/model.py": "from farm.rollout.retry import Reruns\n",
+        "farm/grading/grader.py": "from farm.grading.hacks import decide\nx = decide([])\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert retry_decided_outside_the_reducer(tmp_path) == [
+        "farm/actors/dispatch.py:4: uses farm.rollout.retry.decide (the reducer decides)",
+        "farm/actors/dispatch.py:4: uses r.decide (the reducer decides)",
+        "farm/actors/dispatch.py:4: uses retry.RetryBudgets (the reducer decides)",
+        "farm/actors/sandbox.py:1: imports decide from farm.rollout.retry (the reducer decides)",
+        "farm/single/handle.py:2: makes a RetryDecision (the reducer decides)",
+    ]
 
 
 def test_callers_use_the_sandbox_protocol_as_declared(tmp_path):

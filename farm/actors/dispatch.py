@@ -2,10 +2,11 @@
 backpressure, re-dispatch of rollouts whose actor died, a per-rollout guard timeout,
 and cancellation on Ctrl-C. Each dispatch pass sends an actor every rollout it gives it in
 one call, whose answers stream back as each rollout ends (``farm.actors.batches``).
-Whether a rollout runs again is ``farm.rollout.retry.decide`` (the actor or reducer
-decided it when it hands back a summary not durable; the dispatcher decides it when an
-actor was lost, a rollout hung or was aborted as stale); the dispatcher only carries the
-decision out.
+Whether a rollout runs again is the reducer's decision (``farm.rollout.retry.decide``, asked
+there only), for every attempt's end: one a sandbox actor handed it, and one the dispatcher
+saw end around the pipeline (an actor lost, a rollout hung or aborted as stale, an actor's
+bug, no actor left), which it hands the reducer as a result whose ``ending`` says so
+(``_end``). The dispatcher only carries the decision out.
 
 Which actor takes a rollout, and which may take none (lost a rollout, waiting for its
 probe; retired), is ``farm.actors.pool.ActorPool``; ``farm.actors.membership`` keeps the Ray
@@ -35,8 +36,7 @@ from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec, Runner
 from farm.rollout.outcome import Ending, outcome_for_ending
-from farm.rollout.retry import RetryBudgets, decide
-from farm.status import Outcome, RetryDecision, RetryKind, RolloutStatus, Verdict
+from farm.status import RetryDecision, RetryKind, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ class Dispatcher:
         self.actors = actors
         self.reducer = reducer
         self.progress = progress
-        self.budgets = RetryBudgets.from_config(cfg)
         self.guard_s = guard_s if guard_s is not None else cfg.rollout.timeout_s + GUARD_SLACK_S
         self.pool = ActorPool(actors, capacity=cfg.rollout.concurrency, max_deaths=cfg.ray.actor_max_restarts + 1)
         self.members = Membership(actors, self.pool, progress, scale_out, admit)  # probes, joining actors
@@ -241,44 +240,35 @@ class Dispatcher:
             self._drop(batch)
 
     def _raised(self, item: Sent, error: str) -> RolloutSummary:
-        """A bug inside SandboxActor.run (it maps every rollout error itself): recorded at
-        once, never retried (a bug does not go away on a rerun)."""
-        return self._record(item.spec, outcome_for_ending(Ending.ACTOR_FAILED, f"sandbox actor raised: {error}"),
-                            item.actor)
+        """A bug inside SandboxActor.run (it maps every rollout error itself): the reducer
+        records it at once (a bug does not go away on a rerun)."""
+        return self._end(item.spec, Ending.ACTOR_FAILED, f"sandbox actor raised: {error}", item.actor)
 
     def _settle(self, item: Sent, summary: RolloutSummary) -> None:
-        """A rollout came back: record it, or carry out its retry decision."""
+        """A rollout came back: carry out what the reducer decided of it."""
         spec = item.spec
         aborted = spec.rollout_id in self._aborting
         self._aborting.discard(spec.rollout_id)
         if summary.durable or self.interrupted:
             self._finish(summary)
             return
-        if aborted:  # cancelled at a weight update as too stale (whatever it came back as)
+        why = f"{summary.status.value} ({summary.reason[:120]})"
+        if aborted and summary.retry is not None and summary.retry.verdict is Verdict.DROP:
+            # cancelled by the abort at a weight update: the attempt ended as too stale
             self.stale_aborted += 1
-            decision = self._decide_ending(spec, Ending.TOO_STALE)
-            if not decision.runs_again:
-                reason = f"aborted as stale at weight version {self.policy_version} {spec.reruns.stale + 1} time(s)"
-                self._finish(self._record(spec, outcome_for_ending(Ending.TOO_STALE, reason), ""))
-                return
-        elif summary.retry is None:  # handed back undecided: stopped under it (cancelled): not recorded
-            self._finish(summary)
-            return
-        else:  # the actor (or the reducer) decided where the attempt ended: carried out, never decided again
-            decision = summary.retry
-        if decision.runs_again:
-            self._run_again(spec, decision, f"{summary.status.value} ({summary.reason[:120]})", aborted=aborted)
+            summary = self._end(spec, Ending.TOO_STALE, f"aborted as stale at weight version {self.policy_version}",
+                                item.actor)  # fmt: skip
+            why = f"aborted as stale at weight version {self.policy_version}"
+        self._carry_out(spec, summary, why, aborted=aborted)
+
+    def _carry_out(self, spec: RolloutSpec, summary: RolloutSummary, why: str, *, aborted: bool = False) -> None:
+        """Carry out the reducer's decision of an attempt: run it again, or count it finished
+        (recorded, or dropped for the next invocation)."""
+        decision = summary.retry
+        if not summary.durable and decision is not None and decision.runs_again:
+            self._run_again(spec, decision, why, aborted=aborted)
         else:
             self._finish(summary)
-
-    def _decide(self, spec: RolloutSpec, status: RolloutStatus, ending: Ending = Ending.FINISHED) -> RetryDecision:
-        """The retry decision (``farm.rollout.retry``) for an attempt of ``spec`` the dispatcher saw end."""
-        return decide(status, spec.reruns, self.budgets, ending=ending, stopping=self.interrupted)
-
-    def _decide_ending(self, spec: RolloutSpec, ending: Ending) -> RetryDecision:
-        """``_decide`` for an attempt the dispatcher saw end around the pipeline (lost, hung,
-        aborted as stale): as what ``farm.rollout.outcome`` records that ending."""
-        return self._decide(spec, outcome_for_ending(ending, "").status, ending)
 
     def _run_again(self, spec: RolloutSpec, decision: RetryDecision, why: str, *, aborted: bool = False) -> None:
         """Carry out a RUN_AGAIN: the next attempt, spending ``decision.kind``'s budget. An
@@ -304,18 +294,9 @@ class Dispatcher:
             self.queue.extend(due)
 
     def _on_lost(self, spec: RolloutSpec, actor: str, why: str) -> None:
-        stored = ray.get(self.reducer.lookup.remote(spec.rollout_id), timeout=CONTROL_TIMEOUT_S)
-        if stored is not None:  # it was made durable before the actor died
-            self._finish(stored)
-            return
-        decision = self._decide_ending(spec, Ending.ACTOR_LOST)
-        if decision.verdict is Verdict.RUN_AGAIN:
-            self._run_again(spec, decision, f"actor {actor} lost it ({why})")
-        elif decision.verdict is Verdict.DROP:
-            self._finish(spec.interrupted(actor))
-        else:
-            lost = outcome_for_ending(Ending.ACTOR_LOST, f"{decision.reason} (last: {why})")
-            self._finish(self._record(spec, lost, actor))
+        """Its actor died under it: the reducer answers what it stored (made durable before the
+        actor died), or decides the attempt's end."""
+        self._carry_out(spec, self._end(spec, Ending.ACTOR_LOST, why, actor), f"actor {actor} lost it ({why})")
 
     def _guard(self, now: float) -> None:
         self.members.guard(now)
@@ -327,12 +308,7 @@ class Dispatcher:
             for item in self._drop(batch):
                 self._aborting.discard(item.spec.rollout_id)
                 reason = f"rollout exceeded {self.cfg.rollout.timeout_s:g} s (driver guard: the actor did not answer)"
-                # a hung actor is an infrastructure failure: it spends the infrastructure budget
-                decision = self._decide_ending(item.spec, Ending.HUNG)
-                if decision.runs_again:
-                    self._run_again(item.spec, decision, reason)
-                else:
-                    self._finish(self._record(item.spec, outcome_for_ending(Ending.HUNG, reason), item.actor))
+                self._carry_out(item.spec, self._end(item.spec, Ending.HUNG, reason, item.actor), reason)
 
     def _give_up_all(self, reason: str, feed: Feed | None = None) -> None:
         """Record every queued rollout failed, and the rest of a finite feed with them
@@ -342,12 +318,15 @@ class Dispatcher:
                 self.queue.extend(feed.next() or ())
                 continue
             spec = self.queue.popleft()
-            self._finish(self._record(spec, outcome_for_ending(Ending.GIVEN_UP, reason), ""))
+            self._finish(self._end(spec, Ending.GIVEN_UP, reason, ""))
 
-    def _record(self, spec: RolloutSpec, outcome: Outcome, actor: str) -> RolloutSummary:
-        """Record a rollout the driver ends itself; returns what the reducer holds (first write wins)."""
+    def _end(self, spec: RolloutSpec, ending: Ending, reason: str, actor: str) -> RolloutSummary:
+        """An attempt the dispatcher saw end around the pipeline, handed to the reducer, which
+        decides what becomes of it; returns its answer: what it holds for the rollout (first
+        write wins), or the attempt handed back with that decision."""
         now = time.time()
-        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), outcome, started_at=now, finished_at=now)
+        result = RolloutResult.of(spec, Runner.of(self.cfg, actor=actor), outcome_for_ending(ending, reason),
+                                  started_at=now, finished_at=now, ending=ending)  # fmt: skip
         return ray.get(self.reducer.submit.remote(result), timeout=CONTROL_TIMEOUT_S)
 
     def _finish(self, summary: RolloutSummary) -> None:
@@ -368,10 +347,10 @@ class Dispatcher:
         for _, spec in self.delayed:
             self._finish(spec.interrupted(""))
         self.delayed.clear()
-        # Actors first learn the run is stopping: a rollout that ends now (its sandbox
-        # closed under it, its CLI killed) is interrupted, never a recorded failure.
-        # The reducer too: a too stale rollout it records from now on is dropped, not run again.
-        _wait_quietly([a.stop_accepting.remote() for a in (*self.actors.values(), self.reducer)], 10.0)
+        # The reducer first learns the run is stopping: a rollout that ends now (its sandbox
+        # closed under it, its CLI killed) is dropped for the next invocation, never recorded
+        # as a failure nor run again.
+        _wait_quietly([self.reducer.stop_accepting.remote()], 10.0)
         for batch in self.inflight.batches:
             ray.cancel(batch)
         deadline = time.monotonic() + drain_s

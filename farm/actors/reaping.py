@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent.futures import Future
 from typing import Any
+import asyncio
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError
@@ -163,8 +164,6 @@ def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,
                     skip_roots: list[str] | None = None) -> tuple[str, list[str] | None]:
     """Run as a Ray task on one node: (the sandbox root it looked in, the sandboxes it
     killed; None: the root is in ``skip_roots``, left alone)."""
-    import asyncio
-
     if sandbox_cfg.backend == "local":
         from farm.sandboxes.local import reap, sandbox_root
 

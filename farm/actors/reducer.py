@@ -1,8 +1,13 @@
 """ReducerActor: turns finished rollouts into durable rows, exactly once per rollout id.
 
 A plain class (made a Ray actor by the driver: ``max_restarts=-1,
-max_task_retries=-1``; every method is idempotent). For each submitted
-RolloutResult it linearizes the session tree into Samples (a black-box rollout's transcript goes to
+max_task_retries=-1``; every method is idempotent). Every attempt of every rollout ends
+here, and here only is it decided what becomes of it (``farm.rollout.retry.decide``):
+recorded, run again (handed back to the dispatcher, not stored), or dropped (the run is
+stopping: the next invocation runs it). A sandbox actor submits each rollout that finished;
+the dispatcher submits the attempts it saw end around the pipeline (``RolloutResult.ending``:
+an actor lost, hung, aborted as stale, an actor's bug, given up). For each RolloutResult
+recorded it linearizes the session tree into Samples (a black-box rollout's transcript goes to
 the ``transcripts`` table instead: never Samples) and buffers them plus one
 rollouts-table row; a group commit (every ``ray.reducer_flush_s``, or when a shard's
 worth of rows is buffered) makes them durable: Sample shard + ``manifest.jsonl``
@@ -19,6 +24,7 @@ Cancelled rollouts are never stored: a rerun runs them.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import time
@@ -63,8 +69,6 @@ def steady_malloc() -> bool:
     ``MALLOC_*_`` variables set at start-up): a Ray actor with environment variables of its
     own gets a worker started for it (~1.4 s of every run's start) instead of a pooled one.
     False where there is no glibc (nothing changed)."""
-    import ctypes
-
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -133,8 +137,11 @@ class ReducerActor:
         return self.policy_version
 
     async def stop_accepting(self) -> None:
-        """The run is stopping: a too stale rollout recorded from now on is dropped, not run
-        again (``farm.rollout.retry.decide``, as the sandbox actors are told)."""
+        """The run is stopping: an attempt that ends from now on (but one finished completed
+        or truncated) is dropped, not recorded nor run again: the next invocation runs it
+        (``farm.rollout.retry.decide``). The dispatcher says so before it cancels the
+        rollouts in flight, so one that ends because it was cancelled, its sandbox closed or
+        its CLI killed under it is never recorded as a failure."""
         self._stopping = True
 
     def _stale(self, result: RolloutResult) -> str | None:
@@ -147,7 +154,9 @@ class ReducerActor:
 
     # --- writes -------------------------------------------------------------
     async def submit(self, result: RolloutResult) -> RolloutSummary:
-        """Make ``result`` durable (once per rollout id); returns the stored summary.
+        """Decide what becomes of ``result``'s attempt and, when it is recorded, make it durable
+        (once per rollout id); returns the stored summary, or the summary handed back to the
+        dispatcher (not durable) carrying the decision: run again, or dropped.
 
         A second submit of the same rollout id returns the first one's summary."""
         admitted = self._admit(result)
@@ -184,54 +193,68 @@ class ReducerActor:
         return out
 
     def _admit(self, result: RolloutResult) -> RolloutSummary | asyncio.Future[RolloutSummary]:
-        """``submit`` up to the wait: the answer now (already durable; not stored: it reruns
-        or is too stale), or the future of the commit that makes it durable (buffered now,
+        """``submit`` up to the wait: the answer now (already durable; not stored: it runs
+        again or is dropped), or the future of the commit that makes it durable (buffered now,
         or by an earlier submit of the same id). Raises what buffering it raised."""
         rid = result.rollout_id
         stored = self.store.summaries.get(rid)
         if stored is not None:
             return stored
-        if result.status.reruns:  # cancelled / interrupted: not a result, the next invocation runs it
-            return result.summary().model_copy(update={"durable": False})
-        result.policy_version_at_finish = self.policy_version
+        fut = self._pending.get(rid)
+        if fut is not None:  # an earlier attempt is being recorded (its actor died waiting for the commit)
+            return fut
         if result.tree is not None and result.counts.policy_version_min is None:  # the row's version columns
             c = counts_of(result.tree)
             result.counts = result.counts.model_copy(
                 update={"policy_version_min": c.policy_version_min, "policy_version_max": c.policy_version_max})
+        ended = self._decide(result)
+        if isinstance(ended, RolloutSummary):
+            return ended
+        result = ended
+        result.policy_version_at_finish = self.policy_version
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            trains = writes_samples(result.status, writes_tokens=result.mode.writes_samples,
+                                    hack_action=result.hack_action,
+                                    on_truncated=self.cfg.rollout.on_truncated)  # fmt: skip
+            samples = self._linearize(result) if trains else []
+            self.store.add(result, samples)
+        except BaseException as exc:
+            self._pending.pop(rid, None)
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        if self._metrics is not None:
+            self._metrics.observe_rollout(result)
+        self._ensure_flusher()
+        full = self.store.buffered_rows >= self.cfg.output.shard_max_rows
+        if full and (self._eager is None or self._eager.done()):
+            self._eager = asyncio.get_running_loop().create_task(self.flush())
+        return fut
+
+    def _decide(self, result: RolloutResult) -> RolloutResult | RolloutSummary:
+        """The one retry decision of an attempt's end (``farm.rollout.retry.decide``): the
+        result to record (as its ending makes it once its budget is spent), or its summary
+        handed back to the dispatcher, not stored, carrying the decision (run again, drop)."""
         stale = self._stale(result)
+        ending = Ending.TOO_STALE if stale is not None else result.ending
         if stale is not None:
             self.stale_dropped += 1
-            decision = decide(result.status, result.reruns, self.budgets, ending=Ending.TOO_STALE,
-                              stopping=self._stopping)  # fmt: skip
-            if decision.verdict is Verdict.DROP:  # the run is stopping: not recorded, the next invocation runs it
-                return result.summary().handed_back(decision, status=decision.status)
-            if decision.runs_again:  # the dispatcher runs it again under the current weights
-                dropped = outcome_for_ending(Ending.TOO_STALE, stale)
-                return result.summary().handed_back(decision, status=dropped.status, reason=dropped.reason)
-            # out of reruns: recorded as stale (no Samples), so its group reads as incomplete
-            result = result.ended_as(outcome_for_ending(Ending.TOO_STALE, stale + " (out of reruns)"))
-        fut = self._pending.get(rid)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._pending[rid] = fut
-            try:
-                trains = writes_samples(result.status, writes_tokens=result.mode.writes_samples,
-                                        hack_action=result.hack_action,
-                                        on_truncated=self.cfg.rollout.on_truncated)  # fmt: skip
-                samples = self._linearize(result) if trains else []
-                self.store.add(result, samples)
-            except BaseException as exc:
-                self._pending.pop(rid, None)
-                fut.set_exception(exc)
-                fut.exception()  # mark retrieved
-                raise
-            if self._metrics is not None:
-                self._metrics.observe_rollout(result)
-            self._ensure_flusher()
-            full = self.store.buffered_rows >= self.cfg.output.shard_max_rows
-            if full and (self._eager is None or self._eager.done()):
-                self._eager = asyncio.get_running_loop().create_task(self.flush())
-        return fut
+        decision = decide(result.status, result.reruns, self.budgets, ending=ending, stopping=self._stopping,
+                          deterministic=result.deterministic)  # fmt: skip
+        if decision.verdict is Verdict.DROP:  # stopped under it (cancelled, its sandbox closed, its CLI killed)
+            why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"
+            return result.summary().handed_back(decision, status=decision.status, reason=why)
+        if decision.runs_again:
+            if stale is None:
+                return result.summary().handed_back(decision)
+            dropped = outcome_for_ending(Ending.TOO_STALE, stale)  # run again under the current weights
+            return result.summary().handed_back(decision, status=dropped.status, reason=dropped.reason)
+        if decision.status is None:  # recorded as it ended
+            return result
+        # its budget is spent: recorded as its ending makes it (too stale: no Samples, its group incomplete)
+        return result.ended_as(outcome_for_ending(ending, f"{decision.reason} (last: {stale or result.reason})"))
 
     def _linearize(self, result: RolloutResult) -> list[Any]:
         if result.tree is None or len(result.tree) == 0:

@@ -3,12 +3,13 @@ at once through the rollout pipeline.
 
 A plain class; the driver makes it an async Ray actor (``max_restarts`` > 0,
 ``max_task_retries=0``: a rollout is not idempotent, the driver re-dispatches it).
-Each finished rollout goes to the reducer; ``run`` returns only once the reducer
-acknowledged it (durable), with a small RolloutSummary. ``run_many`` (what the dispatcher
+Each finished rollout goes to the reducer, which decides what becomes of it (recorded, run
+again, dropped: ``farm.rollout.retry``); ``run`` returns the reducer's answer, a small
+RolloutSummary (durable once recorded, else carrying that decision for the dispatcher). ``run_many`` (what the dispatcher
 calls) runs a batch of rollouts and streams each one's summary back as it is durable. The
 rollouts that finish while earlier ones are on their way to the reducer go together, as one
 ``ReducerActor.submit_many`` call (``farm.actors.reducer_link``): a Ray call per batch, not
-per rollout, both ways. Cancelled rollouts are not stored (a rerun runs them).
+per rollout, both ways.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from farm.gateway.config import NODE_FIELDS, fill_url, url_fields
 from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutResult, RolloutSpec
 from farm.rollout.pipeline import RolloutPipeline
-from farm.rollout.retry import RetryBudgets, decide
-from farm.status import Verdict
 from farm.secrets import RunSecrets
 from farm.trajectory.transcript import main_line_messages
 
@@ -83,7 +82,6 @@ class SandboxActor:
     ) -> None:
         self.secrets = secrets or RunSecrets()  # the run's keys, read by the entry point
         self.cfg = cfg
-        self.budgets = RetryBudgets.from_config(cfg)
         self.engine_url = engine_url
         # started while the engine starts: the router actor's name, asked for the URL on
         # ready() (again after a restart, which runs this with the same arguments)
@@ -101,7 +99,6 @@ class SandboxActor:
         self.gateway_url = ""
         self.node = ""  # the Ray node id it runs on ('' outside Ray): recorded with each rollout
         self.in_flight = 0
-        self._stopping = False  # the run is stopping: rollouts that end now are interrupted
         self._running: dict[str, asyncio.Future[Any]] = {}  # execute_stream's and run_many's rollouts, by id
 
     async def ready(self) -> str:
@@ -218,19 +215,10 @@ class SandboxActor:
         return main_line_messages(self.live_tree(rollout_id))
 
     async def run(self, spec: RolloutSpec) -> RolloutSummary:
-        """Run one rollout, hand it to the reducer, return its (durable) summary; or, when
-        ``farm.rollout.retry.decide`` says it runs again (or is dropped), its summary not
+        """Run one rollout, hand it to the reducer, return the reducer's answer: its durable
+        summary, or, when the reducer decided it runs again (or is dropped), its summary not
         durable, carrying that decision for the dispatcher."""
-        result = await self.execute(spec)
-        decision = decide(result.status, spec.reruns, self.budgets, stopping=self._stopping,
-                          deterministic=result.deterministic)  # fmt: skip
-        if decision.verdict is Verdict.DROP:
-            # Stopped under it (cancelled, its sandbox closed, its CLI killed): not a result.
-            why = f"the run was stopped while it ran ({result.status.value}: {result.reason[:200]}); it runs again"
-            return result.summary().handed_back(decision, status=decision.status, reason=why)
-        if decision.verdict is Verdict.RUN_AGAIN:  # not recorded yet: the dispatcher runs it again
-            return result.summary().handed_back(decision)
-        return await self._reducer_link.submit(result)
+        return await self._reducer_link.submit(await self.execute(spec))
 
     async def run_many(self, specs: list[RolloutSpec]) -> AsyncIterator[list[Answer]]:
         """``run`` for each of ``specs`` at once (within the slots), streamed back: yields the
@@ -272,11 +260,6 @@ class SandboxActor:
         except GatewayError:
             return None
 
-    async def stop_accepting(self) -> None:
-        """The run is stopping: whatever ends from now on (but a finished completed or truncated rollout) is
-        interrupted."""
-        self._stopping = True
-
     def _set_in_flight(self, delta: int) -> None:
         self.in_flight += delta
         if self._metrics is not None:
@@ -287,7 +270,6 @@ class SandboxActor:
 
     async def shutdown(self) -> None:
         """Stop the gateway and close whatever sandboxes are still open. Idempotent."""
-        self._stopping = True
         if self._metrics is not None:
             self._metrics.close()
         if self._parts is not None:

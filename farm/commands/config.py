@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from farm import config_reference as ref
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="config_command", required=True)
@@ -46,7 +48,6 @@ def _emit(text: str, dest: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm import config_reference as ref
     from farm.config import load_config, load_single_config
     from farm.errors import ConfigError
 

@@ -14,6 +14,7 @@ a GPU model) behind the policy: it samples the policy's choices and scores every
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -69,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
         record_path=args.record,
         moe=_moe(args.moe),
     )
-    import sys
-
     scorer = None
     try:
         if args.model:

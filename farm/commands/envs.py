@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import os
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +124,6 @@ def _ago(ts: float) -> str:
 async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmConfig, [Task]
     import asyncio
 
-    import os
 
     from farm.envs.provider import provider_for
     from farm.sandboxes.factory import create_sandbox, make_limiter

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+import os
 
 import numpy as np
 
@@ -62,8 +63,6 @@ def _overview(out: Path, console: Any) -> None:
     """What the directory holds, from its rollouts table (whichever command added the
     rows: its checkpoint's counts and the rows after it, farm.output.tally), then the last
     invocation's summary.json, and a note when that one is stale."""
-    import os
-
     from farm.output.groups import group_size_of
     from farm.output.tally import directory_rollouts
     from farm.run.summary import CumulativeTally, count_invocations

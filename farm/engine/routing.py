@@ -15,6 +15,7 @@ farm keeps expert ids as uint8 when the model has at most 256 experts, uint16 ot
 from __future__ import annotations
 
 import base64
+from math import gcd
 
 import numpy as np
 
@@ -76,8 +77,6 @@ def fake_routing(tokens: np.ndarray, start: int, end: int, shape: MoEShape) -> n
 
 
 def _coprime_stride(n: int) -> int:
-    from math import gcd
-
     s = max(1, n // 2 + 1)
     while gcd(s, n) != 1:
         s += 1

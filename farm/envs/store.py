@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 
 from typing import Literal
+import fcntl
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -311,8 +312,6 @@ def tree_size(path: Path) -> int:
 
 def _locked(lock: Path) -> bool:
     """Someone holds ``lock`` (a build in progress)."""
-    import fcntl
-
     if not lock.exists():
         return False
     fd = os.open(lock, os.O_RDWR)

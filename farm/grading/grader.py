@@ -31,9 +31,11 @@ import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+import importlib
 
 from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
+from farm.grading.baseline import baseline_key, baselines_of
 from farm.grading.config import GradingConfig
 from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
 from farm.grading.environment import (OFFLINE_P2P, PROBE_FAILED, diagnose, diff_brings, left_out_note,
@@ -162,7 +164,8 @@ async def grade_in_sandbox(
     }  # fmt: skip
     check_restores(steps, "surface")
     if task.kind == "swe":
-        attempt = Attempt(text, surface, baseline)
+        view = getattr(sandbox, "view", None)
+        attempt = Attempt(text, surface, baseline, view.key if view is not None else None)
         return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps,
                                        probe if isinstance(probe, Probe) else None))
     assert isinstance(probe, Witness)  # generic tasks: the verifiers' witness
@@ -197,6 +200,7 @@ class Attempt:
     diff: str
     surface: set[str]
     baseline: SandboxMaker | None
+    environment: str | None = None  # the grading sandbox's snapshot (its content key): where a baseline is shared
 
 
 # SWE-bench's eval scripts print these around the test command's output (its harness reads only that part)
@@ -330,7 +334,7 @@ async def _environment_failure(sandbox: Sandbox, task: Task, ws: Workspace, runt
         return why
     if attempt.baseline is None:  # no fresh sandbox to try without the diff: read the diff instead
         return None if diff_brings(attempt.diff, cause) else why
-    empty = await grade(task, "", runtime=runtime, make_sandbox=attempt.baseline, policy=policy)
+    empty = await _baseline(task, runtime, policy, attempt)
     return f"{why} (the same without the diff)" if empty.status is GradeStatus.ENV_BROKEN else None
 
 
@@ -347,11 +351,19 @@ async def _offline_p2p(task: Task, runtime: TaskRuntime, policy: GradingConfig, 
         return bad
     if attempt.baseline is None:
         return []
-    empty = await grade(task, "", runtime=runtime, make_sandbox=attempt.baseline, policy=policy)
+    empty = await _baseline(task, runtime, policy, attempt)
     if empty.status not in (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED):
         return []
     failing = (TestStatus.FAILED.value, TestStatus.ERROR.value)
     return [t for t in bad if empty.pass_to_pass.get(t) in failing]
+
+
+async def _baseline(task: Task, runtime: TaskRuntime, policy: GradingConfig, attempt: Attempt) -> GradingReport:
+    """The empty patch's grade, once per task and environment (``farm.grading.baseline``)."""
+    assert attempt.baseline is not None
+    maker = attempt.baseline
+    key = baseline_key(task, attempt.environment, policy)
+    return await baselines_of(runtime).get(key, lambda: grade(task, "", runtime=runtime, make_sandbox=maker, policy=policy))
 
 
 async def _read_optional(sandbox: Sandbox, path: str | None) -> str | None:
@@ -382,8 +394,6 @@ def apply_hack_policy(report: GradingReport, policy: GradingConfig, task: Task, 
 
 def run_judge(spec: str, task: Task, diff: str, report: GradingReport) -> str | None:
     """Call ``module:callable`` (task, diff, report) -> None or a short finding."""
-    import importlib
-
     module, _, name = spec.partition(":")
     try:
         verdict = getattr(importlib.import_module(module), name)(task, diff, report)

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
+import platform
 
 from farm.errors import HarnessInstallError, SandboxError
 from farm.harnesses.config import HarnessConfig
@@ -225,7 +226,5 @@ def first_executable(candidates: list[Path], what: str) -> Path:
 
 def node_arch() -> str:
     """Node's name for this machine's CPU (npm platform packages are named after it)."""
-    import platform
-
     machine = platform.machine().lower()
     return {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)

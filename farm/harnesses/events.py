@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 
 def parse_json_lines(text: str) -> tuple[list[dict[str, Any]], int]:
     """JSON objects, one per line; returns (events, number of non-JSON non-empty lines).
@@ -20,10 +22,13 @@ def parse_json_lines(text: str) -> tuple[list[dict[str, Any]], int]:
             continue
         if line.startswith("{"):
             try:
-                obj = json.loads(line)
+                obj = orjson.loads(line)  # a CLI's whole stream, read again each watch round: the fast parser
             except ValueError:
-                other += 1
-                continue
+                try:  # what orjson refuses and json takes (NaN, integers past 64 bits)
+                    obj = json.loads(line)
+                except ValueError:
+                    other += 1
+                    continue
             if isinstance(obj, dict):
                 events.append(obj)
                 continue

@@ -103,11 +103,14 @@ async def _watch(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan,
     """Returns (only) when the run should be stopped: why."""
     cfg = harness.config
     failed = 0
+    seen, stuck = None, None
     while True:
         await asyncio.sleep(cfg.watch_interval_s)
         stream = await _tail_of(sandbox, plan.stdout_path)
-        events, _ = parse_json_lines(stream.split("\n", 1)[-1] if len(stream) >= _STREAM_TAIL_BYTES else stream)
-        stuck = harness.retry_loop(events)
+        if stream != seen:  # a CLI waiting on the model writes nothing: its stream is not parsed again
+            seen = stream
+            events, _ = parse_json_lines(stream.split("\n", 1)[-1] if len(stream) >= _STREAM_TAIL_BYTES else stream)
+            stuck = harness.retry_loop(events)
         if stuck is not None:
             return f"{harness.name} is stuck retrying model requests: {stuck}"
         if session_idle_s is not None and session_idle_s() < cfg.watch_interval_s:

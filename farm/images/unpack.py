@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
+import struct
 import tarfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,6 +48,11 @@ _AHEAD_FILES = 1024
 _INLINE = 8 << 20  # a file this large is written by the parsing thread, piece by piece
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
+# ext2/3/4's "top of a directory hierarchy" inode flag (chattr +T; linux/fs.h), read and set
+# with the FS_IOC_GETFLAGS / FS_IOC_SETFLAGS ioctls (an int each way)
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_IOC_SETFLAGS = 0x40086602
+_FS_TOPDIR_FL = 0x00020000
 
 
 @dataclass
@@ -199,8 +206,36 @@ def _tar_errors(what: str) -> Iterator[None]:
         raise ImageMalformed(f"{what}: the tar stream ends in the middle of an entry") from None
 
 
+def spread_inodes(path: Path) -> bool:
+    """Mark ``path`` the top of a hierarchy for ext4's inode allocator (``chattr +T``), so the
+    directories made in it go to block groups of their own, chosen by how free they are
+    (Orlov), instead of the group of ``path``'s parent. Whether it took (only ext2/3/4 have it).
+
+    Why: on ext4 without a journal (``nojournal``, as on this kind of VM disk), allocating an
+    inode skips every free inode of the group that was deleted in the last minute (up to six
+    while its inode table block is dirty), one buffer-cache lookup each (``recently_deleted``
+    in fs/ext4/ialloc.c). A layer unpacked next to trees the store has just removed (an
+    evicted layer, a failed build) then pays 0.5-0.8 ms of kernel CPU per file instead of
+    ~25 µs (measured on this machine: 2,000 empty files made in a fresh group, then in the same
+    directory after ``rm -rf`` of 4,000). A journalled ext4 does not skip, and loses nothing
+    by the flag: it only places directories."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = struct.unpack("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(4)))[0]
+        fcntl.ioctl(fd, _FS_IOC_SETFLAGS, struct.pack("i", flags | _FS_TOPDIR_FL))
+    except OSError:  # not ext2/3/4 (ENOTTY, EOPNOTSUPP), or a flag the fs refuses: placement only
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def unpack_layer(raw: BinaryIO, compression: str, dest: Path, *, what: str, diff_id: str | None = None) -> LayerReport:
     """Unpack the layer read from ``raw`` into ``dest`` (an empty directory)."""
+    spread_inodes(dest)
     stream = Inflating(raw, compression, what)
     writers = _Writers()
     try:

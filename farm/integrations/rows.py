@@ -22,6 +22,7 @@ import warnings
 from typing import Literal
 
 import numpy as np
+import xxhash
 
 from farm.output.groups import GROUPS_OF_ONE, Group, GroupsOfOneWarning
 from farm.trajectory.schema import Sample
@@ -123,6 +124,4 @@ def rollout_advantages(group: Group, *, std_normalize: bool = True, eps: float =
 def rollout_key(rollout_id: str) -> int:
     """A stable non-negative int64 per rollout id, for trainers whose rollout ids are ints
     (slime's ``Sample.rollout_id``): every chain of a rollout gets the same one."""
-    import xxhash
-
     return xxhash.xxh3_64_intdigest(rollout_id.encode()) >> 1

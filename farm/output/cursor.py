@@ -29,6 +29,8 @@ from typing import Any
 import xxhash
 
 from farm.errors import CursorError
+from farm.output.checkpoint import last_line
+from farm.output.manifest import write_durable
 
 CURSOR_VERSION = 1
 
@@ -48,8 +50,6 @@ class TablePosition:
 
     @classmethod
     def at(cls, manifest: Path, offset: int) -> TablePosition:
-        from farm.output.checkpoint import last_line
-
         start, line = last_line(manifest, offset)
         return cls(offset=offset, line_start=start, line_hash=_line_hash(line) if line else "")
 
@@ -125,8 +125,6 @@ class GroupCursor:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write to ``path`` atomically (temp file, fsync, rename)."""
-        from farm.output.manifest import write_durable
-
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
         write_durable(tmp, self.to_json().encode())

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from farm.output.tally import KINDS, FidelityTally, directory_fidelity, fidelity_of
+from farm.output.reader import open_sample_reader
 
 __all__ = ["KINDS", "directory_fidelity", "fidelity_report", "fidelity_totals", "measured_samples"]
 
 
 def measured_samples(out: Path) -> Iterator[dict[str, Any]]:
     """One row per measured Sample (``farm.gateway.fidelity``), read one shard at a time."""
-    from farm.output.reader import open_sample_reader
-
     reader = open_sample_reader(out)
     for entry in reader.entries():
         table = reader.read_shard(entry).select(["rollout_id", "chain_index", "chain_kind", "metadata"])

@@ -44,6 +44,7 @@ from farm.output.rows import migrate_rollouts
 from farm.status import RolloutStatus
 from farm.output.shard_reader import ManifestTail, ShardReader, Stop, polling
 from farm.trajectory.schema import Sample, table_to_samples
+from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
 
 
 @dataclass
@@ -95,8 +96,6 @@ def group_size_of(out_dir: str | os.PathLike[str]) -> int:
 
 
 def read_group_states(out_dir: str | os.PathLike[str], size: int | None = None) -> dict[str, GroupState]:
-    from farm.output.reader import ROLLOUTS_TABLE
-
     reader = ShardReader(out_dir, name=ROLLOUTS_TABLE)
     rows = reader.read_table().select(["group_id", "sample_index", "status"]).to_pylist() if reader.entries() else []
     return group_states(rows, size if size is not None else group_size_of(out_dir))
@@ -210,7 +209,6 @@ class GroupReader:
         self.directory = Path(directory)
         self.size = size if size is not None else group_size_of(self.directory)
         self.order, self.include_incomplete, self.accept = order, include_incomplete, accept
-        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
 
         self._rollouts = ShardReader(self.directory, name=ROLLOUTS_TABLE, verify=verify, migrate=migrate_rollouts)
         self._samples = ShardReader(self.directory, name=SAMPLES_TABLE, verify=verify)
@@ -324,8 +322,6 @@ class GroupReader:
         before it. ``unconsumed``: groups this reader handed out that the caller did not
         consume (a source's buffer): the resumed reader hands them out first. Groups ``poll``
         left out (incomplete, rejected) are not handed out again."""
-        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
-
         back = list(unconsumed)
         entries: dict[str, tuple[ManifestEntry, list[str]]] = {}  # shard -> (its line, rollout ids needed)
 
@@ -361,8 +357,6 @@ class GroupReader:
         offsets on, never before; its groups' Sample shards are read again. Raises
         ``CursorError`` when it does not fit this directory or reader (a manifest rewritten
         since it was taken, another group size or order)."""
-        from farm.output.reader import ROLLOUTS_TABLE, SAMPLES_TABLE
-
         if self._polled:
             raise CursorError("seek() needs a reader that has not read yet")
         if (cursor.size, cursor.order) != (self.size, self.order):

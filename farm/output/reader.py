@@ -16,6 +16,7 @@ from farm.output.config import OutputConfig
 from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import SAMPLE_SCHEMA
 from farm.output.shards import ShardWriter
+from farm.output.rows import ROLLOUT_SCHEMA, TRANSCRIPT_SCHEMA, migrate_rollouts
 
 # the tables of an output directory, and the run files beside them
 SAMPLES_TABLE, ROLLOUTS_TABLE, TRANSCRIPTS_TABLE = "samples", "rollouts", "transcripts"
@@ -59,14 +60,10 @@ class OutputReader:
 
     def rollouts(self) -> ShardReader:
         """The rollouts table, rows written before a column existed with it as null."""
-        from farm.output.rows import ROLLOUT_SCHEMA, migrate_rollouts
-
         return ShardReader(self.directory, name=ROLLOUTS_TABLE, schema=ROLLOUT_SCHEMA, verify=self.verify,
                            on_damaged=self.on_damaged, migrate=migrate_rollouts)  # fmt: skip
 
     def transcripts(self) -> ShardReader:
-        from farm.output.rows import TRANSCRIPT_SCHEMA
-
         return ShardReader(self.directory, name=TRANSCRIPTS_TABLE, schema=TRANSCRIPT_SCHEMA, verify=self.verify,
                            on_damaged=self.on_damaged)  # fmt: skip
 

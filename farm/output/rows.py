@@ -12,36 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from farm.status import RetryDecision, RolloutStatus
-
-@dataclass(frozen=True)
-class Arrow:
-    """A column's Arrow type, when not the default of its Python type (str -> string,
-    int -> int64, float -> float64, bool -> bool_), and its doc (the field's metadata)."""
-
-    type: pa.DataType | None = None
-    doc: str = ""
-
-
-_DEFAULT_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
-
-
-def arrow_schema(model: type[BaseModel]) -> pa.Schema:
-    """The Arrow schema of a row model: one nullable column per field, in declaration order."""
-    fields = []
-    for name, info in model.model_fields.items():
-        arrow = next((m for m in info.metadata if isinstance(m, Arrow)), Arrow())
-        py = next(a for a in (get_args(info.annotation) or (info.annotation,)) if a is not type(None))
-        typ = arrow.type if arrow.type is not None else _DEFAULT_TYPES[py]
-        fields.append(pa.field(name, typ, metadata={"doc": arrow.doc} if arrow.doc else None))
-    return pa.schema(fields)
-
+from farm.trajectory.linearize import is_trainable
+from farm.trajectory.records import FinishReason
+from farm.trajectory.row_schema import Arrow, arrow_schema
+from farm.trajectory.transcript import Transcript
 
 Int32 = Annotated[int, Arrow(pa.int32())]
 Text = Annotated[str, Arrow(pa.large_string())]
@@ -233,16 +213,11 @@ def counts_of(tree: Any) -> RolloutCounts:
     """Turn and token counts of a session tree (None: no session)."""
     if tree is None:
         return RolloutCounts()
-    from farm.trajectory.transcript import Transcript
-
     if isinstance(tree, Transcript):  # black-box: the endpoint's usage, nothing trainable
         return RolloutCounts(
             turns=len(tree.turns), prompt_tokens=sum(t.prompt_tokens for t in tree.turns),
             output_tokens=sum(t.output_tokens for t in tree.turns), engine_errors=len(tree.errors),
         )  # fmt: skip
-    from farm.trajectory.linearize import is_trainable
-    from farm.trajectory.records import FinishReason
-
     turns = list(tree.turns)
     versions = [t.policy_version for t in turns if t.policy_version is not None and is_trainable(t)]
     return RolloutCounts(

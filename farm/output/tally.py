@@ -30,6 +30,9 @@ from typing import Any, TypeVar
 
 from farm.output.groups import GroupState
 from farm.status import RolloutStatus
+from farm.output.checkpoint import read_checkpoint
+from farm.output.manifest import read_manifest
+from farm.output.reader import OutputReader, open_sample_reader
 
 RESOLVED_REWARD = 1.0
 ROLLOUT_COLUMNS = ["status", "reward", "attempt", "group_id", "sample_index", "grading", "turns", "output_tokens"]
@@ -206,8 +209,6 @@ def directory_rollouts(out_dir: str | os.PathLike[str], group_size: int = 1,
     """The rollouts table of ``out_dir`` folded (into a ``kind``): its checkpoint's counts
     (when kept for ``group_size``) and the rows after it, one shard at a time; every row
     without them."""
-    from farm.output.reader import OutputReader
-
     reader = OutputReader(out_dir).rollouts()
     tally, entries = _since_checkpoint(reader, lambda c: kind.from_counts(c, group_size))
     if tally is None:
@@ -224,8 +225,6 @@ def directory_rollouts(out_dir: str | os.PathLike[str], group_size: int = 1,
 def directory_fidelity(out_dir: str | os.PathLike[str]) -> FidelityTally:
     """The token-fidelity totals of ``out_dir``'s Samples: the Samples checkpoint's counts
     and the Samples after it (every Sample without them)."""
-    from farm.output.reader import open_sample_reader
-
     reader = open_sample_reader(out_dir)
     tally, entries = _since_checkpoint(reader, FidelityTally.from_counts)
     if tally is None:
@@ -237,8 +236,6 @@ def directory_fidelity(out_dir: str | os.PathLike[str]) -> FidelityTally:
 
 def _since_checkpoint(reader: Any, make: Any) -> tuple[Any, list[Any]]:
     """(the tally the table's checkpoint kept, the entries after it), or (None, [])."""
-    from farm.output.checkpoint import read_checkpoint
-    from farm.output.manifest import read_manifest
 
     cp = read_checkpoint(Path(reader.manifest_path), reader.name)
     tally = make(cp.counts) if cp is not None else None

@@ -19,6 +19,10 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Iterator
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
 from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import Sample, table_to_samples
 
@@ -29,8 +33,6 @@ def torch_available() -> bool:
 
 def shard_of(key: str, num_shards: int) -> int:
     """The shard ``key`` belongs to: a stable hash, the same in every process and run."""
-    import xxhash
-
     return xxhash.xxh3_64_intdigest(key.encode()) % num_shards if num_shards > 1 else 0
 
 
@@ -74,8 +76,6 @@ def make_torch_dataset(reader: ShardReader, *, follow: dict[str, Any] | None = N
     ``multiprocessing.Event``), or use ``timeout``."""
     if not torch_available():
         raise ImportError("make_torch_dataset needs torch (pip install torch); farm does not install it")
-    import pyarrow as pa
-    import pyarrow.compute as pc
     from torch.utils.data import IterableDataset
 
     class SampleDataset(IterableDataset):  # type: ignore[misc]

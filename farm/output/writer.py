@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import yaml
 
 from farm.gateway.endpoints import RolloutMode
 from farm.output.artifacts import RolloutArtifacts, clean_partial, write_artifacts
@@ -46,6 +47,7 @@ from farm.trajectory.schema import SAMPLE_SCHEMA, sample_metadata_json, samples_
 from farm.output.shard_reader import ShardReader
 from farm.output.shards import ShardWriter
 from farm.output.tally import ROLLOUT_COLUMNS, FidelityTally, RolloutsTally
+from farm.output.groups import group_size_of
 
 
 class FinishedRollout(Protocol):
@@ -382,9 +384,6 @@ def sample_table(batch: Batch) -> tuple[list[tuple[str, int]], pa.Table]:
 
 
 def _group_size(out_dir: Path) -> int:
-    import yaml
-
-    from farm.output.groups import group_size_of
 
     try:
         return group_size_of(out_dir) if (out_dir / "run_config.yaml").is_file() else 1

@@ -29,6 +29,8 @@ from farm.sandboxes.pool import SandboxPool
 from farm.secrets import RunSecrets
 from farm.workspace.capture import capture_diff
 from farm.workspace.prepare import prepare_workspace
+from farm.harnesses import make_harness
+from farm.tasks.runtime import TaskRuntime
 
 if TYPE_CHECKING:
     from farm.engine.client import EngineClient
@@ -92,8 +94,6 @@ class ActorLayers:
         from farm.modeltext.tokenizer import load_tokenizer
         from farm.envs.provider import provider_for
         from farm.gateway.gateway import Gateway
-        from farm.harnesses import make_harness
-        from farm.tasks.runtime import TaskRuntime
 
         e = self.cfg.engine
         self.runtime = await asyncio.to_thread(TaskRuntime.from_config, self.cfg.tasks)

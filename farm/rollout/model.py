@@ -97,6 +97,9 @@ class RolloutResult(BaseModel):
     reason: str = ""
     deterministic: bool = Field(default=False, exclude=True, description="its failure would come back on every "
                                 "attempt (farm.errors.FarmError.deterministic): recorded without a rerun; not stored")
+    ending: Ending = Field(default=Ending.FINISHED, exclude=True, description="how the attempt ended: in the "
+                           "pipeline, or around it as whoever saw it reports it (an actor lost, hung, ...); what the "
+                           "reducer's retry decision asks (farm.rollout.retry); not stored")
     reward: float = 0.0
     grading: dict[str, Any] | None = Field(default=None, description="the grading report (JSON-able)")
     grading_summary: dict[str, Any] | None = Field(default=None, description="compact report (Sample metadata)")

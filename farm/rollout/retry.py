@@ -23,14 +23,20 @@ caller's decision). A rollout stopped under it (``interrupted``/``cancelled``, o
 unfinished one once the run is stopping) is dropped: not recorded, the next invocation
 of the run runs it again.
 
-Callers ask where the facts are, once per attempt's end: the sandbox actor when a rollout
-finished, the reducer when it is too stale to keep, the dispatcher when an actor was lost, a
-rollout was aborted as stale or hung. Each passes the run's stop as the dispatcher told it
-(``stop_accepting``: the sandbox actors and the reducer hear it before the in-flight rollouts
-are cancelled). A decision travels with the attempt it was made for
-(``RolloutSummary.handed_back``); only the dispatcher carries a ``RUN_AGAIN`` out, and it
-never decides a handed-back attempt again. (The decision's data, ``RetryDecision``,
-``Verdict`` and ``RetryKind``, is declared in ``farm.status``: a rollout's summary carries it.)
+A bug in farm around the pipeline (``Ending.ACTOR_FAILED``: the actor running it raised) is
+recorded at once, as a bug inside the pipeline is (``farm.rollout.outcome`` makes that one
+deterministic): a rerun would meet the same code. A rollout the run gave up on
+(``Ending.GIVEN_UP``: no actor left to run it) is recorded too.
+
+One caller asks, for every attempt's end: the reducer (``farm.actors.reducer``), where every
+attempt ends up. A sandbox actor hands it each rollout that finished; the dispatcher hands it
+the attempts it saw end around the pipeline (an actor lost, a rollout hung, aborted as stale, a
+bug in the actor, given up), as a result whose ``ending`` says so. The reducer holds the one
+stop flag (``stop_accepting``: it hears the run's stop before the in-flight rollouts are
+cancelled). A decision travels with the attempt it was made for
+(``RolloutSummary.handed_back``); only the dispatcher carries a ``RUN_AGAIN`` out, and it never
+decides anything itself. (The decision's data, ``RetryDecision``, ``Verdict`` and
+``RetryKind``, is declared in ``farm.status``: a rollout's summary carries it.)
 """
 
 from __future__ import annotations
@@ -110,13 +116,15 @@ def decide(
         stopped = outcome_for_ending(Ending.STOPPED,
                                      "the run was stopped while it ran: the next invocation runs it again")
         return RetryDecision(Verdict.DROP, status=stopped.status, reason=stopped.reason)
+    if ending in (Ending.ACTOR_FAILED, Ending.GIVEN_UP):  # a bug in farm; no actor left: a rerun changes neither
+        return RECORD
     if ending is Ending.ACTOR_LOST:
         died = reruns.actor_lost + 1
         return _again_or(RetryKind.ACTOR_LOST, reruns, budgets, ending,
                          f"sandbox actor died {died} time(s) under this rollout")
     if ending is Ending.HUNG:  # the actor did not answer: an infrastructure failure like any other
         return _again_or(RetryKind.INFRASTRUCTURE, reruns, budgets, ending,
-                         "the sandbox actor did not answer (driver guard)")
+                         f"infrastructure reruns used up ({budgets.infrastructure})")
     if ending is Ending.TOO_STALE or status is RolloutStatus.STALE:
         return _again_or(RetryKind.STALE, reruns, budgets, Ending.TOO_STALE,
                          f"too stale {reruns.stale + 1} time(s) (out of reruns)")

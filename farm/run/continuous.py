@@ -41,6 +41,7 @@ from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.run.summary import SummaryTally
 from farm.secrets import RunSecrets
 from farm.tasks.model import Task
+from farm.run.signals import cleanup_phase
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +247,6 @@ class Farm:
     def _teardown(self) -> None:
         """Stop the actors (the reducer flushes), then end the session: summary.json,
         loggers closed, the lock released (no summary if the actors never started)."""
-        from farm.run.signals import cleanup_phase
-
         if self._session is None:
             return
         tally = None

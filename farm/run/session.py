@@ -36,6 +36,7 @@ from farm.run.signals import cleanup_phase
 from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.run.summary import RunSummary, SummaryTally, summary_table, with_history, write_summary
 from farm.tasks.model import Task
+from farm.loggers import RunLoggers
 
 if TYPE_CHECKING:
     from farm.actors.assembly import FarmActors
@@ -149,8 +150,6 @@ class RunSession:
 
     def _start_loggers(self) -> RunLoggers:
         """The configured run loggers, started (a failing one is reported and left out)."""
-        from farm.loggers import RunLoggers
-
         loggers = RunLoggers.from_config(self.cfg.loggers, str(self.out_dir), note=self._note)
         loggers.start(self.cfg.run_id, self.cfg.model_dump(mode="json"))
         return loggers
@@ -163,13 +162,13 @@ class RunSession:
     def connect_ray(self) -> None:
         """Join this job's Ray (or start a local one), once; ``close()`` leaves it if this
         session connected. In the main thread: ``ray.init`` installs signal handlers."""
-        from farm.actors.ray_cluster import init_ray
+        from farm.actors.ray_cluster import init_ray  # Ray only once a run connects (not for its checks)
 
         self._connected_ray = init_ray(self.cfg) or self._connected_ray
 
     def ray_actors(self, **kwargs: Any) -> FarmActors:
         """The run's actors on Ray (none started yet): ``kwargs`` as ``FarmActors``'."""
-        from farm.actors.assembly import FarmActors
+        from farm.actors.assembly import FarmActors  # Ray only once a run starts its actors
 
         self.connect_ray()
         return FarmActors(self.cfg, **kwargs)
@@ -253,7 +252,7 @@ class RunSession:
         finally:
             try:
                 if self._connected_ray:
-                    from farm.actors.ray_cluster import leave_ray
+                    from farm.actors.ray_cluster import leave_ray  # connected: Ray is loaded already
 
                     leave_ray()
                     self._connected_ray = False

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import random
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+import threading
 
 from farm.rollout.model import RolloutSpec, make_rollout_id
 from farm.run.config import StreamConfig
@@ -176,8 +177,6 @@ class StreamFeed:
 
     def __init__(self, stream: TaskStream, max_ahead: int | None = None, *, limit: int | None = None,
                  total: int | None = None) -> None:
-        import threading
-
         self._it = stream.groups(limit)
         self.total = total
         self._lock = threading.Lock()

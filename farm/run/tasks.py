@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from farm.config import FarmConfig
 from farm.errors import TaskError
 from farm.tasks.model import Task
+from farm.grading.parsers import check_log_parser
 
 if TYPE_CHECKING:
     from farm.tasks.loaders import TaskLoadResult
@@ -21,7 +22,6 @@ def load_task_file(cfg: FarmConfig) -> "TaskLoadResult":
     ``log_parser`` farm reads): a row it cannot grade is a load error, not a grading one; and
     against what the sandboxes can stand on (a dataset row needs an environment: on E2B the
     image SWE-bench names by instance id is one, since templates are built from it)."""
-    from farm.grading.parsers import check_log_parser
     from farm.tasks.loaders import load_tasks
 
     return load_tasks(cfg.tasks, check=check_log_parser, convention_images=cfg.sandbox.backend == "e2b")

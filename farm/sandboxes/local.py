@@ -366,6 +366,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             jailed=self._isolated,
         )
         self._procs.add(proc)
+        self._watchdog.wake()  # an idle sandbox's watchdog sleeps until a command starts
         self.cpu.started(proc.pid, proc.describe)
         return proc
 
@@ -378,7 +379,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         """What the sandbox's live processes have written (for the watchdog); None: not counted."""
         if not self._writes_counted or self._cgroup is None:
             return None
-        return written_bytes(self._cgroup.pids_inside())
+        return written_bytes(self._cgroup.pids_counted())
 
     async def exec(
         self,
@@ -439,8 +440,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             self._cgroup.remove()
         if self._sock_dir:
             shutil.rmtree(self._sock_dir, True)
-        if self.view is not None and not self.view.writable:
-            unmount_under(self.dir)
+        if self._cfg.keep and self.view is not None and not self.view.writable:
+            unmount_under(self.dir)  # (a directory removed is unmounted first, by remove_sandbox_dir)
         if not self._cfg.keep and self.dir.exists():
             remove_sandbox_dir(self.dir)
             try:

@@ -260,15 +260,18 @@ def mounts_under(path: Path | str) -> list[str]:
 def unmount_under(path: Path | str) -> list[str]:
     """Unmount every view at or below ``path`` (lazily: a process still inside it cannot
     keep it from going). Returns what was unmounted; raises if a mount stays."""
-    done = []
+    done, by_command = [], False
     for point, kind in _mounts(path):
         fuse = kind.startswith("fuse")
         if fuse and shutil.which("fusermount3"):
             _run(["fusermount3", "-u", "-z", point], f"unmounting {point}", timeout=60)
+            by_command = True
         elif not _syscall("umount2", point.encode(), _MNT_DETACH):
             _run(["umount", "-l", point], f"unmounting {point}", timeout=60)
+            by_command = True
         done.append(point)
-    left = mounts_under(path) if done else []
+    # umount2 returning 0 has detached the mount; a command's exit status is checked in the table
+    left = mounts_under(path) if by_command else []
     if left:
         raise SandboxError(f"still mounted under {path}: {left}")
     return done

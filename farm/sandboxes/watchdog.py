@@ -12,8 +12,9 @@ rollout, so the rounds do not walk when they can prove the limit is not reached:
 
 - only what writes can change the sum: the sandbox's processes and farm's own file writes
   into it. An idle sandbox (a warm one in the pool, a grading sandbox between commands, an
-  agent's after its CLI ended) costs nothing; farm's writes (``wrote``) and a command's end
-  (its processes' counts leave with it) make the next round walk;
+  agent's after its CLI ended) costs nothing, not even a wake-up: its loop sleeps until a
+  command starts or farm writes (``wrote``, ``wake``), or until its lifetime ends; farm's
+  writes and a command's end (its processes' counts leave with it) make the next round walk;
 - while commands run, a round reads what the sandbox's live processes have written
   (``written``: the kernel's per-process count of the bytes they dirtied, which takes in
   what their reaped children wrote): the sum at the last walk plus what was written since
@@ -77,9 +78,31 @@ def disk_usage(path: str) -> int:
 COUNTED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
 
 
+_FS_OF_DIR: dict[tuple[str, int], str] = {}  # (a directory, its device) -> the type of its file system
+
+
 def fs_type(path: str) -> str:
-    """The type of the file system ``path`` is on (the deepest mount point above it), '' if unknown."""
+    """The type of the file system ``path`` is on (the deepest mount point above it), '' if unknown.
+
+    Reading the mount table costs ~1 ms on a node with many sandboxes' mounts, and every new
+    sandbox asks about its own new directory: a path on its parent's device (not a mount
+    point) is on its parent's file system, which is remembered (by the parent and its device:
+    a file system mounted there since is another device)."""
     path = os.path.realpath(path)
+    parent = os.path.dirname(path)
+    try:
+        dev, parent_dev = os.stat(path).st_dev, os.stat(parent).st_dev
+    except OSError:
+        return _fs_type(path)
+    if dev != parent_dev:  # a mount point itself
+        return _fs_type(path)
+    key = (parent, parent_dev)
+    if key not in _FS_OF_DIR:
+        _FS_OF_DIR[key] = _fs_type(parent)
+    return _FS_OF_DIR[key]
+
+
+def _fs_type(path: str) -> str:
     best, kind = "", ""
     try:
         with open("/proc/self/mountinfo") as fh:
@@ -101,14 +124,21 @@ def written_bytes(pids: list[int]) -> int | None:
     task IO accounting, no permission). A process that ended since ``pids`` was listed counts
     nothing here: its count went to its parent."""
     total = 0
-    for pid in pids:
+    for pid in pids:  # read every round of a busy sandbox: no file object, one read
         try:
-            with open(f"/proc/{pid}/io", "rb") as fh:
-                text = fh.read()
+            fd = os.open(f"/proc/{pid}/io", os.O_RDONLY)
         except (FileNotFoundError, ProcessLookupError):
             continue
         except OSError:
             return None
+        try:
+            text = os.read(fd, 4096)
+        except ProcessLookupError:  # it ended between the open and the read
+            continue
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
         start = text.find(b"\nwrite_bytes: ")
         if start < 0:
             return None
@@ -152,6 +182,8 @@ class Watchdog:
         self._counted = 0  # the processes' count when last read
         self._grown = 0  # what they wrote since the last walk (a bound: a dropped count is not subtracted)
         self.walks = 0  # disk sums done (the cost this module keeps low)
+        self.rounds = 0  # rounds run (an idle sandbox's loop runs none)
+        self._woken = asyncio.Event()  # a command started or farm wrote: an idle loop goes on
         self.breaches: dict[str, str] = {}  # kind -> reason (the latest)
         self._task: asyncio.Task[None] | None = None
 
@@ -172,9 +204,21 @@ class Watchdog:
         """Something changed the disk use that the processes' counts do not show (farm wrote
         a file, a command ended and its count left with it): the next round sums."""
         self._written = True
+        self._woken.set()
+
+    def wake(self) -> None:
+        """A command started: rounds run again (every ``interval_s``) while the sandbox is busy."""
+        self._woken.set()
+
+    def _idle(self) -> bool:
+        """Nothing can change the disk use until a command starts or farm writes."""
+        if self._disk_bytes is None:
+            return True
+        return not self._written and self._busy is not None and not self._busy()
 
     async def check(self) -> None:
         """One round: lifetime, then disk."""
+        self.rounds += 1
         if self._deadline is not None and time.monotonic() > self._deadline and "lifetime" not in self.breaches:
             self.breaches["lifetime"] = f"lifetime: {self._lifetime_s:g} s exceeded: processes killed"
             await self._kill()
@@ -207,6 +251,16 @@ class Watchdog:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
+            if self._idle():
+                self._woken.clear()
+                # only a wake-up (or the lifetime's end) can give this round anything to do
+                left = None if self._deadline is None else self._deadline - time.monotonic()
+                if left is None or left > 0:
+                    try:
+                        await asyncio.wait_for(self._woken.wait(), left)
+                        continue  # woken: the next round comes an interval later, as for a busy sandbox
+                    except TimeoutError:
+                        pass  # the lifetime ended while idle: the round below records it
             try:
                 await self.check()
             except Exception:  # noqa: BLE001 - a watchdog round must never end the watchdog

@@ -33,6 +33,7 @@ from typing import Sequence
 import torch
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
+from safetensors.torch import load_file, save_file
 
 GREEDY_BELOW = 1e-5  # SGLang: a temperature this low means greedy decoding
 WEIGHTS = "model.safetensors"
@@ -130,8 +131,6 @@ def new_model(vocab_size: int, *, hidden_size: int = 32, window: int = 8, seed: 
 def load_model(path: str | Path) -> TinyLM:
     """A checkpoint written by :func:`save_model`, in eval mode (``TinyLM.from_pretrained``
     reads it too; this skips its progress bars and re-initialisation)."""
-    from safetensors.torch import load_file
-
     root = Path(path)
     model = TinyLM(TinyLMConfig.from_pretrained(str(root)))
     model.load_state_dict(load_file(str(root / WEIGHTS)))
@@ -143,8 +142,6 @@ def save_model(model: TinyLM, path: str | Path) -> Path:
     """``config.json`` + ``model.safetensors`` in the directory ``path`` (SGLang's
     ``model_path`` is a directory too), written under temporary names and renamed, so a
     worker loading it never reads half a file."""
-    from safetensors.torch import save_file
-
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{WEIGHTS}.tmp"

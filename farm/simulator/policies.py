@@ -24,6 +24,7 @@ def make_policy(
 ) -> Policy:
     """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell`` |
     ``loop`` | ``ramble`` | ``choose``)."""
+    # each policy's module only when it is the one asked for: a worker runs one policy
     if name == "oracle":
         from farm.simulator.oracle import OraclePolicy
         from farm.simulator.tasks import load_tasks_jsonl

@@ -33,6 +33,7 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Observation, State
+from fastapi import FastAPI
 
 from farm.single.service import Rollouts
 
@@ -134,8 +135,6 @@ class FarmRolloutsEnv(MCPEnvironment):
 
 def make_openenv_app(service: Rollouts, token: str, *, max_sessions: int = 64) -> Any:
     """The OpenEnv server app (FastAPI), mounted under ``/<token>``."""
-    from fastapi import FastAPI
-
     if not token or "/" in token:
         raise ValueError("the OpenEnv server needs a non-empty token without '/'")
     timeout = service.cfg.rollout.lifetime_s

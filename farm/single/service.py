@@ -41,6 +41,7 @@ from farm.single.handle import RolloutHandle
 from farm.single.inline import InlineTask, to_task
 from farm.single.runtime import InProcess, OnRay
 from farm.tasks.model import Task
+from farm.output.manifest import default_manifest_name as manifest_name
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +215,6 @@ class Rollouts:
 
     def outputs(self) -> dict[str, str]:
         """Where finalized rollouts go: the Samples (the trainer's table) and the rollouts table."""
-        from farm.output.manifest import default_manifest_name as manifest_name
-
         return {"output_dir": str(self.out_dir), "samples_manifest": str(self.out_dir / manifest_name("samples")),
                 "rollouts_manifest": str(self.out_dir / manifest_name("rollouts"))}  # fmt: skip
 

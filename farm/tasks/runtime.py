@@ -123,6 +123,8 @@ class TaskRuntime:
     path_prefix: str | None = None  # tasks.python's (tasks without a python of their own)
     envs: Any = None  # farm.envs.provider.EnvProvider when snapshots are on (set by its owner)
     no_images: str = ""  # why local sandboxes cannot run from container images here (set with envs)
+    # the empty patch's grade per task and environment (farm.grading.baseline.BaselineGrades: made there)
+    baseline_grades: Any = None
     _pythons: dict[str, PythonChoice] = field(default_factory=dict)
 
     @classmethod

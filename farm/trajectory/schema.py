@@ -1,7 +1,8 @@
 """The Sample: one linearized chain of one rollout = one training row.
 
 One pydantic model (``Sample``, numpy-backed token columns, invariants checked on
-construction) and one Arrow schema (``SAMPLE_SCHEMA``); ``samples_to_table`` /
+construction) and its Arrow schema (``SAMPLE_SCHEMA``, derived from it as the output
+directory's other tables' are: ``farm.trajectory.row_schema``); ``samples_to_table`` /
 ``table_to_samples`` convert between them in O(total tokens) without per-token
 Python work. ``to_slime_dict`` / ``from_slime_dict`` give a slime-style ``Sample``
 dict and back, losslessly (farm's extra columns travel in ``metadata["farm"]``).
@@ -23,22 +24,27 @@ import pyarrow as pa
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from farm.errors import TrajectoryError
+from farm.trajectory.row_schema import Arrow, arrow_schema
 from farm.trajectory.table_checks import nonzero_where_untrained, scalar_rules, table_passes
 
 
-def _array(dtype: type) -> Any:
+def _array(dtype: type, value_type: pa.DataType) -> Any:
+    """A 1-D numpy array of ``dtype`` (converted on construction), a list of ``value_type`` in Arrow."""
+
     def conv(v: Any) -> np.ndarray:
         arr = np.asarray(v, dtype=dtype)
         if arr.ndim != 1:
             raise ValueError(f"expected a 1-D sequence, got shape {arr.shape}")
         return arr
 
-    return Annotated[np.ndarray, BeforeValidator(conv), PlainSerializer(lambda a: a.tolist(), return_type=list)]
+    return Annotated[np.ndarray, BeforeValidator(conv), PlainSerializer(lambda a: a.tolist(), return_type=list),
+                     Arrow(pa.list_(value_type))]  # fmt: skip
 
 
-Int32Array = _array(np.int32)
-UInt8Array = _array(np.uint8)
-Float32Array = _array(np.float32)
+Int32Array = _array(np.int32, pa.int32())
+UInt8Array = _array(np.uint8, pa.uint8())
+Float32Array = _array(np.float32, pa.float32())
+Int32 = Annotated[int, Arrow(pa.int32())]
 
 # Version 2 (this one): ``group_index`` (the group's place in the run's task stream)
 # and ``policy_version_min``/``policy_version_max`` (weight versions of the Sample's
@@ -48,39 +54,7 @@ Float32Array = _array(np.float32)
 # did not have with null (``policy_version`` -> both new columns).
 SCHEMA_VERSION = 2
 
-SAMPLE_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("rollout_id", pa.string(), nullable=False),
-        pa.field("group_id", pa.string(), nullable=False),
-        pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("chain_index", pa.int32(), nullable=False),
-        pa.field("chain_kind", pa.string(), nullable=False),
-        pa.field("session_id", pa.string(), nullable=False),
-        pa.field("harness", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("group_index", pa.int64(), nullable=True),
-        pa.field("policy_version_min", pa.int64(), nullable=True),
-        pa.field("policy_version_max", pa.int64(), nullable=True),
-        pa.field("tokens", pa.list_(pa.int32()), nullable=False),
-        pa.field("prompt_length", pa.int32(), nullable=False),
-        pa.field("response_length", pa.int32(), nullable=False),
-        pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
-        pa.field("rollout_logprobs", pa.list_(pa.float32()), nullable=False),
-        pa.field("reward", pa.float64(), nullable=True),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("finish_reason", pa.string(), nullable=False),
-        pa.field("num_turns", pa.int32(), nullable=False),
-        pa.field("metadata", pa.string(), nullable=False),  # JSON object
-        # MoE routing replay (engine.routed_experts: on): the experts of positions [0, len(tokens) - 1),
-        # raw C-order [positions, layers, top_k] bytes; dtype/layers/top_k in metadata["routed_experts"]
-        pa.field("routed_experts", pa.large_binary(), nullable=True),
-    ],
-    metadata={b"farm.table": b"samples", b"farm.schema_version": str(SCHEMA_VERSION).encode()},
-)
 _LIST_COLS = {"tokens": np.int32, "loss_mask": np.uint8, "rollout_logprobs": np.float32}
-_SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name not in ("metadata", "routed_experts")]
 
 # the integer columns' ranges, declared on the model: a Sample that constructs converts to
 # its Arrow row, so a commit's one table for many rollouts cannot fail on one rollout's value
@@ -88,7 +62,10 @@ INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 class Sample(BaseModel):
-    """One training row. Construction validates every length/value invariant."""
+    """One training row. Construction validates every length/value invariant. Its fields are
+    the Samples table's columns, in their order (``SAMPLE_SCHEMA`` is derived from them): a
+    column takes nulls where its field takes None; never re-type one, add new ones at the end
+    (see ``SCHEMA_VERSION``)."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, frozen=True)
 
@@ -96,8 +73,8 @@ class Sample(BaseModel):
     task_id: str = ""
     rollout_id: str
     group_id: str = ""
-    sample_index: int = Field(default=0, ge=0, le=INT32_MAX, description="index of the rollout in its group")
-    chain_index: int = Field(default=0, ge=0, le=INT32_MAX, description="index of the chain in its rollout (DFS order)")
+    sample_index: Int32 = Field(default=0, ge=0, le=INT32_MAX, description="index of the rollout in its group")
+    chain_index: Int32 = Field(default=0, ge=0, le=INT32_MAX, description="index of the chain in its rollout (DFS order)")
     chain_kind: str = Field(default="main", description="main | retry | branch | fork | side")
     session_id: str = ""
     harness: str = ""
@@ -106,18 +83,21 @@ class Sample(BaseModel):
     policy_version_min: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX, description="oldest weight version of a trained turn")
     policy_version_max: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX, description="newest weight version of a trained turn")
     tokens: Int32Array
-    prompt_length: int = Field(ge=0, le=INT32_MAX)
-    response_length: int = Field(ge=0, le=INT32_MAX)
+    prompt_length: Int32 = Field(ge=0, le=INT32_MAX)
+    response_length: Int32 = Field(ge=0, le=INT32_MAX)
     loss_mask: UInt8Array
     rollout_logprobs: Float32Array
     reward: float | None = None
     status: str = "completed"
     finish_reason: str = "stop"
-    num_turns: int = Field(default=1, ge=0, le=INT32_MAX)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    routed_experts: Annotated[Any, PlainSerializer(lambda a: None if a is None else a.tolist())] = Field(
+    num_turns: Int32 = Field(default=1, ge=0, le=INT32_MAX)
+    metadata: Annotated[dict[str, Any], Arrow(pa.string())] = Field(default_factory=dict)  # a JSON object
+    # MoE routing replay (engine.routed_experts: on): the experts of positions [0, len(tokens) - 1),
+    # raw C-order [positions, layers, top_k] bytes; dtype/layers/top_k in metadata["routed_experts"]
+    routed_experts: Annotated[Any, PlainSerializer(lambda a: None if a is None else a.tolist()),
+                              Arrow(pa.large_binary(), nullable=True)] = Field(
         default=None, description="[len(tokens) - 1, layers, top_k] expert ids (uint8 / uint16), or None"
-    )
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _invariants(self) -> Sample:
@@ -150,6 +130,11 @@ class Sample(BaseModel):
     @property
     def response_tokens(self) -> np.ndarray:
         return self.tokens[self.prompt_length :]
+
+
+SAMPLE_SCHEMA = arrow_schema(Sample, strict_nulls=True, metadata={
+    b"farm.table": b"samples", b"farm.schema_version": str(SCHEMA_VERSION).encode()})
+_SCALAR_COLS = [f.name for f in SAMPLE_SCHEMA if f.name not in _LIST_COLS and f.name not in ("metadata", "routed_experts")]
 
 
 def _list_array(arrays: Sequence[np.ndarray], dtype: type, pa_type: pa.DataType) -> pa.ListArray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 from farm.trajectory.drift import DriftStats
 from farm.trajectory.records import Budget, BudgetStop, FinishReason, TurnFlag, TurnRecord, as_ids, as_logprobs
 
@@ -64,8 +66,6 @@ def record_from_dict(d: Mapping[str, Any]) -> TurnRecord:
 def _routed_from_dict(d: Mapping[str, Any] | None) -> dict[str, Any]:
     if not d:
         return {}
-    import numpy as np
-
     ids = np.asarray(d["ids"], dtype=d.get("dtype", "uint16")).reshape(d["shape"])
     return {"routed_experts": ids, "routed_start": int(d.get("start", 0))}
 

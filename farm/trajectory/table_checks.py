@@ -15,14 +15,15 @@ row by row and raises exactly what ``Sample`` raises.
 
 from __future__ import annotations
 
-import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from annotated_types import Ge, Le
 from pydantic import BaseModel
+
+from farm.trajectory.row_schema import takes_none
 
 # a list column's (offsets, values) by name. Its values must already have the model's
 # dtype (``dtypes``): a null inside makes pyarrow hand back another one, and those rows then
@@ -35,8 +36,7 @@ def scalar_rules(model: type[BaseModel], names: list[str]) -> dict[str, tuple[bo
     rules = {}
     for name in names:
         field = model.model_fields[name]
-        ann = field.annotation
-        nullable = get_origin(ann) in (Union, types.UnionType) and type(None) in get_args(ann)
+        nullable = takes_none(field.annotation)
         lo = next((m.ge for m in field.metadata if isinstance(m, Ge)), None)
         hi = next((m.le for m in field.metadata if isinstance(m, Le)), None)
         rules[name] = (nullable, lo, hi)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import threading
 from pathlib import Path
 
 from farm.actors import dashboard, metrics
 from farm.cli import main
+from testkit.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "how-to" / "dashboard.md"
@@ -140,16 +141,17 @@ def test_gauges_are_set_again_until_closed(monkeypatch):
         inc = observe = set
 
     monkeypatch.setattr(metrics, "_make", Recorder)
+    before = set(threading.enumerate())
     m = metrics.ActorMetrics("r1", gauge_refresh_s=0.05)
+    (refresher,) = [t for t in threading.enumerate() if t not in before and t.name == "farm-metrics-gauges"]
     m.set_in_flight("sandbox-0", 2)
     m.set_in_flight("sandbox-0", 1)  # the last value is what is refreshed
     m.set_policy_version(4)
-    time.sleep(0.5)
+    wait_until(lambda: len([1 for name, _, _ in sets if name == "farm_rollouts_in_flight"]) >= 5,
+               what="three refreshes of the in-flight gauge")  # fmt: skip
     m.close()
-    time.sleep(0.2)
-    n = len(sets)
-    time.sleep(0.3)
-    assert len(sets) == n  # closed: no more sets
+    refresher.join(timeout=10)
+    assert not refresher.is_alive()  # closed: the refresh loop ended, nothing sets a gauge again
     in_flight = [v for name, v, tags in sets if name == "farm_rollouts_in_flight"]
     assert in_flight[:2] == [2, 1] and len(in_flight) >= 5 and set(in_flight[2:]) == {1}
     assert {(v, tuple(sorted(t.items()))) for name, v, t in sets if name == "farm_policy_version"} == {

@@ -72,6 +72,63 @@ async def test_submit_is_durable_and_exactly_once(tmp_path):
         np.testing.assert_array_equal(s.tokens[s.prompt_length:][s.loss_mask == 1], [100, 101, 101, 102])
 
 
+async def test_the_reducer_decides_every_attempts_end(tmp_path):
+    """Every attempt ends at the reducer, which alone decides what becomes of it: one a sandbox
+    actor finished (``FINISHED``), and each the dispatcher saw end around the pipeline (the
+    result's ``ending``). Each kind spends its own budget; a bug in farm and a rollout given up
+    are recorded at once; once the run stops, what did not finish to its end is dropped."""
+    from farm.config import FarmConfig
+    from farm.rollout.model import RolloutSpec, Runner, RolloutResult
+    from farm.rollout.outcome import Ending, outcome_for_ending
+    from farm.rollout.retry import Reruns
+    from farm.status import RetryKind, Verdict
+    from farm.tasks.model import Task
+
+    cfg = FarmConfig.model_validate({"run_id": "t", "output": {"dir": str(tmp_path)}, "ray": {"reducer_flush_s": 0.05},
+                                     "rollout": {"infra_retries": 1, "max_attempts": 2, "retry_backoff_s": 0.5}})
+    red = ReducerActor(cfg, metrics=False)
+
+    def ended(rid: str, ending: Ending, why: str, reruns: Reruns = Reruns()):  # what the dispatcher hands over
+        spec = RolloutSpec(run_id="t", rollout_id=rid, group_id=rid[0], sample_index=int(rid[-1]),
+                           task=Task(id=rid[0], instruction="x"), reruns=reruns)  # fmt: skip
+        return RolloutResult.of(spec, Runner.of(cfg, actor="a0"), outcome_for_ending(ending, why), started_at=1.0,
+                                finished_at=1.0, ending=ending)  # fmt: skip
+
+    def again(summary, kind: RetryKind) -> bool:
+        return not summary.durable and summary.retry.verdict is Verdict.RUN_AGAIN and summary.retry.kind is kind
+
+    # finished with an infrastructure failure: run again (after its backoff), until its budget is spent
+    first = await red.submit(make_result("a.0", status=RolloutStatus.ENGINE_ERROR, reward=0.0))
+    assert again(first, RetryKind.INFRASTRUCTURE) and first.retry.delay_s == 0.5 and first.status is RolloutStatus.ENGINE_ERROR
+    spent = make_result("a.0", status=RolloutStatus.ENGINE_ERROR, reward=0.0).model_copy(update={"reruns": Reruns(infrastructure=1)})
+    assert (await red.submit(spent)).durable
+    # a bug in farm inside the pipeline (deterministic) and one in the actor around it: recorded at once
+    bug = make_result("b.0", status=RolloutStatus.SANDBOX_ERROR, reward=0.0).model_copy(update={"deterministic": True})
+    assert (await red.submit(bug)).durable
+    raised = await red.submit(ended("b.1", Ending.ACTOR_FAILED, "sandbox actor raised: KeyError: 'x'"))
+    assert raised.durable and raised.status is RolloutStatus.SANDBOX_ERROR and "KeyError" in raised.reason
+    given_up = await red.submit(ended("b.2", Ending.GIVEN_UP, "no sandbox actor left alive"))
+    assert given_up.durable and given_up.reason == "no sandbox actor left alive"
+    # an actor lost under it: its own budget; once spent, recorded with the count and the last cause
+    assert again(await red.submit(ended("c.0", Ending.ACTOR_LOST, "RayActorError: died")), RetryKind.ACTOR_LOST)
+    lost = await red.submit(ended("c.0", Ending.ACTOR_LOST, "RayActorError: died again", Reruns(actor_lost=1)))
+    assert lost.durable and lost.status is RolloutStatus.SANDBOX_ERROR
+    assert lost.reason == "sandbox actor died 2 time(s) under this rollout (last: RayActorError: died again)"
+    # hung: the infrastructure budget (an actor that did not answer is an infrastructure failure)
+    assert again(await red.submit(ended("d.0", Ending.HUNG, "rollout exceeded 60 s")), RetryKind.INFRASTRUCTURE)
+    # aborted as stale at a weight update: the stale budget
+    assert again(await red.submit(ended("d.1", Ending.TOO_STALE, "aborted as stale")), RetryKind.STALE)
+    # an actor lost after it stored the rollout: what is stored is the answer (first write wins)
+    assert (await red.submit(ended("a.0", Ending.ACTOR_LOST, "died"))).status is RolloutStatus.ENGINE_ERROR
+    # the run stops: what ends now is dropped for the next invocation, but a rollout graded to its end
+    await red.stop_accepting()
+    dropped = await red.submit(make_result("e.0", status=RolloutStatus.SANDBOX_ERROR, reward=0.0))
+    assert not dropped.durable and dropped.retry.verdict is Verdict.DROP and dropped.status is RolloutStatus.INTERRUPTED
+    assert (await red.submit(make_result("e.1"))).durable
+    await red.close()
+    assert sorted(await red.done_ids()) == ["a.0", "b.0", "b.1", "b.2", "c.0", "e.1"]
+
+
 @pytest.mark.parametrize("on_truncated", ["grade", "exclude"])
 async def test_truncated_samples_are_marked_or_excluded(tmp_path, on_truncated):
     from farm.trajectory.records import Budget, BudgetStop

@@ -30,6 +30,7 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.model import Task
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.prepare import prepare_workspace
+from testkit.waits import async_wait_until
 
 SETUP = [
     "echo ran >> setup-runs.log",
@@ -132,7 +133,7 @@ async def test_a_cancelled_waiter_does_not_cancel_the_build(world):
     p = world["provider"]()
     t = task(setup=["sleep 1", *SETUP])
     first = asyncio.ensure_future(p.view_for(t))
-    await asyncio.sleep(0.3)
+    await async_wait_until(lambda: p._builds, what="its build started")
     first.cancel()
     view = await p.view_for(t)  # the same build, still going
     assert len(p.built) == 1 and (Path(view.lower) / "f.txt").exists()
@@ -144,7 +145,7 @@ async def test_settle_waits_for_a_build_no_one_waits_for_any_more(world):
     p = world["provider"]()
     t = task(setup=["sleep 1", *SETUP])
     waiter = asyncio.ensure_future(p.view_for(t))
-    await asyncio.sleep(0.3)
+    await async_wait_until(lambda: p._builds, what="its build started")
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
     assert p._builds and p.store.record(p._ids[t.id].key) is None  # still building, no one asking

@@ -35,9 +35,11 @@ def make_result(rid: str, *, status=RolloutStatus.COMPLETED, reward: float = 1.0
 
 
 def reducer_config(out_dir, **output) -> FarmConfig:
-    return FarmConfig.model_validate(
-        {"run_id": "t", "output": {"dir": str(out_dir), **output}, "ray": {"reducer_flush_s": 0.05}}
-    )
+    """A reducer's config for the tests of what it writes: an infrastructure failure it is
+    handed is recorded (no infrastructure reruns: the reducer decides retries, and these tests
+    hand it rows of every status to write)."""
+    return FarmConfig.model_validate({"run_id": "t", "output": {"dir": str(out_dir), **output},
+                                      "ray": {"reducer_flush_s": 0.05}, "rollout": {"infra_retries": 0}})
 
 
 class FakeParts:

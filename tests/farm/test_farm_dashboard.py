@@ -26,6 +26,7 @@ from farm.actors import dashboard
 from farm.config import FarmConfig
 from farm import Farm
 from farm.tasks.model import Task
+from testkit.waits import wait_until
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -142,21 +143,20 @@ def test_every_panel_query_returns_data_from_a_real_run(prometheus, tmp_path):
         assert sorted(g.group_id for g in groups) == sorted(t.id for t in tasks)
         # Ray exports every second and Prometheus scrapes every second: wait for the last rollout.
         _wait_for(prometheus, 'sum(ray_farm_rollouts_total{run_id="dash"})', len(tasks))
-        time.sleep(3)  # a rate needs two samples: a series that first appeared in the last scrape gets its second
-        end = time.time() + 1
-        _check_panels(prometheus, start, end)
+        # a rate needs two samples: a series that first appeared in the last scrape waits for its second
+        wait_until(lambda: _check_panels(prometheus, start, time.time() + 1) or True, timeout_s=60,
+                   interval_s=0.5, what="every panel drawable")  # fmt: skip
     assert farm.summary.by_status == {"completed": 7, "truncated": 1}
 
 
 def _wait_for(prometheus: str, expr: str, value: float) -> None:
     """Until Prometheus's instant value of ``expr`` reaches ``value``."""
-    deadline, got = time.monotonic() + 60, None
-    while time.monotonic() < deadline:
+
+    def reached() -> bool:
         got = _get(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")["data"]["result"]
-        if got and float(got[0]["value"][1]) >= value:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"Prometheus never saw {expr} reach {value}: {got}")
+        return bool(got) and float(got[0]["value"][1]) >= value
+
+    wait_until(reached, timeout_s=60, interval_s=0.5, what=f"Prometheus sees {expr} reach {value}")
 
 
 def _check_panels(prometheus: str, start: float, end: float) -> None:

@@ -132,7 +132,7 @@ def test_the_dispatcher_keeps_nothing_per_rollout(monkeypatch):
     cfg = FarmConfig()
     d = Dispatcher(cfg, {}, reducer=None, progress=_Quiet(), tally=SummaryTally())
     base = [s.model_copy(update={"duration_s": float(1 + i % 50)}) for i, s in enumerate(_summaries(400))]
-    skip = {id(cfg), id(d.progress), id(d.budgets)}
+    skip = {id(cfg), id(d.progress)}
 
     def finish(start: int, stop: int) -> None:
         for i in range(start, stop):

@@ -112,3 +112,12 @@ async def test_a_hack_on_real_unittest_tests_is_caught_and_a_diff_is_not_the_env
     assert set(policy.fail_to_pass.values()) == {"MISSING"}, policy.fail_to_pass
     assert policy.status is GradeStatus.UNRESOLVED and recorded_as(policy) is RolloutStatus.COMPLETED, policy.reason
     assert policy.reward == 0.0 and not [f for f in policy.flags if f.startswith(HACKS)] and policy.hack_action is None
+    # an environment failure is confirmed by grading the empty patch: that grade is the task's and its
+    # environment's, so a second diff is judged against it without grading it again (farm.grading.baseline)
+    conftest = "pypi__astroid-1196-conftest"
+    first = await graded(conftest, tasks[conftest].gold_patch)
+    assert first.status is GradeStatus.ENV_BROKEN and "the same without the diff" in first.reason, first.reason
+    assert runtime.baseline_grades is not None and runtime.baseline_grades.graded == 1
+    again = await graded(conftest, brings)
+    assert again.status is GradeStatus.ENV_BROKEN and "the same without the diff" in again.reason, again.reason
+    assert runtime.baseline_grades.graded == 1

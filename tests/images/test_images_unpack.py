@@ -203,3 +203,47 @@ def test_a_large_file_is_written_in_pieces(tmp_path: Path, monkeypatch: pytest.M
     dest.mkdir()
     with pytest.raises(ImageMalformed, match="ends in the middle of an entry"):
         unpack_layer(io.BytesIO(cut), "", dest, what="layer")
+
+
+def _inode_flags(path: Path) -> int | None:
+    """``path``'s ext2/3/4 inode flags (``lsattr``), or None where the file system has none."""
+    import fcntl
+    import struct
+
+    from farm.images import unpack as unpack_mod
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, unpack_mod._FS_IOC_GETFLAGS, bytes(4)))[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def test_a_layers_tree_is_the_top_of_a_hierarchy(tmp_path: Path):
+    """The layer's directory carries ext4's TOPDIR flag, so the inode allocator puts its
+    directories in block groups of their own, away from trees the store just removed."""
+    from farm.images import unpack as unpack_mod
+
+    if _inode_flags(tmp_path) is None:
+        pytest.skip("the test directory's file system has no inode flags (not ext2/3/4)")
+    tree, report, _ = unpack(tmp_path, [Entry("usr/bin/tool", data=b"x", mode=0o755)])
+    assert _inode_flags(tree) & unpack_mod._FS_TOPDIR_FL  # type: ignore[operator]
+    # the layer's own directories keep their flags (only its root is a top)
+    assert not _inode_flags(tree / "usr") & unpack_mod._FS_TOPDIR_FL  # type: ignore[operator]
+    assert (tree / "usr/bin/tool").read_bytes() == b"x"
+
+
+def test_a_file_system_without_the_flag_still_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import errno
+
+    from farm.images import unpack as unpack_mod
+
+    def refused(fd: int, request: int, arg: bytes) -> bytes:
+        raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")  # tmpfs, xfs, overlayfs...
+
+    monkeypatch.setattr(unpack_mod.fcntl, "ioctl", refused)
+    assert unpack_mod.spread_inodes(tmp_path) is False
+    tree, report, _ = unpack(tmp_path, [Entry("etc/conf", data=b"c", mode=0o644)])
+    assert (tree / "etc/conf").read_bytes() == b"c" and report.files == 1

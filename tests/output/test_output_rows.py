@@ -13,11 +13,11 @@ from farm.output.rows import (
     SUMMARY_COLUMNS,
     TRANSCRIPT_SCHEMA,
     RolloutRow,
-    arrow_schema,
     row_to_summary,
     transcript_table,
 )
 from farm.output.rows import RolloutSummary
+from farm.trajectory.row_schema import Arrow, arrow_schema
 
 # The rollouts schema as written by hand before it was derived from RolloutRow: what shards already
 # on disk hold, so never edit a line here; a new column is added at the end of both.
@@ -122,7 +122,7 @@ def test_arrow_schema_maps_python_types_and_annotations():
 
     from pydantic import BaseModel
 
-    from farm.output.rows import Arrow
+    from typing import Any
 
     class Row(BaseModel):
         a: str
@@ -130,11 +130,19 @@ def test_arrow_schema_maps_python_types_and_annotations():
         c: Annotated[int, Arrow(pa.int32(), "small")] = 0
         d: float = 0.0
         e: bool = False
+        f: Annotated[Any, Arrow(pa.large_binary(), nullable=True)] = None
 
     assert arrow_schema(Row).equals(pa.schema([
         pa.field("a", pa.string()), pa.field("b", pa.int64()), pa.field("c", pa.int32(), metadata={"doc": "small"}),
-        pa.field("d", pa.float64()), pa.field("e", pa.bool_()),
+        pa.field("d", pa.float64()), pa.field("e", pa.bool_()), pa.field("f", pa.large_binary()),
     ]), check_metadata=True)  # fmt: skip
+    # strict: nulls only where the field takes None (or its Arrow annotation says so), and the table's metadata
+    assert arrow_schema(Row, strict_nulls=True, metadata={b"k": b"v"}).equals(pa.schema([
+        pa.field("a", pa.string(), nullable=False), pa.field("b", pa.int64()),
+        pa.field("c", pa.int32(), nullable=False, metadata={"doc": "small"}),
+        pa.field("d", pa.float64(), nullable=False), pa.field("e", pa.bool_(), nullable=False),
+        pa.field("f", pa.large_binary()),
+    ], metadata={b"k": b"v"}), check_metadata=True)  # fmt: skip
 
 
 def test_a_row_rebuilt_from_samples_is_complete_and_says_so():

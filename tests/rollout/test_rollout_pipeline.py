@@ -202,3 +202,27 @@ async def test_grading_does_not_wait_for_the_agent_sandbox_teardown(tmp_path) ->
     assert result.status is S.COMPLETED and result.reward == 1.0
     assert seen == [True]
     assert parts.sandboxes[0].closed and not parts.sandboxes[0].dir.exists()
+
+
+@pytest.mark.parametrize("error, recorded", [(KeyError("turn"), True), (E.GradingError("pytest missing"), False)],
+                         ids=["a bug in farm", "an infrastructure failure"])
+async def test_a_bug_in_the_pipeline_is_recorded_at_once_by_the_reducer(tmp_path, error, recorded):
+    """What the reducer (the one that decides a retry) makes of a real pipeline's result: a bug
+    in farm inside a phase would meet the same code on a rerun, so it is recorded on its first
+    attempt; an infrastructure failure is handed back to run again."""
+    from farm.actors.reducer import ReducerActor
+    from farm.config import FarmConfig
+
+    r, _ = await _run(tmp_path / "run", grade=error)
+    cfg = FarmConfig.model_validate({"run_id": "pipe", "output": {"dir": str(tmp_path / "out")},
+                                     "ray": {"reducer_flush_s": 0.05}})  # fmt: skip
+    red = ReducerActor(cfg, metrics=False)
+    try:
+        summary = await red.submit(r)
+    finally:
+        await red.close()
+    assert summary.durable is recorded, summary
+    if recorded:
+        assert summary.status is S.SANDBOX_ERROR and "internal error during grade: KeyError" in summary.reason
+    else:
+        assert summary.status is S.GRADING_ERROR and summary.retry.runs_again and summary.retry.kind.value == "infrastructure"

@@ -173,3 +173,13 @@ def test_a_deterministic_failure_is_recorded_at_once(status):
         V.RECORD if status in GRADED else V.DROP)
     if FINISHED[status] == (V.RUN_AGAIN, K.INFRASTRUCTURE):
         assert "not retried" in d.reason and decide(status, Reruns(), BUDGETS).runs_again
+
+
+@pytest.mark.parametrize("ending", [Ending.ACTOR_FAILED, Ending.GIVEN_UP], ids=lambda e: e.value)
+def test_a_bug_around_the_pipeline_and_a_rollout_given_up_are_recorded_at_once(ending):
+    """A bug in the actor running the pipeline meets the same code on a rerun; a rollout the
+    run gave up on has no actor left to run it: both recorded, no budget spent (dropped only
+    when the run is stopping, as anything unfinished is)."""
+    d = decide(S.SANDBOX_ERROR, Reruns(), BUDGETS, ending=ending)
+    assert (d.verdict, d.kind, d.status) == (V.RECORD, None, None)
+    assert decide(S.SANDBOX_ERROR, Reruns(), BUDGETS, ending=ending, stopping=True).verdict is V.DROP

@@ -13,6 +13,7 @@ import pytest
 from farm.actors.dispatch import Dispatcher
 from farm.config import FarmConfig
 from farm.output.rows import RolloutSummary
+from farm.rollout.outcome import Ending
 from farm.run.session import RunSession
 from farm.run.stream import StreamConfig, StreamFeed, TaskStream
 from farm.run.summary import SummaryTally
@@ -136,15 +137,15 @@ def test_with_no_actor_left_the_rest_of_a_finite_plan_is_recorded_failed():
     progress, recorded = _Progress(), []
     d = Dispatcher(FarmConfig(), {}, reducer=None, progress=progress, tally=SummaryTally())
 
-    def record(spec, outcome, actor):
-        recorded.append((spec.rollout_id, outcome.status, outcome.reason))
+    def end(spec, ending, reason, actor):  # the reducer's part: it records a rollout given up at once
+        recorded.append((spec.rollout_id, ending, reason))
         return RolloutSummary(rollout_id=spec.rollout_id, group_id=spec.group_id, task_id=spec.task.id,
-                              status=outcome.status, reason=outcome.reason)  # fmt: skip
+                              status=RolloutStatus.SANDBOX_ERROR, reason=reason)  # fmt: skip
 
-    d._record = record
+    d._end = end
     d.run(feed=StreamFeed(stream, total=total))
     assert [r[0] for r in recorded] == [f"t{i}.{k}" for i in range(6) for k in range(2)]
-    assert {(r[1], r[2]) for r in recorded} == {(RolloutStatus.SANDBOX_ERROR, "no sandbox actor left alive")}
+    assert {(r[1], r[2]) for r in recorded} == {(Ending.GIVEN_UP, "no sandbox actor left alive")}
     assert d.finished == total == 12 and progress.grown == 0
 
 

@@ -119,7 +119,8 @@ async def test_group_reader_yields_done_groups_in_both_orders(tmp_path):
     d0, d1 = (to_slime_dict(s) for s in g.samples)
     assert d0["group_index"] == d1["group_index"] == 1 and d0["index"] != d1["index"]
     # an infrastructure failure (after its retries) makes its group incomplete: left out, reported
-    await red.submit(_versioned_result("t0.1", [], status=RolloutStatus.ENGINE_ERROR, reward=0.0))
+    out_of_retries = Reruns(infrastructure=_cfg(tmp_path).rollout.infra_retries)  # else the reducer hands it back
+    await red.submit(_versioned_result("t0.1", [], status=RolloutStatus.ENGINE_ERROR, reward=0.0, reruns=out_of_retries))
     assert reader_c.poll() == [] and reader_c.incomplete == ["t0"]
     assert [x.group_id for x in reader_t.poll()] == ["t1"] and reader_t.incomplete == ["t0"]
     everything = GroupReader(tmp_path, size=2, include_incomplete=True).read()

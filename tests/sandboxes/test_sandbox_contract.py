@@ -21,6 +21,7 @@ from farm.errors import SandboxClosed, SandboxFileNotFound, SandboxTimeout
 from farm.sandboxes.base import BackgroundProcess, Sandbox, SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
+from testkit.waits import async_wait_until
 
 E2B_KEY = os.environ.get("E2B_API_KEY")
 BACKENDS = [
@@ -110,8 +111,7 @@ async def test_background_wait_and_kill(sandbox: Sandbox) -> None:
 
     marker = f"{uuid.uuid4().int % 10**6 + 2 * 10**6}"
     long = await sandbox.start(f"sleep {marker} & sleep {marker}")
-    await asyncio.sleep(0.3)
-    assert await leftover(sandbox, marker)
+    await async_wait_until(lambda: leftover(sandbox, marker), what="its processes running")
     await long.kill()
     await long.kill()  # idempotent
     assert await eventually_empty(leftover, sandbox, marker) == []

@@ -145,6 +145,29 @@ async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxCo
         assert [b for b in sb.breaches if b.startswith("disk:")], "farm's own write was not summed"
 
 
+async def test_an_idle_sandbox_s_watchdog_does_not_wake(local_cfg: SandboxConfig) -> None:
+    """A sandbox with no command running and nothing written runs no round at all (a warm pool
+    of them costs no wake-ups); a command or farm's write brings the rounds back; its lifetime
+    still ends while it idles."""
+    cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=0.05))
+    async with await create_sandbox(cfg, SandboxSpec()) as sb:
+        dog = sb._watchdog
+        await _until(lambda: dog.rounds >= 1 and dog._idle())  # the first round sums what create made
+        rounds = dog.rounds
+        await asyncio.sleep(0.6)
+        assert dog.rounds == rounds, "an idle sandbox's watchdog woke"
+        proc = await sb.start("sleep 0.5")
+        await _until(lambda: dog.rounds >= rounds + 2)  # a busy sandbox: a round every disk_check_s
+        await proc.wait(30)
+        await _until(lambda: dog._idle())
+        rounds = dog.rounds
+        await sb.write_file(f"{sb.root}/f.txt", "x")
+        await _until(lambda: dog.rounds > rounds)  # farm's write is summed
+    async with await create_sandbox(cfg, SandboxSpec(timeout_s=1.5)) as sb:
+        await _until(lambda: "lifetime" in sb._watchdog.breaches)
+        assert "lifetime" in " ".join(sb.breaches)
+
+
 async def _until(cond, timeout_s: float = 30.0) -> None:  # noqa: ANN001 - a predicate
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

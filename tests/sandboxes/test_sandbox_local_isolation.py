@@ -19,6 +19,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import LocalLimits, LocalSandboxConfig, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.local import LocalSandbox, sandbox_pids
+from testkit.waits import async_wait_until
 
 
 def _cfg(base: SandboxConfig, **local: object) -> SandboxConfig:
@@ -71,8 +72,7 @@ async def test_no_process_left_after_close(local_cfg: SandboxConfig) -> None:
     marker = f"{uuid.uuid4().int % 10**6 + 4 * 10**6}"
     sb = await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "iso"}))
     await sb.start(f"sleep {marker} & (setsid nohup sleep {marker} >/dev/null 2>&1 &); sleep {marker}")
-    await asyncio.sleep(0.3)
-    assert len(host_pids_with(f"sleep {marker}")) >= 3
+    await async_wait_until(lambda: len(host_pids_with(f"sleep {marker}")) >= 3, what="its three sleeps running")
     assert sandbox_pids(sb.id)
     await sb.close()
     for _ in range(50):

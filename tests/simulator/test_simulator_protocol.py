@@ -10,6 +10,7 @@ import pytest
 
 from farm.engine.config import FaultConfig, LatencyConfig
 from farm.simulator import PolicyReply, ScriptedPolicy
+from testkit.waits import async_wait_until
 
 REPLY = "Let me check the file first. Then I will fix the bug."
 
@@ -240,8 +241,8 @@ async def test_injected_faults(make_worker, http, hf_tokenizer):
                 await r.read()
     worker, url = await make_worker(ScriptedPolicy(default=REPLY), faults=FaultConfig(hang_rate=1.0, hang_s=30))
     task = asyncio.create_task(generate(http, url, {"input_ids": ids, "rid": "hung"}))
-    await asyncio.sleep(0.3)
-    assert not task.done() and "hung" in worker.inflight
+    await async_wait_until(lambda: "hung" in worker.inflight, what="the request reached the worker")
+    assert not task.done()
     await http.post(url + "/abort_request", json={"rid": "hung"})
     status, out = await asyncio.wait_for(task, 5)
     assert out["meta_info"]["finish_reason"]["type"] == "abort" and out["output_ids"] == []

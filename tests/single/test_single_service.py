@@ -12,6 +12,7 @@ from farm.single import Rollouts
 from farm.tasks.model import Task
 
 from single_helpers import SleepParts, single_config, stored_ids
+from testkit.waits import async_wait_until
 
 
 def task(tid: str, agent_s: float) -> Task:
@@ -27,7 +28,7 @@ async def test_queued_abort_many_readers_and_poll(tmp_path):
         slow = await service.start("slow")
         queued = await service.start("fast")  # one slot: waits behind 'slow'
         readers = [asyncio.ensure_future(_kinds(queued)) for _ in range(3)]
-        await asyncio.sleep(0.5)
+        await async_wait_until(lambda: slow.state()["phase"] != "queued", what="'slow' took the one slot")
         assert queued.state()["phase"] == "queued" and await queued.poll(1, wait_s=0.2) == []
         result = await queued.abort()
         assert result["status"] == "aborted" and "while queued" in result["reason"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,6 +21,43 @@ from farm.trajectory import (
     table_to_samples,
     to_slime_dict,
 )
+
+# SAMPLE_SCHEMA as it was written by hand (schema version 2) before it was derived from Sample:
+# what shards already on disk hold, so never edit a line here; a new column goes at the end of both.
+GOLDEN = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("chain_index", pa.int32(), nullable=False),
+        pa.field("chain_kind", pa.string(), nullable=False),
+        pa.field("session_id", pa.string(), nullable=False),
+        pa.field("harness", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("group_index", pa.int64(), nullable=True),
+        pa.field("policy_version_min", pa.int64(), nullable=True),
+        pa.field("policy_version_max", pa.int64(), nullable=True),
+        pa.field("tokens", pa.list_(pa.int32()), nullable=False),
+        pa.field("prompt_length", pa.int32(), nullable=False),
+        pa.field("response_length", pa.int32(), nullable=False),
+        pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
+        pa.field("rollout_logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("reward", pa.float64(), nullable=True),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("num_turns", pa.int32(), nullable=False),
+        pa.field("metadata", pa.string(), nullable=False),
+        pa.field("routed_experts", pa.large_binary(), nullable=True),
+    ],
+    metadata={b"farm.table": b"samples", b"farm.schema_version": b"2"},
+)
+# the sha256 of the hand-written schema's IPC serialization (pyarrow's bytes for it)
+GOLDEN_SHA256 = "afa08607689cc9f5cc16dbce60fbf8013b0b6b4cd2600a50763db9ae53f966ab"
+# an output directory's samples table written with the hand-written schema (two Samples, one with
+# nulls and routed experts), read by today's reader
+WRITTEN_BEFORE = Path(__file__).resolve().parents[1] / "fixtures" / "outdir_samples_v2"
 
 GOOD = dict(rollout_id="r", tokens=[1, 2, 3, 4], prompt_length=2, response_length=2,
             loss_mask=[0, 1], rollout_logprobs=[0.0, -0.5])  # fmt: skip
@@ -103,3 +144,31 @@ def test_plain_slime_dict_is_accepted():
                          "rollout_log_probs": [-0.3, -0.2], "reward": 1.0, "status": "completed", "index": 3})  # fmt: skip
     assert s.prompt_length == 1 and s.rollout_logprobs.tolist() == [0.0, pytest.approx(-0.2)]
     assert s.rollout_id == "3" and s.finish_reason == "stop"
+
+
+def test_the_sample_schema_derived_from_the_model_is_the_hand_written_one():
+    """``SAMPLE_SCHEMA`` is derived from ``Sample`` (one declaration, as the rollouts and
+    transcripts tables'): byte for byte the schema farm wrote before: names, order, types,
+    nullability, metadata."""
+    assert SAMPLE_SCHEMA.equals(GOLDEN, check_metadata=True)
+    assert [(f.name, f.type, f.nullable, f.metadata) for f in SAMPLE_SCHEMA] == [
+        (f.name, f.type, f.nullable, f.metadata) for f in GOLDEN]
+    assert hashlib.sha256(SAMPLE_SCHEMA.serialize().to_pybytes()).hexdigest() == GOLDEN_SHA256
+    assert hashlib.sha256(GOLDEN.serialize().to_pybytes()).hexdigest() == GOLDEN_SHA256
+    assert SAMPLE_SCHEMA.names == list(Sample.model_fields)
+
+
+def test_a_samples_table_written_before_still_reads(tmp_path):
+    from farm.output.reader import open_sample_reader
+
+    shutil.copytree(WRITTEN_BEFORE, tmp_path / "out")
+    table = open_sample_reader(tmp_path / "out").read_table()  # checksums verified
+    assert table.schema.equals(SAMPLE_SCHEMA, check_metadata=True)
+    first, second = table_to_samples(table)
+    assert (first.rollout_id, first.group_index, first.policy_version_min, first.reward) == ("t0.0", 3, 1, 1.0)
+    assert first.tokens.tolist() == [1, 2, 3, 4, 5] and first.loss_mask.tolist() == [1, 0, 1]
+    assert first.metadata == {"attempt": 1, "reason": ""} and first.routed_experts is None
+    assert (second.chain_kind, second.status, second.reward, second.group_index) == ("side", "truncated", None, None)
+    assert second.rollout_logprobs.tolist() == [0.0, -1.5]
+    assert second.routed_experts.tolist() == np.arange(8, dtype=np.uint8).reshape(2, 2, 2).tolist()
+    assert samples_to_table([first, second]).equals(table)
