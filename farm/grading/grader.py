@@ -164,7 +164,7 @@ async def grade_in_sandbox(
     }  # fmt: skip
     check_restores(steps, "surface")
     if task.kind == "swe":
-        view = getattr(sandbox, "view", None)
+        view = sandbox.view
         attempt = Attempt(text, surface, baseline, view.key if view is not None else None)
         return done(**await _grade_swe(sandbox, task, ws, runtime, common, policy, attempt, steps,
                                        probe if isinstance(probe, Probe) else None))

@@ -11,9 +11,12 @@ import ray
 from ray import cloudpickle
 
 from farm.actors.dispatch import Dispatcher
+from farm.actors.reducer import ReducerActor
 from farm.actors.sandbox import SandboxActor
 from farm.config import FarmConfig
+from farm.output.rows import RolloutSummary
 from farm.rollout.model import RolloutSpec
+from farm.rollout.retry import RetryBudgets
 from farm.run.summary import SummaryTally
 from farm.status import RolloutStatus
 from farm.tasks.model import Task
@@ -42,8 +45,18 @@ class _Actor(SandboxActor):
 
 
 class _Reducer:
+    """Decides each attempt's end as the run's reducer does (its one retry decision), records nothing."""
+
+    _stale = ReducerActor._stale
+    _decide = ReducerActor._decide
+
+    def __init__(self, cfg: FarmConfig) -> None:
+        self.cfg, self.budgets = cfg, RetryBudgets.from_config(cfg)
+        self.policy_version, self.stale_dropped, self._stopping = 0, 0, False
+
     async def submit(self, result):
-        return result.summary()
+        ended = self._decide(result)
+        return ended if isinstance(ended, RolloutSummary) else ended.summary()
 
     async def lookup(self, rollout_id):
         return None
@@ -73,7 +86,7 @@ def local_ray(shared_ray):
 def test_a_hung_rollout_is_ended_alone_and_runs_again(local_ray):
     cfg = FarmConfig.model_validate({"rollout": {"concurrency": 8, "infra_retries": 1, "retry_backoff_s": 0}})
     actor = ray.remote(_Actor).remote()
-    reducer = ray.remote(_Reducer).remote()
+    reducer = ray.remote(_Reducer).remote(cfg)
     try:
         # up before the clock starts: on a loaded machine the actor's worker takes seconds to
         # start, and the guard times a rollout from its dispatch, not the actor's start-up
