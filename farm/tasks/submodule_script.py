@@ -9,13 +9,16 @@ Some checkouts build with a submodule: astropy up to 4.0 vendors ``astropy_helpe
 GitHub, else asks PyPI through setuptools' old easy_install). SWE-bench's harness builds
 with the network; farm's mirrors hold the repository but not its submodules, and their host
 may be out of reach. The submodule's project publishes its releases on PyPI, so this puts
-the source release that matches the checkout at PATH: the highest version (pre-releases
-included: a development checkout tracked the next release) whose sdist was uploaded before
-the checkout's commit date (``git log -1 --format=%cI``), else the oldest one after. Its
-sha256 is checked against PyPI's. Nothing is done when the checkout's commit does not hold
-PATH as a submodule, or when PATH already holds a project (``setup.py`` or ``pyproject.toml``:
-the submodule was checked out). One line says what was
-put there: ``farm-submodule: PATH <- PACKAGE VERSION (...)``.
+the source release that matches the checkout at PATH. With FILE (``farm-submodule PATH PACKAGE
+FILE``: a file the project copies into the checkouts that vendor it, astropy's
+``ah_bootstrap.py``), the release whose copy of FILE is the checkout's, looked for among the
+releases uploaded nearest the checkout's commit date; without FILE, or when none matches, the
+highest version (pre-releases included: a development checkout tracked the next release) whose
+sdist was uploaded before the checkout's commit date (``git log -1 --format=%cI``), else the
+oldest one after. Each download's sha256 is checked against PyPI's. Nothing is done when the
+checkout's commit does not hold PATH as a submodule, or when PATH already holds a project
+(``setup.py`` or ``pyproject.toml``: the submodule was checked out). One line says what was
+put there and why: ``farm-submodule: PATH <- PACKAGE VERSION (...)``.
 
 The index is PyPI's JSON API (``FARM_PYPI_URL``, default https://pypi.org/pypi): a simple
 index alone (a mirror) does not give upload dates.
@@ -33,6 +36,7 @@ import tarfile
 import urllib.request
 import zipfile
 
+MAX_TRIES = 16  # source releases downloaded looking for the one whose FILE is the checkout's
 PYPI = os.environ.get("FARM_PYPI_URL", "https://pypi.org/pypi").rstrip("/")
 _VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[.-]?(dev|alpha|a|beta|b|rc|c)\.?(\d*))?")
 _PRE_RANK = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1}
@@ -62,18 +66,25 @@ def commit_time():
     return when - sign * offset  # UTC, as PyPI's upload times are
 
 
-def pick(releases, when):
-    """(version, sdist file record) of the release to use, or None."""
-    dated = []
+def dated(releases):
+    """(upload time, version, sdist file record) of every release with a source distribution."""
+    out = []
     for version, files in releases.items():
         sdists = [f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")]
         if sdists:
-            dated.append((parse_time(sdists[0]["upload_time_iso_8601"] if "upload_time_iso_8601" in sdists[0]
-                                     else sdists[0]["upload_time"]), version, sdists[0]))
-    before = [d for d in dated if d[0] <= when]
+            out.append((parse_time(sdists[0].get("upload_time_iso_8601") or sdists[0]["upload_time"]), version,
+                        sdists[0]))
+    return out
+
+
+def pick(releases, when):
+    """(version, sdist file record) of the highest release uploaded before ``when``, else the
+    oldest one after, or None."""
+    releases = dated(releases)
+    before = [d for d in releases if d[0] <= when]
     if before:
         return max(before, key=lambda d: version_key(d[1]))[1:]
-    after = sorted(dated)
+    after = sorted(releases, key=lambda d: d[0])
     return after[0][1:] if after else None
 
 
@@ -114,7 +125,46 @@ def is_submodule(path):
     return out.startswith("160000 ")
 
 
-def main(path, package):
+def fetch(sdist):
+    """The sdist's bytes, its sha256 checked against PyPI's (None: it does not match)."""
+    with urllib.request.urlopen(sdist["url"], timeout=300) as r:
+        data = r.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sdist["digests"]["sha256"]:
+        sys.stderr.write("farm-submodule: {} sha256 {} is not PyPI's {}\n".format(sdist["filename"], digest,
+                                                                                 sdist["digests"]["sha256"]))
+        return None
+    return data
+
+
+def member(data, filename, relpath):
+    """The bytes of ``relpath`` under the sdist's top directory, or None."""
+    try:
+        if filename.endswith(".zip"):
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                names = [n for n in z.namelist() if n.split("/", 1)[-1] == relpath]
+                return z.read(names[0]) if names else None
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and m.name.split("/", 1)[-1] == relpath:
+                    return tar.extractfile(m).read()
+    except (tarfile.TarError, zipfile.BadZipFile, OSError):
+        return None
+    return None
+
+
+def matching(releases, when, same, theirs):
+    """(version, sdist, bytes) of the release whose copy of ``same`` is the checkout's, trying the
+    releases uploaded nearest the checkout's date first (at most MAX_TRIES), or None."""
+    near = sorted(dated(releases), key=lambda d: abs((d[0] - when).total_seconds()))
+    for _, version, sdist in near[:MAX_TRIES]:
+        data = fetch(sdist)
+        if data is not None and member(data, sdist["filename"], same) == theirs:
+            return version, sdist, data
+    return None
+
+
+def main(path, package, same=None):
     if not is_submodule(path):
         return 0  # this checkout does not vendor it (the recipe serves versions before and after)
     if os.path.isfile(os.path.join(path, "setup.py")) or os.path.isfile(os.path.join(path, "pyproject.toml")):
@@ -122,23 +172,26 @@ def main(path, package):
     when = commit_time()
     with urllib.request.urlopen("{}/{}/json".format(PYPI, package), timeout=60) as r:
         releases = json.loads(r.read().decode("utf-8"))["releases"]
-    chosen = pick(releases, when)
-    if chosen is None:
-        sys.stderr.write("farm-submodule: {} has no source release on {}\n".format(package, PYPI))
-        return 1
-    version, sdist = chosen
-    with urllib.request.urlopen(sdist["url"], timeout=300) as r:
-        data = r.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sdist["digests"]["sha256"]:
-        sys.stderr.write("farm-submodule: {} sha256 {} is not PyPI's {}\n".format(sdist["filename"], digest,
-                                                                                 sdist["digests"]["sha256"]))
-        return 1
+    found = None
+    if same and os.path.isfile(same):
+        with open(same, "rb") as f:
+            found = matching(releases, when, same, f.read())
+    how = "its {} is the checkout's".format(same) if found else "the newest source release uploaded before the checkout's commit, {}".format(when.date())
+    if found is None:
+        chosen = pick(releases, when)
+        if chosen is None:
+            sys.stderr.write("farm-submodule: {} has no source release on {}\n".format(package, PYPI))
+            return 1
+        data = fetch(chosen[1])
+        if data is None:
+            return 1
+        found = (chosen[0], chosen[1], data)
+    version, sdist, data = found
     unpack(data, sdist["filename"], path)
-    print("farm-submodule: {} <- {} {} (the newest source release uploaded before the checkout's commit, {}; "
-          "the submodule's own repository is not fetched)".format(path, package, version, when.date()))
+    print("farm-submodule: {} <- {} {} ({}; the submodule's own repository is not fetched)".format(
+        path, package, version, how))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:4]))

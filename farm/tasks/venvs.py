@@ -27,9 +27,10 @@ Four are steps a recipe names where they run, among its own commands (``expand``
   ``left_out`` reads back into the setup's report: the environment's record and the
   validation report name them, and a test that fails on a missing module says which package
   was left out.
-- ``farm-submodule PATH PACKAGE`` (``submodule_script.py``): a submodule the checkout builds
-  with (astropy's ``astropy_helpers``) that farm's mirror does not hold, filled from PACKAGE's
-  source release on PyPI that matches the checkout's date; a no-op when the commit holds no
+- ``farm-submodule PATH PACKAGE [FILE]`` (``submodule_script.py``): a submodule the checkout
+  builds with (astropy's ``astropy_helpers``) that farm's mirror does not hold, filled from
+  PACKAGE's source release on PyPI that matches the checkout (its copy of FILE is the
+  checkout's, else the release of the checkout's date); a no-op when the commit holds no
   submodule at PATH or it is already there.
 """
 
@@ -72,10 +73,11 @@ def requirements_step(paths: Sequence[str]) -> str:
     return _run_with_venv_python(_script("requirements_script.py"), *paths)
 
 
-def submodule_step(path: str, package: str) -> str:
+def submodule_step(path: str, package: str, same: str | None = None) -> str:
     """The setup step that fills the checkout's submodule ``path`` from ``package``'s source
-    release on PyPI (``submodule_script.py``): run before the step that builds the checkout."""
-    return _run_with_venv_python(_script("submodule_script.py"), path, package)
+    release on PyPI (``submodule_script.py``; the one whose copy of the checkout's file ``same``
+    is identical, when given): run before the step that builds the checkout."""
+    return _run_with_venv_python(_script("submodule_script.py"), path, package, *([same] if same else []))
 
 
 HTTPBIN = f"{_VENV}/httpbin"
@@ -98,9 +100,9 @@ FARM_STEPS = {
     "farm-requirements": ((1, None), requirements_step),
     "farm-conda-env": ((1, 1), lambda args: conda_env_step(*args)),
     "farm-httpbin": ((0, 0), lambda args: httpbin_step()),
-    "farm-submodule": ((2, 2), lambda args: submodule_step(*args)),
+    "farm-submodule": ((2, 3), lambda args: submodule_step(*args)),
 }
-_TAKES = {(0, 0): "no argument", (1, 1): "one file", (1, None): "one or more paths", (2, 2): "a path and a package"}
+_TAKES = {(0, 0): "no argument", (1, 1): "one file", (1, None): "one or more paths", (2, 3): "a path, a package and optionally a file"}
 
 
 def step_error(command: str) -> str | None:

@@ -115,14 +115,14 @@ def test_farms_own_steps_in_the_book_are_carried_out_and_checked(tmp_path: Path)
     # astropy up to 3.2 builds with its astropy_helpers submodule: filled before the checkout's install
     old = write(tmp_path / "old.jsonl", row("astropy/astropy", "1.3"))
     (astropy,) = load_tasks(old, check_requirements=False).tasks
-    fill = astropy.setup_commands.index(submodule_step("astropy_helpers", "astropy-helpers"))
+    fill = astropy.setup_commands.index(submodule_step("astropy_helpers", "astropy-helpers", "ah_bootstrap.py"))
     assert "pip install -q -e '.[test]'" in astropy.setup_commands[fill + 1]
     mine = tmp_path / "mine.yaml"
     for bad, why in (("farm-requirement x.txt", "unknown step 'farm-requirement'"),
                      ("farm-conda-env a.yml b.yml", "farm-conda-env takes one file"),
                      ("farm-requirements", "farm-requirements takes one or more paths"),
                      ("farm-httpbin 8080", "farm-httpbin takes no argument"),
-                     ("farm-submodule astropy_helpers", "farm-submodule takes a path and a package")):  # fmt: skip
+                     ("farm-submodule astropy_helpers", "farm-submodule takes a path, a package and optionally a file")):  # fmt: skip
         mine.write_text(f"acme/tool:\n  '1.0': {{base_setup: ['{bad}']}}\n")
         with pytest.raises(TaskLoadError, match=why):
             load_tasks(path, recipes=str(mine))

@@ -192,7 +192,8 @@ def _sdist(name: str, version: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for path, text in ((f"{name}-{version}/setup.py", "from setuptools import setup\nsetup()\n"),
-                           (f"{name}-{version}/helpers/__init__.py", f"VERSION = {version!r}\n")):  # fmt: skip
+                           (f"{name}-{version}/helpers/__init__.py", f"VERSION = {version!r}\n"),
+                           (f"{name}-{version}/bootstrap.py", f"# bootstrap of {version[:3]}\n")):  # fmt: skip
             data = text.encode()
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(data), 0o644
@@ -203,7 +204,8 @@ def _sdist(name: str, version: str) -> bytes:
 def test_a_submodule_the_mirror_lacks_is_filled_from_the_release_of_the_checkouts_date(tmp_path: Path) -> None:
     """farm-submodule (astropy's astropy_helpers): from a PyPI-style JSON index (a local server
     here), the highest release, pre-releases included, uploaded before the checkout's commit
-    date; sha256 checked; nothing done for a commit without that submodule."""
+    date, or with a file the project copies into the checkout, the release whose copy it is;
+    sha256 checked; nothing done for a commit without that submodule."""
     import hashlib
     import http.server
     import json
@@ -259,5 +261,11 @@ def test_a_submodule_the_mirror_lacks_is_filled_from_the_release_of_the_checkout
         assert "helpers_dir <- thing-helpers 3.0rc2" in filled.stdout  # not 2.0.3 (older line), not 3.0 (after)
         assert (repo / "helpers_dir" / "helpers" / "__init__.py").read_text() == "VERSION = '3.0rc2'\n"
         assert _bash(env + step, repo).stdout == ""  # already there: nothing done again
+        # with a file the project copies into its vendoring checkouts: the release whose copy it is
+        (repo / "bootstrap.py").write_text("# bootstrap of 3.1\n")
+        _bash("rm -rf helpers_dir", repo)
+        same = _bash(env + submodule_step("helpers_dir", "thing-helpers", "bootstrap.py"), repo)
+        assert same.returncode == 0 and "helpers_dir <- thing-helpers 3.1 (its bootstrap.py is" in same.stdout, same
+        assert (repo / "helpers_dir" / "helpers" / "__init__.py").read_text() == "VERSION = '3.1'\n"
     finally:
         server.shutdown()
