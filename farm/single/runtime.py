@@ -47,7 +47,12 @@ class InProcess:
         from farm.actors.reducer import ReducerActor
 
         tasks = session.tasks
-        self.reducer = ReducerActor(self.cfg, metrics=False)
+        # the reducer decides each attempt's end; a single service reruns nothing (its caller
+        # starts another rollout if it wants one), so every attempt is recorded as it ended
+        once = self.cfg.model_copy(update={
+            "rollout": self.cfg.rollout.model_copy(update={"infra_retries": 0, "max_attempts": 1}),
+            "stream": self.cfg.stream.model_copy(update={"max_stale_reruns": 0})})  # fmt: skip
+        self.reducer = ReducerActor(once, metrics=False)
         if self.parts_factory is None and self.cfg.mode.needs_engine:  # else a test seam / a hosted endpoint
             from farm.actors.router import RouterActor
 

@@ -71,6 +71,26 @@ def _statuses(out_dir) -> dict[str, str]:
     return {r["rollout_id"]: r["status"] for r in rows}
 
 
+async def test_an_infrastructure_failure_is_recorded_as_it_ended(tmp_path, monkeypatch):
+    """No reruns in a single service (its caller starts another rollout if it wants one): a
+    sandbox failure is finalized into its rollouts row, not handed back for a rerun nobody runs."""
+    from farm.actors.sandbox import SandboxActor
+    from farm.status import RolloutStatus
+
+    original = SandboxActor.execute
+
+    async def failing(self, spec, observer=None):
+        result = await original(self, spec, observer)
+        result.status, result.reason = RolloutStatus.SANDBOX_ERROR, "injected sandbox failure"
+        return result
+
+    monkeypatch.setattr(SandboxActor, "execute", failing)
+    async with Rollouts(single_config(tmp_path), tasks=[task("fast", 0.1)], parts_factory=SleepParts) as service:
+        handle = await service.start("fast")
+        finalized = await asyncio.wait_for(handle.finalize(), 30)
+        assert finalized["status"] == "sandbox_error" and finalized["stored"], finalized
+    assert _statuses(tmp_path / "out") == {"fast.0": "sandbox_error"}
+
 async def test_a_rollout_ended_outside_the_pipeline_keeps_its_identity():
     """A handle's own result (the actor failed; aborted while queued) carries the spec's
     attempt and group index and the runner's model, as the pipeline's results do."""
