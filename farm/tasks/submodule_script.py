@@ -12,7 +12,8 @@ may be out of reach. The submodule's project publishes its releases on PyPI, so 
 the source release that matches the checkout at PATH. With FILE (``farm-submodule PATH PACKAGE
 FILE``: a file the project copies into the checkouts that vendor it, astropy's
 ``ah_bootstrap.py``), the release whose copy of FILE is the checkout's, looked for among the
-releases uploaded nearest the checkout's commit date; without FILE, or when none matches, the
+releases uploaded nearest the checkout's commit date (the nearest, or a later bugfix release
+of its series with the same FILE); without FILE, or when none matches, the
 highest version (pre-releases included: a development checkout tracked the next release) whose
 sdist was uploaded before the checkout's commit date (``git log -1 --format=%cI``), else the
 oldest one after. Each download's sha256 is checked against PyPI's. Nothing is done when the
@@ -154,14 +155,20 @@ def member(data, filename, relpath):
 
 
 def matching(releases, when, same, theirs):
-    """(version, sdist, bytes) of the release whose copy of ``same`` is the checkout's, trying the
-    releases uploaded nearest the checkout's date first (at most MAX_TRIES), or None."""
+    """(version, sdist, bytes) of the release whose copy of ``same`` is the checkout's: of the
+    MAX_TRIES releases uploaded nearest the checkout's date, the nearest one that matches, or
+    the latest bugfix release of its series that matches too (3.2's sdist left out a source file
+    that 3.2.1 ships), or None."""
     near = sorted(dated(releases), key=lambda d: abs((d[0] - when).total_seconds()))
+    found = []
     for _, version, sdist in near[:MAX_TRIES]:
         data = fetch(sdist)
         if data is not None and member(data, sdist["filename"], same) == theirs:
-            return version, sdist, data
-    return None
+            found.append((version, sdist, data))
+    if not found:
+        return None
+    series = version_key(found[0][0])[0][:2]
+    return max((f for f in found if version_key(f[0])[0][:2] == series), key=lambda f: version_key(f[0]))
 
 
 def main(path, package, same=None):
