@@ -160,15 +160,15 @@ def matching(releases, when, same, theirs):
     the latest bugfix release of its series that matches too (3.2's sdist left out a source file
     that 3.2.1 ships), or None."""
     near = sorted(dated(releases), key=lambda d: abs((d[0] - when).total_seconds()))
-    found = []
+    found, series = [], None
     for _, version, sdist in near[:MAX_TRIES]:
+        if series is not None and version_key(version)[0][:2] != series:
+            continue  # once one matches, only its series' bugfix releases are downloaded
         data = fetch(sdist)
         if data is not None and member(data, sdist["filename"], same) == theirs:
             found.append((version, sdist, data))
-    if not found:
-        return None
-    series = version_key(found[0][0])[0][:2]
-    return max((f for f in found if version_key(f[0])[0][:2] == series), key=lambda f: version_key(f[0]))
+            series = version_key(version)[0][:2]
+    return max(found, key=lambda f: version_key(f[0])) if found else None
 
 
 def main(path, package, same=None):
