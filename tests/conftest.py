@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
+
+# Ray's start-up waits, for every Ray a test starts (in this process, or in the `farm run`,
+# `ray start` and benchmark subprocesses, which inherit the environment): the driver waits for
+# its raylet to register with the GCS (each lookup retries for raylet_start_wait_time_s), and
+# the raylet waits for its agents (the dashboard agent's, the runtime-env agent's port files)
+# first. Under load on 2 shared cores an agent's start (a Python process importing aiohttp,
+# grpc, opentelemetry) took longer than Ray's defaults allow ("The current node timed out
+# during startup"); a start that takes long is not what these tests check.
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")
+os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
 
 
 @pytest.fixture(scope="session")
@@ -123,29 +134,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _group_for_workers(items)
 
 
-# --- pytest-xdist: what must stay on one worker, and the long work first ----------------------
+# --- pytest-xdist: every Ray on one worker, what must stay together together, the long first --
 # scripts/test.sh runs the suite on several workers with `--dist loadgroup`: a test without an
 # xdist_group goes to whichever worker is free, the tests of one group all go to one worker,
 # one after another in collection order. Grouped here:
-# - the `shared_ray` users: one Ray start on one worker, as above (a second worker never sees
-#   it: a plain ray.init() only joins a cluster `ray start` or Cluster() recorded in its own
-#   temp dir, and the tests that start those give them temp dirs of their own);
-# - each module with a module- or class-scoped fixture: split over workers it would run once
-#   per worker (the folded end-to-end runs are such fixtures).
+# - every test that starts a Ray: the `shared_ray` users and the tests marked `starts_ray`
+#   (a `farm run` or `ray job` subprocess, `ray start`, a multi-node Cluster(), a benchmark
+#   starting its own) are one group, RAY_GROUP: Ray work runs one test at a time, as in a
+#   serial run, while the other workers run the rest (sandboxes, tasks, envs, gateway, docs).
+#   Two Rays starting at once on 2 cores timed out, and each end-to-end run's waits are sized
+#   for one run at a time. The shared Ray's users come first in the group (one start), and it
+#   is shut down before the group's next test (`pytest_runtest_setup`);
+# - each other module with a module- or class-scoped fixture: split over workers it would run
+#   once per worker (the folded end-to-end runs are such fixtures).
 # Each worker has its own session fixtures (tokenizer, registry) and its own tmp_path root.
-# The slow tests are sent first (the shared Ray group first of all): a long test that starts
-# last would leave the other worker idle at the end.
+# The Ray group is sent first, then the slow tests: a long test that starts last would leave
+# the other worker idle at the end.
+RAY_GROUP = "ray"
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    return SHARED_RAY in item.fixturenames or item.get_closest_marker("starts_ray") is not None
+
+
 def _group_for_workers(items: list[pytest.Item]) -> None:
     for item in items:
-        if SHARED_RAY in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group(SHARED_RAY))
+        if _starts_ray(item):
+            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
         elif item.get_closest_marker("xdist_group") is None and _shares_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
     def rank(item: pytest.Item) -> int:
         if SHARED_RAY in item.fixturenames:
             return 0
-        return 1 if item.get_closest_marker("slow") is not None else 2
+        if _starts_ray(item):
+            return 1
+        return 2 if item.get_closest_marker("slow") is not None else 3
 
     items.sort(key=rank)  # stable: each module's tests keep their order
 

@@ -27,7 +27,7 @@ from farm.trajectory.transcript import request_messages
 
 from farm_raycluster import HeadCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 FARM = str(Path(sys.executable).parent / "farm")
 KEY_ENV = "FARM_TEST_HOSTED_KEY"
 

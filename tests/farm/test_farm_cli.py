@@ -22,7 +22,7 @@ from farm.output.shard_reader import ShardReader
 
 from farm_raycluster import HeadCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 FARM = str(Path(sys.executable).parent / "farm")
 
 

@@ -28,7 +28,7 @@ from farm import Farm
 from farm.tasks.model import Task
 from testkit.waits import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCREENSHOT_ENV = "FARM_DASHBOARD_SCREENSHOT"  # set to a .png path to also picture Prometheus's graph page
 

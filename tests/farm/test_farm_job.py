@@ -21,7 +21,7 @@ from farm.output.shard_reader import ShardReader
 
 from farm_raycluster import start_head
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 BIN = Path(sys.executable).parent
 
 

@@ -21,7 +21,7 @@ from farm.output.shard_reader import ShardReader
 
 from farm_multinode import MultiNode
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 
 
 @pytest.fixture(scope="module")

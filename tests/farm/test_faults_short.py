@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench_faults.py"
 
 

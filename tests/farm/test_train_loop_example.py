@@ -23,7 +23,7 @@ import yaml
 from bench_lines import assert_last_line
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,6 +23,7 @@ from bench_lines import assert_last_line
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 slow = pytest.mark.slow
+own_ray = [slow, pytest.mark.starts_ray]  # under xdist: on the worker that runs every Ray (tests/conftest.py)
 
 # script, whether it loads the builtin tokenizer (--cache-dir), whether it starts a Ray of its own
 QUICK = [
@@ -34,9 +35,9 @@ QUICK = [
     pytest.param("bench_routing.py", True, False, id="routing", marks=slow),
     pytest.param("bench_report.py", True, False, id="report", marks=slow),  # headless Chromium
     pytest.param("bench_gateway.py", True, False, id="gateway", marks=slow),  # sandboxes, gateway subprocesses
-    pytest.param("bench_scale.py", False, True, id="scale", marks=slow),
-    pytest.param("bench_envs.py", False, True, id="envs", marks=slow),  # real package installs, Claude Code
-    pytest.param("bench_nodes.py", False, True, id="nodes", marks=slow),  # a 4-node Ray cluster, Claude Code
+    pytest.param("bench_scale.py", False, True, id="scale", marks=own_ray),
+    pytest.param("bench_envs.py", False, True, id="envs", marks=own_ray),  # real package installs, Claude Code
+    pytest.param("bench_nodes.py", False, True, id="nodes", marks=own_ray),  # a 4-node Ray cluster, Claude Code
     pytest.param("bench_images.py", False, False, id="images", marks=slow),  # a real registry, image sandboxes
 ]
 # benchmarks no test runs yet: their quick size is being reworked with them; once a test runs
