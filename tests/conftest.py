@@ -130,7 +130,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         at = items.index(users[0])
         others = [item for item in items if SHARED_RAY not in item.fixturenames]
         items[:] = others[:at] + users + others[at:]
-    if config.getoption("dist", default="no") != "no":  # xdist off (`-p no:xdist`): no such option
+    # Under xdist the workers collect, and in a worker `--dist` reads "no": xdist sets
+    # `loadgroup` there instead (and reads the xdist_group marks after this hook).
+    if getattr(config.option, "loadgroup", False):
         _group_for_workers(items)
 
 
