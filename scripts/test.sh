@@ -8,14 +8,14 @@ bash scripts/setup.sh || exit 1
 VENV="${FARM_VENV:-.venv}"
 select=()
 if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
-# The suite runs on FARM_TEST_WORKERS pytest-xdist workers (default 2, the machine's cores;
-# `--dist loadgroup`): tests/conftest.py puts every test that starts a Ray on one worker, one
-# at a time (two Rays starting at once on 2 cores timed out), keeps on one worker each module
-# whose module-scoped run must be made once, and sends the Ray tests and the slow tests first;
-# the other worker runs the rest beside them. FARM_TEST_WORKERS=0: serially, in one process.
-# See docs/developing/index.md.
+# FARM_TEST_WORKERS=N: the suite on N pytest-xdist workers (`--dist loadgroup`): tests/conftest.py
+# puts every test that starts a Ray on one worker, one at a time (two Rays starting at once on 2
+# cores timed out), keeps on one worker each module whose module-scoped run must be made once,
+# and sends the Ray tests and the slow tests first; the other worker runs the rest beside them.
+# Serial by default until whole-suite runs on two workers have passed twice (see
+# docs/developing/index.md).
 workers=()
-if [ "${FARM_TEST_WORKERS:-2}" != "0" ]; then workers=(-n "${FARM_TEST_WORKERS:-2}" --dist loadgroup); fi
+if [ "${FARM_TEST_WORKERS:-0}" != "0" ]; then workers=(-n "$FARM_TEST_WORKERS" --dist loadgroup); fi
 # pytest as `python -m pytest` runs it, then Python's atexit handlers (Ray's shutdown,
 # wandb's service), then the process ends without the interpreter's teardown: in two of
 # four whole-suite runs (2026-11-27, CI's among them) that teardown crashed with SIGSEGV
