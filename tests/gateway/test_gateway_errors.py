@@ -88,7 +88,7 @@ async def test_chunked_huge_body_and_unknown_routes(hf_tokenizer):
             assert resp.status == 405 and (await resp.json())["type"] == "error"
         body = dict(Conversation("chat").request(), n=3)
         status, text, _ = await env.post("chat", body, h.secret)
-        assert status == 400 and "n must be 1" in text
+        assert status == 400 and "n: Input should be 1, got 3" in text
 
 
 @pytest.mark.parametrize("protocol,status", [("anthropic", 529), ("responses", 503), ("chat", 503)])
