@@ -15,6 +15,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.local import sandbox_pids
+from testkit.waits import async_wait_until
 
 
 async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxConfig) -> None:
@@ -25,7 +26,8 @@ async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxCo
     try:
         for sb in (*mine, other):
             await sb.start(f"sleep {marker}")
-        await asyncio.sleep(0.3)
+        await async_wait_until(lambda: all(sandbox_pids(sb.id) for sb in (*mine, other)), timeout_s=10,
+                               what="every sandbox's process running")  # fmt: skip
         labels = json.loads((mine[0].dir / "labels.json").read_text())
         assert labels["labels"]["run_id"] == run_id and labels["sandbox_id"] == mine[0].id
 
@@ -41,22 +43,15 @@ async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxCo
         for sb in mine:
             assert not sb.dir.exists()
         assert other.dir.exists()
-        for _ in range(50):
-            if not any(sandbox_pids(sb.id) for sb in mine):
-                break
-            await asyncio.sleep(0.1)
-        assert [sandbox_pids(sb.id) for sb in mine] == [[], []]
+        await async_wait_until(lambda: not any(sandbox_pids(sb.id) for sb in mine), timeout_s=10,
+                               what="the run's sandbox processes reaped")  # fmt: skip
         assert sandbox_pids(other.id)  # the other run is untouched
         assert Path(other.root).exists()
         assert (await other.exec("true")).ok
     finally:
         for sb in (*mine, other):
             await sb.close()  # idempotent even after reap removed the directory
-    for _ in range(50):
-        if not host_pids_with(f"sleep {marker}"):
-            break
-        await asyncio.sleep(0.1)
-    assert host_pids_with(f"sleep {marker}") == []
+    await async_wait_until(lambda: not host_pids_with(f"sleep {marker}"), timeout_s=10, what="no process left")
 
 
 async def test_reap_removes_half_made_sandboxes_only(local_cfg: SandboxConfig) -> None:
