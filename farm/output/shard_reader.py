@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from farm.errors import ShardError
 from farm.output.manifest import ManifestEntry, default_manifest_name, read_manifest
 from farm.output.integrity import verify_bytes
+from farm.trajectory.schema import migrate_table
 
 Stop = threading.Event | Callable[[], bool]
 
