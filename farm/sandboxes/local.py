@@ -105,6 +105,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
         self.cpu = CPUBook(None)  # counts once the cgroup exists (_make_dirs)
+        self.removal_cpu_s = 0.0  # the CPU of the `rm` that removed its directories (a child of farm's process)
         self._host: HostMounts | None = None  # with the dirs (_make_dirs)
         self._watchdog = Watchdog(
             path=str(self.dir),
@@ -443,7 +444,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         if self._cfg.keep and self.view is not None and not self.view.writable:
             unmount_under(self.dir)  # (a directory removed is unmounted first, by remove_sandbox_dir)
         if not self._cfg.keep and self.dir.exists():
-            remove_sandbox_dir(self.dir)
+            self.removal_cpu_s += remove_sandbox_dir(self.dir)
             try:
                 self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
             except OSError:
