@@ -356,6 +356,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             full, host_env, host_cwd = limited, inner_env, workdir
         if not self._writes_counted:
             self._watchdog.wrote()
+        at = self.cpu.reading()  # before the spawn: the command's whole count is its own
         proc = await HostProcess.spawn(
             full,
             env=host_env,
@@ -368,7 +369,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         )
         self._procs.add(proc)
         self._watchdog.wake()  # an idle sandbox's watchdog sleeps until a command starts
-        self.cpu.started(proc.pid, proc.describe)
+        self.cpu.started(proc.pid, proc.describe, at=at)
         return proc
 
     def _exited(self, proc: HostProcess) -> None:
