@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # farm.Farm (continuous mode) pulls in Ray: imported on first use only
     if name in ("Farm", "FarmStopped"):
+        # heavy: aiohttp, numpy, orjson
         from farm.run import continuous
 
         return getattr(continuous, name)

@@ -13,7 +13,9 @@
   CLI process's own ``/proc/<pid>/stat`` (user + system, all its threads) is read every
   ``period`` s while it runs (what it used in the last ``period`` before it exited is
   counted as its tools'); its tools are the command's count minus both.
-- **farm's process**: ``getrusage`` over the window, and by what ran it: every event-loop
+- **farm's process**: ``getrusage`` over the window (plus the ``rm`` children that remove
+  sandboxes' directories, from their ``wait4``: ``LocalSandbox.removal_cpu_s``, booked with
+  the sandbox's making and removal), and by what ran it: every event-loop
   callback's thread CPU goes to the rollout phase of the task it ran for (the gateway's
   request handlers are no rollout's: ``gateway``), every worker-thread job's likewise; the
   loop's own work (``select``, scheduling) is what its thread used outside callbacks; a
@@ -347,6 +349,7 @@ class NodeLedger:
         self._task: asyncio.Task[None] | None = None
         self._r0 = self._e0 = 0.0
         self.sampler_s = 0.0  # the ledger's own reading (not farm's)
+        self.removal_s = 0.0  # the `rm` children that removed sandboxes' directories (farm's, out of its process)
 
     # ---- sandboxes --------------------------------------------------------------------
     def track(self, sb: Any) -> None:
@@ -396,6 +399,10 @@ class NodeLedger:
         purpose = sb.labels.get("purpose", "pool")
         # farm's process: the thread jobs that made and removed this sandbox (its dirs, view, cgroup)
         led.farm_detail[f"sandbox_lifecycle.{purpose}"] += self.loop_cpu.by_sandbox.pop(id(sb), 0.0)
+        # and the `rm` that removed its directories: a child of farm's process, run for it
+        removal = getattr(sb, "removal_cpu_s", 0.0)
+        led.farm_detail[f"sandbox_lifecycle.{purpose}"] += removal
+        self.removal_s += removal
         own = {"agent": "agent.farm_cmds", "grading": "grading.own_cmds"}.get(purpose, "pool.idle")
         counted = 0.0
         for cmd in book.commands:
@@ -481,7 +488,7 @@ class NodeLedger:
         led.ledger_overhead_s += cpu.overhead_s + self.sampler_s  # this accounting's own CPU: not farm's
         process_s = ru.ru_utime + ru.ru_stime - self._r0
         _, pools = self.threads.stop(process_s)
-        farm = process_s - exclude_s - self.sampler_s - cpu.overhead_s
+        farm = process_s - exclude_s - self.sampler_s - cpu.overhead_s + self.removal_s
         led.owners["farm.process"] += farm
         led.owners["engine"] += self._engine_s() - self._e0
         callbacks = {k: v for k, v in cpu.by_owner.items() if not k.startswith("threads.")}

@@ -13,6 +13,14 @@
 - One owner per decision: a rollout's status is named (recorded, returned, passed on) only by
   ``farm/rollout/outcome.py`` (and declared in ``farm/status.py``); elsewhere a status is
   only compared with, and no module but those builds an ``Outcome``.
+- Tests wait on conditions, not times: a ``sleep`` in tests/ with no comment on its line or
+  the line above (saying what the time is for: the slow agent, the window in which nothing may
+  happen, the clock to pass) is a bare sleep, and there are no more than ``BARE_SLEEPS_MAX``.
+  A wait for something is ``testkit.waits.wait_until`` / ``async_wait_until``.
+- An import inside a function in farm/ says why it is not at the top of its module: a comment
+  on its line or above its run of imports (``# heavy: pyarrow``, ``# optional extra: torch``,
+  the CLI's start-up, a choice only some configs make). No more than ``BARE_INLINE_IMPORTS_MAX``
+  lack one.
 
 Each check takes a root, so ``test_the_checks_find_what_is_planted`` runs it on a made-up
 tree holding each violation."""
@@ -20,10 +28,12 @@ tree holding each violation."""
 from __future__ import annotations
 
 import ast
+import io
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -262,6 +272,71 @@ def sandbox_members_read_by_getattr(root: Path) -> list[str]:
     return found
 
 
+# a sleep polled by the wait helpers themselves; and the most bare sleeps tests/ may hold (the
+# test modules another change restructures keep theirs until then): only ever lowered
+SLEEP_HELPERS = ("tests/testkit/waits.py",)
+BARE_SLEEPS_MAX = 33
+
+
+def _comment_lines(text: str) -> set[int]:
+    return {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+            if tok.type == tokenize.COMMENT}  # fmt: skip
+
+
+def bare_sleeps(root: Path) -> list[str]:
+    """Every ``sleep(<not 0>)`` call in tests/ (``time.sleep``, ``asyncio.sleep``, ``sleep``)
+    without a comment on its line or the line above. ``sleep(0)`` (a yield to the loop) and
+    sleeps inside a string (a script a test runs: its behaviour) are not calls here."""
+    found = []
+    for path in _py_files(root, "tests"):
+        rel = path.relative_to(root).as_posix()
+        if rel in SLEEP_HELPERS:
+            continue
+        text = path.read_text()
+        comments = _comment_lines(text)
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "sleep"
+                                                    or getattr(node.func, "id", None) == "sleep")):  # fmt: skip
+                continue
+            if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0:
+                continue
+            if not {node.lineno, node.lineno - 1} & comments:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+# the packages another change owns keep their uncommented inline imports until then: only ever lowered
+BARE_INLINE_IMPORTS_MAX = 14
+
+
+def bare_inline_imports(root: Path) -> list[str]:
+    """Every import inside a function in farm/ with no comment on its line or on the line
+    above the run of consecutive imports it belongs to."""
+    found = []
+    for path in _py_files(root):
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text()
+        comments = _comment_lines(text)
+        tree = ast.parse(text)
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for block in ast.walk(func):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    stmts = getattr(block, field, None)
+                    if not isinstance(stmts, list):
+                        continue
+                    run_start = None
+                    for stmt in stmts:
+                        if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                            run_start = None
+                            continue
+                        run_start = stmt.lineno if run_start is None else run_start
+                        if not set(range(run_start - 1, stmt.end_lineno + 1)) & comments:
+                            found.append(f"{rel}:{stmt.lineno}: {ast.unparse(stmt)}")
+    return sorted(set(found), key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
+
+
 # --- the tree ----------------------------------------------------------------------------
 def test_no_deprecation_mechanisms():
     assert deprecation_mechanisms(ROOT) == []
@@ -274,6 +349,47 @@ def test_no_comment_names_an_issue_number():
 def test_no_test_helper_in_the_package():
     assert helpers_in_the_package(ROOT) == []
     assert modules_only_tests_use(ROOT) == [], "a module only tests use belongs in tests/testkit"
+
+
+def test_tests_wait_on_conditions_not_times():
+    found = bare_sleeps(ROOT)
+    assert len(found) <= BARE_SLEEPS_MAX, (
+        "a sleep that waits for something: testkit.waits.wait_until; a sleep that is the behaviour "
+        "under test: say so in a comment\n" + "\n".join(found))
+
+
+def test_the_sleep_check_finds_what_is_planted(tmp_path):
+    (tmp_path / "tests" / "testkit").mkdir(parents=True)
+    (tmp_path / "tests" / "testkit" / "waits.py").write_text("import time\ntime.sleep(0.05)\n")
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import asyncio, time\nfrom time import sleep\n"
+        "time.sleep(0.5)\n"  # bare
+        "time.sleep(3)  # the clock passes the deadline\n"
+        "# a slow agent\nawait asyncio.sleep(1)\n"
+        "await asyncio.sleep(0)\n"
+        "sleep(2)\n"  # bare
+        "x = 'time.sleep(9)'\n")
+    assert bare_sleeps(tmp_path) == ["tests/test_x.py:3: time.sleep(0.5)", "tests/test_x.py:8: sleep(2)"]
+
+
+def test_an_inline_import_says_why():
+    found = bare_inline_imports(ROOT)
+    assert len(found) <= BARE_INLINE_IMPORTS_MAX, (
+        "import it at the top of the module, or say why not (# heavy: x, # optional extra: x, # cycle: ...)\n"
+        + "\n".join(found))
+
+
+def test_the_inline_import_check_finds_what_is_planted(tmp_path):
+    (tmp_path / "farm").mkdir()
+    (tmp_path / "farm" / "m.py").write_text(
+        "import os\n"
+        "def f():\n    import json\n    return json\n"  # bare
+        "def g():\n    # heavy: pyarrow\n    import pyarrow\n    from pyarrow import parquet\n    x = 1\n"
+        "    import yaml\n"  # bare: a new run, no comment
+        "def h():\n    import torch  # optional extra\n"
+        "    if True:\n        from farm import x\n")  # bare, in a nested block
+    assert bare_inline_imports(tmp_path) == ["farm/m.py:3: import json", "farm/m.py:10: import yaml",
+                                             "farm/m.py:14: from farm import x"]
 
 
 def test_only_outcome_decides_a_status():

@@ -50,6 +50,7 @@ class FarmActors:
 
     def start_reducer(self) -> Any:
         """Start (or restart after a crash) the one reducer, pinned to this node."""
+        # heavy: aiohttp, orjson
         from farm.actors.reducer import ReducerActor
 
         name = ray_cluster.actor_name(self.cfg.run_id, "reducer")
@@ -100,6 +101,7 @@ class FarmActors:
         model load on a cluster) and ask the router for its URL when they get ready;
         ``start_sandbox_actors`` waits for the engine first, so its failure is reported as
         itself. Returns the URL ('' if not waited)."""
+        # heavy: aiohttp
         from farm.actors.router import RouterActor
 
         name = self._router_name()
@@ -179,6 +181,7 @@ class FarmActors:
         above; ``farm.Rollouts`` one per harness): stopped by ``close()`` with the others, and
         its node recorded, so what it left behind is accounted for if that node dies.
         Returns (name, a ref that resolves to where it runs once it is ready)."""
+        # heavy: aiohttp, orjson
         from farm.actors.sandbox import SandboxActor
 
         actor = ray.remote(SandboxActor).options(

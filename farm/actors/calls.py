@@ -12,6 +12,7 @@ def resolve(handle: Any) -> Any:
     """The actor behind ``handle``: a name is looked up in Ray (a blocking call to Ray's GCS:
     callers that call often resolve once and keep what this returns)."""
     if isinstance(handle, str):
+        # heavy: ray
         import ray
 
         return ray.get_actor(handle)

@@ -103,6 +103,7 @@ def turn_latencies(timings: dict[str, float]) -> tuple[float | None, float | Non
 
 
 def _make(spec: MetricSpec) -> Any:
+    # heavy: ray
     from ray.util.metrics import Counter, Gauge, Histogram
 
     if spec.kind == "histogram":

@@ -165,6 +165,7 @@ def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,
     """Run as a Ray task on one node: (the sandbox root it looked in, the sandboxes it
     killed; None: the root is in ``skip_roots``, left alone)."""
     if sandbox_cfg.backend == "local":
+        # heavy: the local sandbox backend, only when it is the one used
         from farm.sandboxes.local import reap, sandbox_root
 
         root = sandbox_root(sandbox_cfg.local)
@@ -173,6 +174,7 @@ def _reap_sandboxes(run_id: str, sandbox_cfg: Any, e2b_api_key: str | None,
         return root, asyncio.run(reap(run_id, cfg=sandbox_cfg.local))
     if not e2b_api_key:
         return "", []
+    # heavy: e2b, httpx, rich
     from farm.sandboxes.e2b import reap as reap_e2b
 
     return "", asyncio.run(reap_e2b(run_id, api_key=e2b_api_key, cfg=sandbox_cfg.e2b))

@@ -41,6 +41,7 @@ from farm.tasks.model import Task
 
 def _node_ip() -> str:
     try:
+        # ray only to name this node, when it is there and started
         import ray
 
         if ray.is_initialized():
@@ -171,6 +172,7 @@ class RouterActor:
         return url
 
     async def _launch_servers(self) -> list[str]:
+        # heavy: ray
         import ray
 
         launch = self.cfg.launch
@@ -191,6 +193,7 @@ class RouterActor:
         await asyncio.gather(*(p.astop() for p in self._workers.values()))
         self._workers.clear()
         if self._servers:
+            # heavy: ray
             import ray
 
             await asyncio.gather(*(s.stop.remote() for s in self._servers), return_exceptions=True)
@@ -347,6 +350,7 @@ class RouterActor:
 
 def remote_router_actor(cfg: EngineConfig, *, name: str | None = None, **kwargs: Any) -> Any:
     """Create the Ray actor (for assembly code and tests): ``await handle.start.remote()``."""
+    # heavy: ray
     import ray
 
     opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from farm import config_reference as ref
+from farm.config import load_config, load_single_config
+from farm.errors import ConfigError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +50,6 @@ def _emit(text: str, dest: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm.config import load_config, load_single_config
-    from farm.errors import ConfigError
-
     if args.config_command == "show":
         try:
             load = load_config if args.for_command == "run" else load_single_config

@@ -36,6 +36,7 @@ def _default_dir() -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: aiohttp, numpy, orjson
     from farm.actors import dashboard
 
     if args.dashboard_command == "metrics":

@@ -52,8 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # asyncio only when the command runs (the CLI's start-up)
     import asyncio
 
+    # heavy: numpy, pydantic, aiohttp
     from farm.engine.config import FaultConfig, LatencyConfig
     from farm.simulator.run import build_worker, serve_until_signal
     from farm.simulator.server import WorkerSettings
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     scorer = None
     try:
         if args.model:
+            # heavy: torch (the CPU model), only with --model
             from farm.simulator.lm import LMScorer
 
             scorer = LMScorer.from_path(args.model, threads=args.torch_threads)
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
 def _moe(spec: str | None):
     if not spec:
         return None
+    # heavy: numpy, pydantic
     from farm.engine.routing import MoEShape
 
     layers, top_k, experts = (int(x) for x in spec.split(","))

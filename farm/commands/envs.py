@@ -22,6 +22,7 @@ import argparse
 import sys
 import time
 import os
+import json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -78,8 +79,6 @@ def _resolve(store, prefix: str) -> tuple[str | None, str]:  # noqa: ANN001 - En
 
 def show_record(store, key: str) -> str:  # noqa: ANN001 - EnvStore
     """Everything the store knows about one snapshot, reasons and output tails whole."""
-    import json
-
     entry = next(e for e in store.entries() if e.record.key == key)
     r = entry.record
     state = ("in use" if entry.in_use else "ok") if r.ok else "FAILED"
@@ -125,6 +124,7 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
     import asyncio
 
 
+    # heavy: aiohttp, pydantic, numpy, pyarrow
     from farm.envs.provider import provider_for
     from farm.sandboxes.factory import create_sandbox, make_limiter
     from farm.secrets import REGISTRY_AUTH_ENV
@@ -193,8 +193,10 @@ async def _build(cfg, tasks, concurrency: int) -> int:  # noqa: ANN001 - FarmCon
 
 
 def run(args: argparse.Namespace) -> int:
+    # asyncio only when the command runs (the CLI's start-up)
     import asyncio
 
+    # heavy: numpy, pyarrow, pydantic; the CLI's start-up: a command loads its code when it runs
     from farm.config import load_config
     from farm.envs.store import EnvStore
     from farm.errors import ConfigError, TaskLoadError

@@ -72,6 +72,7 @@ def _by_rollout(table: Any, listed: list[str]) -> Iterator[tuple[str, Any]]:
 
 
 def _write_marker(out: Path, data: dict[str, Any]) -> None:
+    # heavy: numpy, pyarrow, pydantic
     from farm.output.manifest import fsync_dir, write_durable
 
     tmp = out / f".{MARKER}.tmp"
@@ -85,6 +86,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
            shard_rows: int) -> dict[str, dict[str, int]]:
     """Copy ``tables`` of ``run`` into ``out`` (see the module doc); per table: shards,
     rows, rollouts in the copy, rollouts added now, duplicates dropped."""
+    # heavy: numpy, pyarrow, pydantic
     from farm.output.reader import OutputReader
     from farm.trajectory.schema import SCHEMA_VERSION
     from farm.output.shards import ShardWriter
@@ -123,6 +125,7 @@ def export(run: Path, out: Path, *, tables: list[str], fmt: str, compression: st
 
 
 def run(args: argparse.Namespace) -> int:
+    # the CLI's start-up: a command loads its code when it runs; heavy: numpy, pyarrow, pydantic
     from farm.errors import FarmError
     from farm.output.manifest import default_manifest_name
 

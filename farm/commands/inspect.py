@@ -63,6 +63,7 @@ def _overview(out: Path, console: Any) -> None:
     """What the directory holds, from its rollouts table (whichever command added the
     rows: its checkpoint's counts and the rows after it, farm.output.tally), then the last
     invocation's summary.json, and a note when that one is stale."""
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.groups import group_size_of
     from farm.output.tally import directory_rollouts
     from farm.run.summary import CumulativeTally, count_invocations
@@ -93,6 +94,7 @@ def _overview(out: Path, console: Any) -> None:
 def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
     """Why ``rollout_id`` names no rollout of ``out`` (None: it does). Known = a row of the
     rollouts table or a Sample shard's manifest line (a row may not be durable yet)."""
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.reader import OutputReader
 
     output = OutputReader(out)
@@ -106,6 +108,7 @@ def _unknown_rollout(out: Path, rollout_id: str) -> str | None:
 
 def _print_artifacts(out: Path, rollout_id: str, console: Any) -> None:
     """The rollout's artifact files (farm.output.artifacts) and their sizes."""
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.artifacts import artifact_dir, read_index
 
     index = read_index(out, rollout_id)
@@ -135,6 +138,7 @@ def _cut(text: str, limit: int, *, keep: str, what: str) -> tuple[str, str | Non
 
 def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: Any) -> None:
     """What was the task: id, kind, source (repository @ commit), tests, the instruction."""
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.reader import OutputReader
     from farm.report.task import TaskLookup
 
@@ -159,6 +163,7 @@ def _print_task(out: Path, rollout_id: str, task_id: str, limit: int, console: A
 
 
 def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.fidelity import fidelity_report
 
     totals, rows = fidelity_report(out)
@@ -184,10 +189,12 @@ def _print_fidelity(out: Path, args: argparse.Namespace, console: Any) -> int:
 
 
 def _load_tokenizer(out: Path, spec: str | None) -> Any:
+    # the CLI's start-up: a command loads its code when it runs
     from farm.modeltext.tokenizer import load_tokenizer
 
     cache_dir = None
     if spec is None:
+        # heavy: yaml
         import yaml
 
         cfg_path = out / "run_config.yaml"
@@ -200,9 +207,11 @@ def _load_tokenizer(out: Path, spec: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: rich
     from rich.console import Console
     from rich.text import Text
 
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.reader import OutputReader
     from farm.trajectory.schema import table_to_samples
 
@@ -271,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _task_id_of(out: Path, rollout_id: str) -> str:
     """A rollout's task id, from its row (else its id's prefix: ``<task id>.<i>``)."""
+    # heavy: pyarrow, pydantic, xxhash
     from farm.output.reader import OutputReader
 
     reader = OutputReader(out).rollouts()

@@ -20,6 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: numpy, pyarrow, pydantic; the CLI's start-up: a command loads its code when it runs
     from farm.config import load_config
     from farm.errors import FarmError
 
@@ -27,10 +28,12 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides).sandbox
         backend = args.backend or cfg.backend
         if backend == "local":
+            # heavy: only the chosen sandbox backend (local or e2b)
             from farm.sandboxes.local import reap
 
             reaped = asyncio.run(reap(args.run_id, cfg=cfg.local))
         else:
+            # heavy: only the chosen sandbox backend (local or e2b)
             from farm.sandboxes.e2b import reap as reap_e2b
 
             api_key = os.environ.get("E2B_API_KEY")

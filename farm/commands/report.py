@@ -16,6 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the CLI's start-up: a command loads its code when it runs; heavy: numpy, pyarrow, pydantic
     from farm.errors import FarmError
     from farm.report.html import write_report
 

@@ -56,6 +56,7 @@ def progress_line(ev: dict[str, Any]) -> str | None:
 
 
 async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+    # heavy: numpy, pyarrow, pydantic, aiohttp, orjson; the CLI's start-up: a command loads its code when it runs
     from farm.config import load_single_config
     from farm.errors import TaskError
     from farm.run.tasks import load_run_tasks
@@ -77,6 +78,7 @@ async def _one(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]
 
 
 def run(args: argparse.Namespace) -> int:
+    # the CLI's start-up: a command loads its code when it runs; heavy: pydantic
     from farm.errors import FarmError
     from farm.status import RolloutStatus
 

@@ -24,6 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: numpy, pyarrow, pydantic; the CLI's start-up: a command loads its code when it runs
     from farm.config import load_config
     from farm.errors import FarmError
 
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 2
+    # heavy: numpy, pyarrow, pydantic
     from farm.secrets import RunSecrets
 
     try:  # the keys, once, here: never written anywhere
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     except FarmError as exc:
         print(f"farm run: {exc}", file=sys.stderr)
         return 2
+    # heavy: aiohttp, numpy, orjson
     from farm.run.batch import run_batch
 
     # SIGTERM before the driver installs its stop handlers (after ray.init): a plain stop.

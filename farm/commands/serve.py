@@ -34,6 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _quiet_server_class() -> type:
+    # heavy: uvicorn
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -50,12 +51,15 @@ def _quiet_server_class() -> type:
 
 async def _serve_openenv(args: argparse.Namespace, token: str) -> None:
     """OpenEnv's FastAPI app under uvicorn, in this loop (the service's loop)."""
+    # heavy: uvicorn
     import uvicorn
 
+    # the CLI's start-up: a command loads its code when it runs; heavy: aiohttp, numpy, orjson
     from farm.errors import ConfigError
     from farm.single import Rollouts
 
     try:
+        # optional extra: openenv
         from farm.single.mcp_env import make_openenv_app
     except ModuleNotFoundError as exc:
         raise ConfigError(f"--openenv needs the openenv extra (pip install 'farm[openenv]'): {exc}") from None
@@ -81,8 +85,10 @@ async def _serve_openenv(args: argparse.Namespace, token: str) -> None:
 
 
 async def _serve(args: argparse.Namespace, token: str) -> None:
+    # heavy: aiohttp
     from aiohttp import web
 
+    # heavy: aiohttp, numpy, orjson
     from farm.single import Rollouts
     from farm.single.http import make_app
 
@@ -106,6 +112,7 @@ async def _serve(args: argparse.Namespace, token: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the CLI's start-up: a command loads its code when it runs
     from farm.errors import FarmError
 
     token = os.environ.get(args.token_env, "")

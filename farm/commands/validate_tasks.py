@@ -28,10 +28,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # asyncio only when the command runs (the CLI's start-up)
     import asyncio
 
+    # heavy: rich
     from rich.console import Console
 
+    # heavy: numpy, pyarrow, pydantic; the CLI's start-up: a command loads its code when it runs
     from farm.config import load_config
     from farm.errors import ConfigError, TaskLoadError
     from farm.run.tasks import load_task_file
@@ -91,8 +94,10 @@ def short(text: str, limit: int) -> str:
 async def _validate(cfg, tasks, concurrency: int, console, on_result=None):  # noqa: ANN001, ANN202 - config/rich types
     """Validate ``tasks`` as the command does (each result printed as it comes, and handed to
     ``on_result``: scripts/validate_book.py keeps it)."""
+    # asyncio only when the command runs (the CLI's start-up)
     import asyncio
 
+    # heavy: aiohttp, pydantic, numpy, pyarrow
     from farm.envs.provider import provider_for
     from farm.grading.validate import validate_tasks
     from farm.secrets import REGISTRY_AUTH_ENV
@@ -110,6 +115,7 @@ async def _validate(cfg, tasks, concurrency: int, console, on_result=None):  # n
     runtime.envs = provider_for(cfg.envs, cfg.sandbox, runtime, new_sandbox, e2b_api_key=api_key,
                                 registry_auth=os.environ.get(REGISTRY_AUTH_ENV))  # one build per env
 
+    # heavy: rich
     from rich.markup import escape
 
     def progress(result) -> None:  # noqa: ANN001
@@ -142,6 +148,7 @@ def _cell(report) -> str:  # noqa: ANN001 - GradingReport | None
 
 def _print_table(results, console) -> None:  # noqa: ANN001
     from rich.markup import escape
+    # heavy: rich
     from rich.table import Table
 
     table = Table(title="farm validate-tasks")

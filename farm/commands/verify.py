@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(out: Path) -> int:
+    # heavy: numpy, pyarrow, pydantic
     from farm.output.verify import verify_dir
 
     res = verify_dir(out)
@@ -32,6 +33,7 @@ def _check(out: Path) -> int:
 
 
 def _repair(out: Path) -> None:
+    # heavy: numpy, pyarrow, pydantic; the CLI's start-up: a command loads its code when it runs
     from farm.output.config import OutputConfig
     from farm.output.reader import OutputReader
     from farm.output.writer import OutputWriter
@@ -51,6 +53,7 @@ def _repair(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the CLI's start-up: a command loads its code when it runs
     from farm.errors import FarmError
 
     out = Path(args.run_dir)

@@ -15,8 +15,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy: aiohttp
     from aiohttp import web
 
+    # heavy: aiohttp, numpy, pyarrow
     from farm.report.server import make_app
 
     out = Path(args.output_dir)

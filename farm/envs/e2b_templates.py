@@ -81,6 +81,7 @@ async def template_for(
 ) -> Any:
     """The SDK template object for ``task``'s environment (files staged under ``context``):
     a whole one, a base (``ident.is_base``), or an instance from ``base``'s template."""
+    # heavy: e2b
     from e2b import AsyncTemplate
 
     context.mkdir(parents=True, exist_ok=True)
@@ -142,6 +143,7 @@ async def build_e2b_env(
 ) -> EnvRecord:
     """Build ``ident``'s template (a base's, or with ``base`` an instance's from its
     template) and publish its record (the caller holds the key's lock)."""
+    # heavy: e2b
     from e2b.exceptions import BuildException
 
     if sdk is None:

@@ -36,6 +36,7 @@ from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.views import SnapshotView, ViewLayer
 from farm.tasks.model import GitSource, ImageSource, Task
 from farm.tasks.runtime import TaskRuntime
+from farm.envs.e2b_templates import build_e2b_env
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +168,9 @@ class EnvProvider:
             if rec is not None:
                 return rec
             if self.backend == "e2b":
-                from farm.envs.e2b_templates import build_e2b_env
-
                 rec = await build_e2b_env(task, ident, runtime=self.runtime, store=self.store, base=base, **self.e2b)
             elif ident.is_image:
+                # heavy: isal
                 from farm.envs.image import build_image
 
                 rec = await build_image(task, ident, image=self._resolved[ident.key], store=self.store,

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import orjson
 
 from farm.errors import GatewayRequestError
+from farm.gateway.bodies import AnthropicBody, parse_body
 from farm.gateway.canonical import (
     CanonicalRequest,
     Message,
@@ -39,9 +40,6 @@ from farm.gateway.wire import (
     ReplyContext,
     bad_request,
     new_id,
-    opt_int,
-    opt_number,
-    require_dict,
     sse,
     stop_list,
     text_of,
@@ -186,30 +184,26 @@ class AnthropicProtocol:
     call_id_prefix = "toolu_"
 
     def parse(self, body: Any, headers: Mapping[str, str], memo: TranslationMemo | None = None) -> CanonicalRequest:
-        body = require_dict(body)
-        raw_msgs = body.get("messages")
-        if not isinstance(raw_msgs, list) or not raw_msgs:
-            raise bad_request("messages: a non-empty list is required")
+        env = parse_body(AnthropicBody, body)
         msgs: list[Message] = []
-        system = _system_text(body.get("system"))
+        system = _system_text(env.system)
         if system:
             msgs.append({"role": "system", "content": system})
-        msgs.extend(translate_all(raw_msgs, _message, memo))
-        tools, tool_map, dropped = memo.value("tools", body.get("tools"), _tools) if memo else _tools(body.get("tools"))
-        output_format = (body.get("output_config") or {}).get("format") if isinstance(body.get("output_config"), dict) else None
-        model = body.get("model")
+        msgs.extend(translate_all(env.messages, _message, memo))
+        tools, tool_map, dropped = memo.value("tools", env.tools, _tools) if memo else _tools(env.tools)
+        output_format = env.output_config.format if env.output_config else None
         return CanonicalRequest(
             protocol=self.name,
-            model=model if isinstance(model, str) else "",
+            model=env.model or "",
             messages=merge_consecutive(msgs),
             tools=tools,
             tool_map=tool_map,
-            stream=bool(body.get("stream")),
-            max_tokens=opt_int(body, "max_tokens"),
-            temperature=opt_number(body, "temperature"),
-            top_p=opt_number(body, "top_p"),
-            stop=stop_list(body.get("stop_sequences"), "stop_sequences"),
-            side_hint=not tools and isinstance(output_format, dict) and output_format.get("type") == "json_schema",
+            stream=bool(env.stream),
+            max_tokens=env.max_tokens,
+            temperature=env.temperature,
+            top_p=env.top_p,
+            stop=stop_list(env.stop_sequences),
+            side_hint=not tools and output_format is not None and output_format.get("type") == "json_schema",
             dropped_tools=dropped,
         )
 

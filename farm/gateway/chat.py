@@ -28,14 +28,12 @@ from farm.gateway.canonical import (
     parse_arguments,
     translate_all,
 )
+from farm.gateway.bodies import ChatBody, parse_body
 from farm.gateway.responses import ERROR_TYPES, OVERLOADED_STATUS
 from farm.gateway.wire import (
     ReplyContext,
     bad_request,
     new_id,
-    opt_int,
-    opt_number,
-    require_dict,
     sse,
     stop_list,
     text_of,
@@ -99,29 +97,21 @@ class ChatProtocol:
     call_id_prefix = "call_"
 
     def parse(self, body: Any, headers: Mapping[str, str], memo: TranslationMemo | None = None) -> CanonicalRequest:
-        body = require_dict(body)
-        raw = body.get("messages")
-        if not isinstance(raw, list) or not raw:
-            raise bad_request("messages: a non-empty list is required")
-        if body.get("n") not in (None, 1):
-            raise bad_request("n must be 1")
-        msgs = translate_all(raw, lambda i, m: [_message(m, f"messages.{i}")], memo)
-        tools, tool_map = memo.value("tools", body.get("tools"), _tools) if memo else _tools(body.get("tools"))
-        opts = body.get("stream_options")
-        model = body.get("model")
-        max_tokens = opt_int(body, "max_completion_tokens") or opt_int(body, "max_tokens")
+        env = parse_body(ChatBody, body)
+        msgs = translate_all(env.messages, lambda i, m: [_message(m, f"messages.{i}")], memo)
+        tools, tool_map = memo.value("tools", env.tools, _tools) if memo else _tools(env.tools)
         return CanonicalRequest(
             protocol=self.name,
-            model=model if isinstance(model, str) else "",
+            model=env.model or "",
             messages=merge_consecutive(msgs),
             tools=tools,
             tool_map=tool_map,
-            stream=bool(body.get("stream")),
-            max_tokens=max_tokens,
-            temperature=opt_number(body, "temperature"),
-            top_p=opt_number(body, "top_p"),
-            stop=stop_list(body.get("stop"), "stop"),
-            meta={"include_usage": bool(isinstance(opts, dict) and opts.get("include_usage"))},
+            stream=bool(env.stream),
+            max_tokens=env.max_completion_tokens or env.max_tokens,
+            temperature=env.temperature,
+            top_p=env.top_p,
+            stop=stop_list(env.stop),
+            meta={"include_usage": bool(env.stream_options and env.stream_options.include_usage)},
         )
 
     def new_context(self, req: CanonicalRequest, prompt_tokens: int) -> ReplyContext:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from farm.errors import GatewayRequestError
+from farm.gateway.bodies import ResponsesBody, parse_body
 from farm.gateway.canonical import (
     CUSTOM_INPUT,
     CanonicalRequest,
@@ -39,7 +40,7 @@ from farm.gateway.canonical import (
     translate_all,
 )
 from farm.modeltext.toolcalls import ToolCall
-from farm.gateway.wire import ReplyContext, bad_request, new_id, opt_int, opt_number, require_dict, sse, text_of
+from farm.gateway.wire import ReplyContext, bad_request, new_id, sse, text_of
 
 NS_SEP = "__"
 DROPPED_TOOLS = frozenset({
@@ -153,15 +154,14 @@ def _item(i: int, item: Any) -> list[Message]:
     raise bad_request(f"{where}: item needs a type")
 
 
-def _items(raw: Any, instructions: Any, memo: TranslationMemo | None) -> tuple[list[Message], list[str]]:
+def _items(raw: str | list[Any], instructions: str | None, memo: TranslationMemo | None,
+           ) -> tuple[list[Message], list[str]]:
     msgs: list[Message] = []
-    if isinstance(instructions, str) and instructions:
+    if instructions:
         msgs.append({"role": "system", "content": instructions})
     if isinstance(raw, str):
         msgs.append({"role": "user", "content": raw})
         return msgs, []
-    if not isinstance(raw, list):
-        raise bad_request("input must be a string or a list of items")
     msgs.extend(translate_all(raw, _item, memo))
     skipped = [str(it["type"]) for it in raw if isinstance(it, dict) and it.get("type") not in _RENDERED
                and isinstance(it.get("type"), str)]  # fmt: skip
@@ -173,24 +173,21 @@ class ResponsesProtocol:
     call_id_prefix = "call_"
 
     def parse(self, body: Any, headers: Mapping[str, str], memo: TranslationMemo | None = None) -> CanonicalRequest:
-        body = require_dict(body)
-        if "input" not in body:
-            raise bad_request("input is required")
-        msgs, skipped = _items(body.get("input"), body.get("instructions"), memo)
+        env = parse_body(ResponsesBody, body)
+        msgs, skipped = _items(env.input, env.instructions, memo)
         if not msgs:
             raise bad_request("input has no messages")
-        tools, tool_map, dropped = memo.value("tools", body.get("tools"), _tools) if memo else _tools(body.get("tools"))
-        model = body.get("model")
+        tools, tool_map, dropped = memo.value("tools", env.tools, _tools) if memo else _tools(env.tools)
         return CanonicalRequest(
             protocol=self.name,
-            model=model if isinstance(model, str) else "",
+            model=env.model or "",
             messages=merge_consecutive(msgs),
             tools=tools,
             tool_map=tool_map,
-            stream=bool(body.get("stream")),
-            max_tokens=opt_int(body, "max_output_tokens"),
-            temperature=opt_number(body, "temperature"),
-            top_p=opt_number(body, "top_p"),
+            stream=bool(env.stream),
+            max_tokens=env.max_output_tokens,
+            temperature=env.temperature,
+            top_p=env.top_p,
             dropped_tools=dropped,
             meta={"skipped_items": skipped} if skipped else {},
         )

@@ -66,6 +66,7 @@ class ContentSpecials:
         self._tokenizer = tokenizer
         self._text_backend = None
         if backend is not None and self.pattern is not None:
+            # heavy: tokenizers
             from tokenizers import Tokenizer
 
             # a copy: the shared backend keeps extracting special tokens (the template's)

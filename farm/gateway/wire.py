@@ -83,38 +83,13 @@ def bad_request(message: str) -> GatewayRequestError:
     return GatewayRequestError(message, status=400, kind="invalid_request")
 
 
-def require_dict(body: Any, what: str = "request body") -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise bad_request(f"{what} must be a JSON object")
-    return body
-
-
-def opt_number(body: Mapping[str, Any], key: str) -> float | None:
-    val = body.get(key)
-    if val is None:
-        return None
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        raise bad_request(f"{key} must be a number")
-    return float(val)
-
-
-def opt_int(body: Mapping[str, Any], key: str, *, minimum: int = 1) -> int | None:
-    val = body.get(key)
-    if val is None:
-        return None
-    if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
-        raise bad_request(f"{key} must be an integer >= {minimum}")
-    return val
-
-
-def stop_list(val: Any, key: str) -> list[str]:
+def stop_list(val: str | list[str] | None) -> list[str]:
+    """A validated ``stop`` value as the list of its non-empty strings."""
     if val is None:
         return []
     if isinstance(val, str):
         return [val] if val else []
-    if isinstance(val, list) and all(isinstance(s, str) for s in val):
-        return [s for s in val if s]
-    raise bad_request(f"{key} must be a string or a list of strings")
+    return [s for s in val if s]
 
 
 def text_of(content: Any, *, what: str) -> str:

@@ -2,9 +2,9 @@
 ``patch --fuzz``; and putting paths back to their baseline state (before the test patch,
 so the model's edits to test files never survive).
 
-Both are steps of the grader's one jailed script (``farm.grading.steps``): the files
-(the diff, the list of paths) are written first, then ``add_apply`` / ``add_restore``
-append the steps and ``patch_report`` / ``check_restores`` read their results.
+Both are steps of the grader's one jailed script (``farm.grading.steps``): ``add_apply`` /
+``add_restore`` give it their files (the diff, the list of paths), written in one call
+before it runs, and append the steps; ``patch_report`` / ``check_restores`` read their results.
 
 Both expect the grading layout that ``grader`` sets up: HEAD, index and work tree all at
 the workspace baseline (post-setup snapshot).
@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from farm.errors import GradingError
 from farm.grading.report import PatchReport, PatchStrategy
 from farm.grading.steps import StepResults, StepScript
-from farm.sandboxes.base import Sandbox
 from farm.tasks.patches import is_empty, touched_paths
 from farm.workspace.shell import CommandReport, tail
 
@@ -48,26 +47,26 @@ def restore_script(listing: str) -> str:
     )
 
 
-async def add_restore(script: StepScript, sandbox: Sandbox, prefix: str, paths: Sequence[str], *, scratch: str) -> None:
-    """Write the listing of ``paths`` and append the step ``<prefix>.restore`` (stops the
-    script when it fails: ``check_restores`` says why). Nothing when ``paths`` is empty."""
+def add_restore(script: StepScript, prefix: str, paths: Sequence[str], *, scratch: str) -> None:
+    """The listing of ``paths`` (a file of the script) and the step ``<prefix>.restore`` (stops
+    the script when it fails: ``check_restores`` says why). Nothing when ``paths`` is empty."""
     if not paths:
         return
     listing = posixpath.join(scratch, f"{prefix}.paths")
-    await sandbox.write_file(listing, "\0".join(paths) + "\0")
+    script.file(listing, "\0".join(paths) + "\0")
     script.add(f"{prefix}.{RESTORE}", restore_script(listing), budget_s=STEP_BUDGET_S, then="|| exit 0")
 
 
-async def add_apply(script: StepScript, sandbox: Sandbox, prefix: str, patch: str, *, scratch: str) -> None:
-    """Write ``patch`` and append its strategies as steps ``<prefix>.<strategy>``, each
-    after a failed one preceded by a restore of the patch's files (a failed restore stops
+def add_apply(script: StepScript, prefix: str, patch: str, *, scratch: str) -> None:
+    """``patch`` (a file of the script) and its strategies as steps ``<prefix>.<strategy>``,
+    each after a failed one preceded by a restore of the patch's files (a failed restore stops
     the script); the script stops after the last strategy fails. Nothing for an empty patch."""
     if is_empty(patch):
         return
     path = posixpath.join(scratch, f"{prefix}.diff")
-    await sandbox.write_file(path, _text(patch))
+    script.file(path, _text(patch))
     listing = posixpath.join(scratch, f"{prefix}.paths")
-    await sandbox.write_file(listing, "\0".join(touched_paths(patch)) + "\0")
+    script.file(listing, "\0".join(touched_paths(patch)) + "\0")
     restore = script.step(f"{prefix}.{RESTORE}", restore_script(listing), budget_s=STEP_BUDGET_S, then="|| exit 0")
     script.raw("__ok=0")
     for strategy, template in _STRATEGIES:

@@ -129,9 +129,9 @@ async def grade_in_sandbox(
     touches = surface_touches(text, test_patch=task.test_patch, patterns=task.test_surface)
     probe = None
     if not too_large:
-        await add_apply(script, sandbox, "model", text, scratch=ws.scratch)
+        add_apply(script, "model", text, scratch=ws.scratch)
         # The test surface is the task's: put back what the diff changed there (added files go).
-        await add_restore(script, sandbox, "surface", [t.path for t in touches], scratch=ws.scratch)
+        add_restore(script, "surface", [t.path for t in touches], scratch=ws.scratch)
         probe = await _add_task_steps(script, sandbox, task, ws, policy)
     t1 = time.monotonic()
     steps = await script.run(sandbox, cwd=ws.workdir, env=git_env())
@@ -180,8 +180,8 @@ async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: 
     if task.kind != "swe":
         return await add_reward_steps(script, sandbox, task, ws)
     if task.test_patch:
-        await add_restore(script, sandbox, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
-        await add_apply(script, sandbox, "test", task.test_patch, scratch=ws.scratch)
+        add_restore(script, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
+        add_apply(script, "test", task.test_patch, scratch=ws.scratch)
     if task.test_report_file:
         script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")
     if not policy.probe:

@@ -100,7 +100,9 @@ def add_probe_steps(script: StepScript, probe: Probe, workdir: str) -> None:
     """The probe's steps in the grader's script, after the test patch: pytest's cached
     rewritten test modules in ``workdir`` removed, and the directory opened to the
     test's user. Their exit codes are not the grade's (as a lone command's were not)."""
-    script.add("probe.stale_pyc", f"find {shlex.quote(workdir)} -name '*-pytest-*.pyc' -delete", budget_s=120)
+    # (git's own directory holds no bytecode: not walked, its objects are most of a checkout's files)
+    script.add("probe.stale_pyc", f"find {shlex.quote(workdir)} -name .git -prune -o -name '*-pytest-*.pyc' -type f "
+               "-exec rm -f -- {} +", budget_s=120)  # fmt: skip
     script.add("probe.chmod", f"chmod -R a+rwX {shlex.quote(probe.directory)}")
 
 

@@ -15,7 +15,8 @@ no output can forge a frame)::
 
     \\n<boundary> <name> <exit code> <start> <end>\\n<stdout>\\n<boundary>\\n<stderr>
 
-Only the last ``keep_bytes`` of each output cross over (the grader keeps tails anyway).
+Only the last ``keep_bytes`` of each output cross over (the grader keeps tails anyway); an
+empty output costs no ``tail`` (most steps print nothing: a process each saved, in the jail).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ step() {
   local __t0=${EPOCHREALTIME:-0} __rc
   ( eval "$2" ) >"$__D/o" 2>"$__D/e" </dev/null; __rc=$?
   printf '\n%s %s %s %s %s\n' "$__B" "$1" "$__rc" "$__t0" "${EPOCHREALTIME:-0}"
-  tail -c "$__K" -- "$__D/o"; printf '\n%s\n' "$__B"; tail -c "$__K" -- "$__D/e"
+  [ ! -s "$__D/o" ] || tail -c "$__K" -- "$__D/o"; printf '\n%s\n' "$__B"; [ ! -s "$__D/e" ] || tail -c "$__K" -- "$__D/e"
   return $__rc
 }
 """
@@ -84,6 +85,7 @@ class StepScript:
         self.boundary = "farm-step-" + secrets.token_hex(16)
         self.keep_bytes = keep_bytes
         self.lines: list[str] = []
+        self.files: dict[str, str | bytes] = {}  # written from outside before the script runs, in one call
         self.budget_s = 0.0  # the sum of the steps' own time limits: the whole script's
 
     def step(self, name: str, command: str, *, budget_s: float = 60.0, then: str = "") -> str:
@@ -100,13 +102,19 @@ class StepScript:
     def raw(self, line: str) -> None:
         self.lines.append(line)
 
+    def file(self, path: str, data: str | bytes) -> None:
+        """Have ``path`` (a sandbox path; parents made) hold ``data`` when the script starts."""
+        self.files[path] = data
+
     def text(self) -> str:
         head = f"__B={shlex.quote(self.boundary)}\n__K={int(self.keep_bytes)}\n"
         return head + _PRELUDE + "\n".join(self.lines) + "\nexit 0\n"
 
     async def run(self, sandbox: Sandbox, *, cwd: str, env: Mapping[str, str] | None = None) -> StepResults:
-        """Run the script in ONE ``sandbox.exec``; ``SandboxTimeout`` propagates, and a
+        """Write its files (``file``), then run the script in ONE ``sandbox.exec``; ``SandboxTimeout`` propagates, and a
         script that did not end its own way (killed, a bash error) is a ``GradingError``."""
+        if self.files:
+            await sandbox.write_files(self.files)
         res = await sandbox.exec(self.text(), cwd=cwd, env=dict(env or {}), timeout=max(60.0, self.budget_s))
         results = self.parse(res.stdout)
         if res.exit_code != 0:

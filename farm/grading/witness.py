@@ -63,11 +63,13 @@ async def install_witness(sandbox: Sandbox, files: dict[str, str | bytes] | None
                           purpose: str = "probe") -> Witness:  # fmt: skip
     """A fresh, randomly named directory outside the workspace with the witness, ``files``
     and a key (written from outside: no command runs)."""
-    witness = Witness(directory=f"{DIRECTORY_PREFIX}{purpose}-{secrets.token_hex(12)}", key=b"")
-    await sandbox.write_file(f"{witness.directory}/{SCRIPT}", inside_source(SCRIPT).encode())
-    for name, text in (files or {}).items():
-        await sandbox.write_file(f"{witness.directory}/{name}", text.encode() if isinstance(text, str) else text)
-    return await rekey(sandbox, witness)
+    directory = f"{DIRECTORY_PREFIX}{purpose}-{secrets.token_hex(12)}"
+    key = secrets.token_bytes(32)  # as ``rekey`` makes it, written with the rest in one call
+    batch: dict[str, str | bytes] = {f"{directory}/{SCRIPT}": inside_source(SCRIPT).encode()}
+    batch.update({f"{directory}/{name}": text for name, text in (files or {}).items()})
+    batch[f"{directory}/key"] = key
+    await sandbox.write_files(batch)
+    return Witness(directory=directory, key=key)
 
 
 async def rekey(sandbox: Sandbox, witness: Witness) -> Witness:

@@ -176,8 +176,7 @@ class Harness(ABC):
         prep = await sandbox.exec(["bash", "-c", 'rm -rf "$1" && mkdir -p "${@:2}"', "farm", scratch, *dirs], timeout=60)
         if prep.exit_code != 0:
             raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
-        for path, content in files.items():
-            await sandbox.write_file(path, content)
+        await sandbox.write_files(files)  # one host job for them all (local)
         env = {"HOME": home, **run.env, **self.environment(run, scratch), **self.config.extra_env}
         return LaunchPlan(
             harness=self.name,

@@ -54,6 +54,7 @@ class Inflating:
         self._eof = False
         if compression == "zstd":
             try:
+                # optional: zstandard
                 import zstandard
             except ImportError:
                 raise ImageMalformed(f"{what}: a zstd layer needs the 'zstandard' package (pip install zstandard)") from None

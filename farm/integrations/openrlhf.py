@@ -82,6 +82,7 @@ def group_to_agent_outputs(group: Group, *, chains: ChainPolicy = "main") -> lis
 
 def _executor_base() -> type:
     try:
+        # optional: openrlhf
         from openrlhf.utils.agent import AgentExecutorBase
     except ImportError:
         return object

@@ -27,6 +27,7 @@ from farm.output.torch_data import shard_of, torch_available, worker_shard
 
 def group_tensors(group: Group, *, std_normalize: bool = True) -> dict[str, Any]:
     """One group as tensors (see the module docstring)."""
+    # optional extra: torch
     import torch
 
     rows = rows_of(group, "all")
@@ -57,6 +58,7 @@ def make_group_dataset(out_dir: str | os.PathLike[str], *, follow: dict[str, Any
     finishes stops the ones after it."""
     if not torch_available():
         raise ImportError("make_group_dataset needs torch (pip install torch); farm does not install it")
+    # optional extra: torch
     from torch.utils.data import IterableDataset
 
     try:

@@ -61,6 +61,7 @@ from farm.integrations.source import GroupSource, ReaderSource, as_group_source
 from farm.output.cursor import GroupCursor
 from farm.output.groups import GROUPS_OF_ONE, Group, GroupsOfOneWarning
 from farm.trajectory.schema import to_slime_dict
+from farm.output.groups import GroupReader
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ _FEED_ATTR = "_farm_slime_rollout"  # the step function built from args, kept on
 def slime_sample_cls() -> type | None:
     """slime's ``Sample`` class if slime is installed, else None (dicts are produced)."""
     try:
+        # optional: slime
         from slime.utils.types import Sample
     except ImportError:
         return None
@@ -150,6 +152,7 @@ class SlimeRollout:
 
     def __call__(self, args: Any, rollout_id: int, data_source: Any = None, evaluation: bool = False) -> Any:
         if evaluation:
+            # optional extra: slime
             from slime.rollout.sglang_rollout import generate_rollout as slime_generate
 
             return slime_generate(args, rollout_id, data_source, evaluation=True)
@@ -190,6 +193,7 @@ class SlimeRollout:
 def train_output(samples: list, metrics: dict[str, float]) -> Any:
     """slime's ``RolloutFnTrainOutput`` when slime has it, else the legacy bare list."""
     try:
+        # optional: slime
         from slime.rollout.base_types import RolloutFnTrainOutput
     except ImportError:
         return samples
@@ -210,8 +214,6 @@ def rollout_from_args(args: Any) -> SlimeRollout:
     if getattr(args, "farm_source_fn", None):
         source = _load(args.farm_source_fn)(args)
     elif getattr(args, "farm_output_dir", None):
-        from farm.output.groups import GroupReader
-
         source = GroupReader(args.farm_output_dir, size=getattr(args, "farm_group_size", None),
                              order=getattr(args, "farm_order", "task"))  # fmt: skip
     else:

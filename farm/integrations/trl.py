@@ -108,6 +108,7 @@ class FarmRolloutFunc:
 def prompt_dataset(num_prompts: int) -> Any:
     """A ``datasets.Dataset`` of placeholder prompts: GRPOTrainer needs a train dataset,
     whose length (with ``max_steps``) only sets how many batches it asks for."""
+    # optional extra: datasets
     from datasets import Dataset
 
     return Dataset.from_dict({"prompt": [f"farm group {i}" for i in range(num_prompts)]})

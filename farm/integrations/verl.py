@@ -45,6 +45,7 @@ EXTRA_COLUMNS = ("run_id", "task_id", "group_id", "rollout_id", "sample_index", 
 def verl_output_cls() -> type | None:
     """verl's ``AgentLoopOutput`` if it imports here, else None (dicts are produced)."""
     try:
+        # optional: verl
         from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
     except ImportError:
         return None

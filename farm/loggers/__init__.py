@@ -38,9 +38,11 @@ class RunLogger(Protocol):
 
 def make_logger(cfg: LoggerConfig, out_dir: str) -> RunLogger:
     if isinstance(cfg, WandbLoggerConfig):
+        # optional extra: a logger's client (wandb, mlflow) loads only when configured
         from farm.loggers.wandb_logger import WandbLogger
 
         return WandbLogger(cfg, out_dir)
+    # optional extra: a logger's client (wandb, mlflow) loads only when configured
     from farm.loggers.mlflow_logger import MlflowLogger
 
     return MlflowLogger(cfg)

@@ -30,6 +30,7 @@ class MlflowLogger:
         self.client.log_dict(self.run_id, config, "run_config.json")  # the whole config (too many keys for params)
 
     def _metrics(self, metrics: dict[str, float], step: int) -> None:
+        # optional extra: mlflow
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

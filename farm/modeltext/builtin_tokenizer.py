@@ -110,6 +110,7 @@ def build_tokenizer(out_dir: str | os.PathLike[str], *, vocab_size: int = 4096, 
 
     The result loads with ``AutoTokenizer.from_pretrained(out_dir)``.
     """
+    # heavy: tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     out = Path(out_dir)

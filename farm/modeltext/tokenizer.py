@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
+import json
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("farm-test",)
@@ -33,6 +34,7 @@ def resolve_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None
     name = spec[len(BUILTIN_PREFIX):]
     if name not in BUILTINS:
         raise ConfigError(f"unknown builtin tokenizer {spec!r}; known: {[BUILTIN_PREFIX + b for b in BUILTINS]}")
+    # the built-in test tokenizer is built only when named
     from farm.modeltext.builtin_tokenizer import build_tokenizer
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -56,6 +58,7 @@ def load_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None) -
             from transformers import PreTrainedTokenizerFast
 
             return PreTrainedTokenizerFast.from_pretrained(path)
+        # heavy: transformers' AutoTokenizer (its model mapping imports torch)
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(path)
@@ -66,8 +69,6 @@ def load_tokenizer(spec: str, cache_dir: str | os.PathLike[str] | None = None) -
 def _names_generic_fast(path: str) -> bool:
     """A local tokenizer directory whose config names the generic fast tokenizer class
     (``builtin:`` tokenizers do; a model's own class, or a hub name, goes through AutoTokenizer)."""
-    import json
-
     try:
         config = json.loads((Path(path) / "tokenizer_config.json").read_text())
     except (OSError, ValueError):

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from farm.errors import ShardError
 from farm.output.manifest import ManifestEntry, default_manifest_name, read_manifest
 from farm.output.integrity import verify_bytes
+from farm.trajectory.schema import migrate_table
 
 Stop = threading.Event | Callable[[], bool]
 
@@ -115,7 +116,7 @@ class ShardReader:
         self.directory = Path(directory)
         self.name, self.schema, self.verify, self.on_damaged = name, schema, verify, on_damaged
         if migrate is None and name == "samples":
-            from farm.trajectory.schema import migrate_table as migrate
+            migrate = migrate_table
         # shards written by an older schema version come out in the current shape
         self.migrate = migrate
         self.skipped: list[tuple[ManifestEntry, str]] = []  # (shard, why) left out with on_damaged="skip"

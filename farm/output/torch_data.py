@@ -39,6 +39,7 @@ def shard_of(key: str, num_shards: int) -> int:
 def worker_shard(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """(this reader's shard, number of shards) for the calling DataLoader worker of
     this rank: shard = rank * num_workers + worker id."""
+    # optional extra: torch
     import torch
     from torch.utils.data import get_worker_info
 
@@ -56,6 +57,7 @@ def worker_shard(rank: int | None = None, world_size: int | None = None) -> tupl
 
 def sample_tensors(s: Sample) -> dict[str, Any]:
     """A Sample as a dict: its columns, with the token columns as tensors."""
+    # optional extra: torch
     import torch
 
     row = s.model_dump(exclude={"tokens", "loss_mask", "rollout_logprobs", "routed_experts"})
@@ -76,6 +78,7 @@ def make_torch_dataset(reader: ShardReader, *, follow: dict[str, Any] | None = N
     ``multiprocessing.Event``), or use ``timeout``."""
     if not torch_available():
         raise ImportError("make_torch_dataset needs torch (pip install torch); farm does not install it")
+    # optional extra: torch
     from torch.utils.data import IterableDataset
 
     class SampleDataset(IterableDataset):  # type: ignore[misc]

@@ -28,6 +28,7 @@ from farm.status import RolloutStatus
 from farm.output.reader import OutputReader
 from farm.output.shard_reader import ShardReader
 from farm.trajectory.schema import table_to_samples
+from farm.modeltext import tokenizer
 
 RESOLVED_REWARD = 1.0
 ERROR_CHARS = 20_000  # of an infrastructure failure's error + traceback, embedded in the page
@@ -143,8 +144,6 @@ def tokenizer_spec(data: RunData, override: str | None = None) -> tuple[str, str
 
 @functools.lru_cache(maxsize=4)  # `farm view` re-renders on every change: load once
 def load_tokenizer(spec: str, cache_dir: str | None) -> Any:
-    from farm.modeltext import tokenizer
-
     return tokenizer.load_tokenizer(spec, cache_dir)  # the gateway's own loading (no torch for a builtin)
 
 

@@ -24,6 +24,7 @@ from farm.report.data import Decoder, iter_trajectories, load_run, load_tokenize
 from farm.report.plots import run_plots
 from farm.report.stats import TOTAL_LABELS, fidelity_rows, flag_counts, group_spread, invocations_wall
 from farm.report.task import TaskLookup
+from farm.output.fidelity import directory_fidelity
 
 GROUPS_OPEN = 50  # the groups table starts folded above this many groups
 
@@ -109,8 +110,6 @@ def _fidelity(totals: dict[str, Any] | None) -> str:
 
 
 def _fidelity_totals(out: Path) -> dict[str, Any] | None:
-    from farm.output.fidelity import directory_fidelity
-
     try:
         return directory_fidelity(out).totals()
     except Exception:  # noqa: BLE001 - a damaged shard: the rest of the report still renders

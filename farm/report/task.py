@@ -67,6 +67,7 @@ class TaskLookup:
             self._file = {}
             if self.tasks_path:
                 try:
+                    # the task loaders, only when a page shows a task's text
                     from farm.tasks.config import TasksConfig
                     from farm.tasks.loaders import load_tasks
 

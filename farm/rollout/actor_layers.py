@@ -31,6 +31,10 @@ from farm.workspace.capture import capture_diff
 from farm.workspace.prepare import prepare_workspace
 from farm.harnesses import make_harness
 from farm.tasks.runtime import TaskRuntime
+from farm.sandboxes.factory import make_limiter
+from farm.modeltext.tokenizer import load_tokenizer
+from farm.sandboxes.factory import create_sandbox
+from farm.harnesses.follow import follow_lines
 
 if TYPE_CHECKING:
     from farm.engine.client import EngineClient
@@ -43,8 +47,6 @@ log = logging.getLogger(__name__)
 
 def make_actor_limiter(cfg: FarmConfig) -> SandboxLimiter:
     """One limiter per actor, shared by its rollouts (E2B: its plan's rate/concurrency)."""
-    from farm.sandboxes.factory import make_limiter
-
     limiter = make_limiter(cfg.sandbox)
     if limiter is not None:
         return limiter
@@ -91,7 +93,6 @@ class ActorLayers:
         # server, the renderers) and the tokenizer take seconds to import; only a started
         # actor needs them
         from farm.engine.client import EngineClient
-        from farm.modeltext.tokenizer import load_tokenizer
         from farm.envs.provider import provider_for
         from farm.gateway.gateway import Gateway
 
@@ -156,8 +157,6 @@ class ActorLayers:
         return await self.pool.acquire(sb_spec)  # warm when sandbox.pool.size > 0, else created now
 
     async def _create(self, sb_spec: SandboxSpec) -> Sandbox:
-        from farm.sandboxes.factory import create_sandbox
-
         t0 = time.monotonic()
         sb = await create_sandbox(self.cfg.sandbox, sb_spec, limiter=self.limiter, e2b_api_key=self.secrets.e2b_api_key)
         if self.on_sandbox_created is not None:
@@ -203,7 +202,6 @@ class ActorLayers:
         observer = self.observers.get(spec.rollout_id)
         if observer is None:
             return await running
-        from farm.harnesses.follow import follow_lines
 
         stop = asyncio.Event()
         path = f"{self.harness.scratch_dir(sandbox)}/stdout.jsonl"

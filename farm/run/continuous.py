@@ -92,6 +92,7 @@ class Farm:
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> Farm:
+        # heavy: ray
         from farm.actors.dispatch import Dispatcher
 
         cfg = self.cfg

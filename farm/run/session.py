@@ -37,6 +37,7 @@ from farm.run.stream import Curriculum, StreamFeed, TaskStream
 from farm.run.summary import RunSummary, SummaryTally, summary_table, with_history, write_summary
 from farm.tasks.model import Task
 from farm.loggers import RunLoggers
+from farm.output.fidelity import directory_fidelity
 
 if TYPE_CHECKING:
     from farm.actors.assembly import FarmActors
@@ -129,6 +130,7 @@ class RunSession:
             raise RuntimeError("a closed run session cannot be opened again: make a new one")
         self._lock = RunLock(self.out_dir, self.cfg.run_id).acquire()
         try:
+            # the task loaders and their sources load when a run opens, not on import
             from farm.output.outdir import check_tasks_source, write_run_config
             from farm.run.tasks import load_run_tasks
 
@@ -270,8 +272,6 @@ class RunSession:
 
 def _fidelity(out_dir: Path) -> dict[str, Any] | None:
     """The output's token-fidelity totals (never fails the run's end)."""
-    from farm.output.fidelity import directory_fidelity
-
     try:
         return directory_fidelity(out_dir).totals()  # the Samples checkpoint's counts and the Samples after it
     except Exception as exc:  # noqa: BLE001 - a summary field, not worth a failed run

@@ -329,6 +329,7 @@ def write_summary(summary: RunSummary, out_dir: str | Path) -> Path:
 
 def summary_table(summary: RunSummary):
     """A rich Table of the summary."""
+    # heavy: rich
     from rich.table import Table
 
     table = Table(title=f"farm run {summary.run_id}", show_header=True)

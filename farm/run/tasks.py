@@ -22,6 +22,7 @@ def load_task_file(cfg: FarmConfig) -> "TaskLoadResult":
     ``log_parser`` farm reads): a row it cannot grade is a load error, not a grading one; and
     against what the sandboxes can stand on (a dataset row needs an environment: on E2B the
     image SWE-bench names by instance id is one, since templates are built from it)."""
+    # the task loaders (and their sources) load only when tasks are read
     from farm.tasks.loaders import load_tasks
 
     return load_tasks(cfg.tasks, check=check_log_parser, convention_images=cfg.sandbox.backend == "e2b")

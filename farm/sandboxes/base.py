@@ -8,7 +8,7 @@ tree has been killed by then), ``SandboxClosed`` after ``close()``, and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,6 +109,10 @@ class Sandbox(Protocol):
 
     async def write_file(self, path: str, data: str | bytes) -> None:
         """Write ``path``, creating missing parent directories (the grader relies on it)."""
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """``write_file`` for each (path, data), in order, as one call: a local sandbox writes
+        them in one worker-thread job (each job costs farm's process a hand-off and wake-ups)."""
 
     async def read_file(self, path: str) -> bytes: ...
 

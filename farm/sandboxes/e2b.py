@@ -20,7 +20,7 @@ import shlex
 import tarfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -288,6 +288,10 @@ class E2BSandbox(ClosingContext):
         self._check_open()
         target = self._path(path)
         await self._retrying(lambda: self._sdk.files.write(target, data, user=self._cfg.user), f"write {target}")
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        for path, data in files.items():  # one API call each, as write_file
+            await self.write_file(path, data)
 
     async def read_file(self, path: str) -> bytes:
         self._check_open()

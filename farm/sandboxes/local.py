@@ -105,6 +105,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         self._socat: str | None = None
         self._cgroup: SandboxCgroup | None = None
         self.cpu = CPUBook(None)  # counts once the cgroup exists (_make_dirs)
+        self.removal_cpu_s = 0.0  # the CPU of the `rm` that removed its directories (a child of farm's process)
         self._host: HostMounts | None = None  # with the dirs (_make_dirs)
         self._watchdog = Watchdog(
             path=str(self.dir),
@@ -355,6 +356,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             full, host_env, host_cwd = limited, inner_env, workdir
         if not self._writes_counted:
             self._watchdog.wrote()
+        at = self.cpu.reading()  # before the spawn: the command's whole count is its own
         proc = await HostProcess.spawn(
             full,
             env=host_env,
@@ -367,7 +369,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         )
         self._procs.add(proc)
         self._watchdog.wake()  # an idle sandbox's watchdog sleeps until a command starts
-        self.cpu.started(proc.pid, proc.describe)
+        self.cpu.started(proc.pid, proc.describe, at=at)
         return proc
 
     def _exited(self, proc: HostProcess) -> None:
@@ -443,7 +445,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         if self._cfg.keep and self.view is not None and not self.view.writable:
             unmount_under(self.dir)  # (a directory removed is unmounted first, by remove_sandbox_dir)
         if not self._cfg.keep and self.dir.exists():
-            remove_sandbox_dir(self.dir)
+            self.removal_cpu_s += remove_sandbox_dir(self.dir)
             try:
                 self.dir.parent.rmdir()  # the run dir, once its last sandbox is gone
             except OSError:

@@ -65,22 +65,49 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
-def remove_sandbox_dir(sb_dir: Path) -> None:
+_RM = shutil.which("rm") or "/bin/rm"
+
+
+def _remove_trees(paths: list[Path]) -> float:
+    """Remove every path (a tree or a file) with ONE ``rm -rf`` process; returns its CPU
+    seconds (the kernel's count for the child, from ``wait4``). A sandbox's directories hold
+    the hundred-odd files a CLI wrote: Python's tree walk cost farm's process a quarter more
+    than the unlinks themselves and held its GIL (the gateway's) between them; ``rm`` does the
+    same unlinks in its own process. ``--one-file-system``: never into a mount left there.
+    What ``rm`` cannot remove (a read-only directory made inside the sandbox, farm not root)
+    the Python walk does (``_rmtree``: it makes such directories writable)."""
+    if not paths:
+        return 0.0
+    argv = [_RM, "-rf", "--one-file-system", "--", *map(str, paths)]
+    cpu = 0.0
+    try:
+        pid = os.posix_spawn(_RM, argv, {"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+        _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
+        if os.waitstatus_to_exitcode(status) == 0:
+            return cpu
+    except OSError as exc:  # no rm to run: the walk below does it all
+        log.debug("rm -rf could not run (%s): removing with the tree walk", exc)
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            _rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+    return cpu
+
+
+def remove_sandbox_dir(sb_dir: Path) -> float:
     """Remove a sandbox directory with its labels file LAST: a process killed midway
     (an actor dying while it closes a sandbox) leaves a directory ``reap`` still
     recognises as the run's, never an unlabelled remnant it must leave alone. An
-    environment view still mounted there is unmounted first (never deleted through)."""
+    environment view still mounted there is unmounted first (never deleted through).
+    Returns the CPU seconds of the ``rm`` it ran (``_remove_trees``): farm's, out of its process."""
     from farm.sandboxes.views import unmount_under
 
     unmount_under(sb_dir)
-    for child in sb_dir.iterdir():
-        if child.name == LABELS_FILE:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            _rmtree(child)
-        else:
-            child.unlink(missing_ok=True)
+    cpu = _remove_trees([child for child in sb_dir.iterdir() if child.name != LABELS_FILE])
     _rmtree(sb_dir)
+    return cpu
 
 
 def socket_dir(sandbox_id: str) -> Path:

@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError, SandboxFileNotFound
@@ -58,14 +59,21 @@ class LocalFiles:
         return Path(real)
 
     async def write_file(self, path: str, data: str | bytes) -> None:
-        target = self.host_path(path)
-        payload = data.encode() if isinstance(data, str) else data
+        await self.write_files({path: data})
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Every file in one worker-thread job, paths checked there (``host_path``: a
+        realpath each, off the event loop); stops at the first that fails."""
+        self._check_open()
+        items = list(files.items())
 
         def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
+            for path, data in items:
+                target = self.host_path(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data.encode() if isinstance(data, str) else data)
 
         try:
             await asyncio.to_thread(write)

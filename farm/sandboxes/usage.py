@@ -60,11 +60,17 @@ class CPUBook:
             return self._final
         return self._read()
 
-    def started(self, pid: int, describe: str) -> None:
-        """A command's process ``pid`` (on the host) started."""
+    def reading(self) -> float | None:
+        """The count now (to pass to ``started`` as ``at``)."""
+        return None if self._read is None else self._read()
+
+    def started(self, pid: int, describe: str, *, at: float | None = None) -> None:
+        """A command's process ``pid`` (on the host) started; ``at``: the count read just
+        before it was spawned (its jail's start and first work run while the spawn returns,
+        longer on a busy event loop: read after, they would be no command's)."""
         if self._read is None:
             return
-        now = self._read()
+        now = self._read() if at is None else at
         if now is None:
             return
         alone = not self._running

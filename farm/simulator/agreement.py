@@ -57,8 +57,10 @@ def turn_versions(sample: Sample) -> list[tuple[int, int, int | None]]:
 
 def sample_diffs(sample: Sample, model_for: Callable[[int | None], Any], temperature: float = 1.0) -> np.ndarray:
     """|trainer - rollout| logprob of each trained token of one Sample, in order."""
+    # optional extra: torch
     import torch
 
+    # heavy: huggingface_hub, jinja2, numpy
     from farm.simulator.lm import token_logprobs
 
     out = []
@@ -95,6 +97,7 @@ class ModelsByVersion:
         self._loaded.pop(version, None)
 
     def __call__(self, version: int | None) -> Any:
+        # heavy: huggingface_hub, jinja2, numpy
         from farm.simulator.lm import load_model
 
         if version is None or version not in self.paths:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from farm.simulator.policy import Policy, PolicyReply
+from farm.simulator.replay import ReplayPolicy
+from farm.simulator.replies import ScriptedPolicy, load_replies_jsonl
 
 
 def make_policy(
@@ -26,29 +28,28 @@ def make_policy(
     ``loop`` | ``ramble`` | ``choose``)."""
     # each policy's module only when it is the one asked for: a worker runs one policy
     if name == "oracle":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.oracle import OraclePolicy
         from farm.simulator.tasks import load_tasks_jsonl
 
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
         return OraclePolicy(tasks, seed=seed, tool_format=tool_format)
     if name == "noop":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.noop import NoopPolicy
 
         return NoopPolicy(seed=seed)
     if name == "replay":
-        from farm.simulator.replay import ReplayPolicy
-
         if replay_path is None:
             raise ValueError("policy 'replay' needs a recording (replay_path)")
         return ReplayPolicy.from_jsonl(replay_path)
     if name == "scripted":
-        from farm.simulator.replies import ScriptedPolicy, load_replies_jsonl
-
         loaded: list[Any] = list(replies or [])
         if replies_path:
             loaded += load_replies_jsonl(replies_path)
         return ScriptedPolicy(loaded)
     if name == "shell":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.shell_script import ShellScriptPolicy, load_shell_script
         from farm.simulator.tasks import load_tasks_jsonl
 
@@ -57,14 +58,17 @@ def make_policy(
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
         return ShellScriptPolicy(tasks, load_shell_script(replies_path), tool_format=tool_format)
     if name == "loop":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.endless import LoopPolicy
 
         return LoopPolicy(tool_format=tool_format)
     if name == "ramble":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.endless import RamblePolicy
 
         return RamblePolicy()
     if name == "choose":
+        # a policy's module loads only when a config chooses it
         from farm.simulator.choose import ChoosePolicy
         from farm.simulator.tasks import load_tasks_jsonl
 

@@ -44,6 +44,7 @@ class InProcess:
         self._lock = asyncio.Lock()
 
     async def start(self, session: RunSession) -> None:
+        # heavy: ray (the reducer actor), only when a rollout is stored
         from farm.actors.reducer import ReducerActor
 
         tasks = session.tasks
@@ -118,6 +119,7 @@ class OnRay(InProcess):
             self.engine_url = await asyncio.to_thread(self.farm.start_engine, session.tasks)
 
     def _new_actor(self, cfg: FarmConfig, name: str) -> Any:
+        # heavy: ray
         from farm.actors.ray_cluster import actor_name
 
         full, _ = self.farm.start_sandbox_actor(

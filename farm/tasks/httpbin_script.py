@@ -28,6 +28,7 @@ CERT, KEY = os.path.join(HERE, "cert.pem"), os.path.join(HERE, "key.pem")
 
 
 def make_cert():
+    # heavy: cryptography
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -51,6 +52,7 @@ def make_cert():
 
 
 def serve(port):
+    # heavy: httpbin, werkzeug
     from httpbin import app
     from werkzeug.serving import ThreadedWSGIServer
 

@@ -83,6 +83,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | TaskLoadError]]:
         for i, row in enumerate(data, start=1):
             yield i, row if isinstance(row, dict) else TaskLoadError(name, i, "<row>", "expected an object")
     elif suffix == ".parquet":
+        # heavy: pyarrow
         import pyarrow.parquet as pq
 
         try:
@@ -98,6 +99,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | TaskLoadError]]:
 
 def _open_text(path: Path):  # noqa: ANN202 - a text file object
     if path.name.endswith(".gz"):
+        # stdlib gzip, only when used
         import gzip
 
         return gzip.open(path, "rt", encoding="utf-8")
@@ -171,6 +173,7 @@ def load_tasks(
 def resolve_tasks_path(cfg: TasksConfig) -> Path:
     """The task file a config names; ``demo`` generates the demo set (once) and returns its JSONL."""
     if cfg.path == "demo":
+        # the demo task set is built only when asked for
         from farm.tasks.demo import ensure_demo_set
 
         return ensure_demo_set(cfg.cache_dir).tasks_path

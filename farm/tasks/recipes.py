@@ -164,6 +164,7 @@ def _unmet(recipe: Recipe, check_python: bool) -> list[tuple[str, bool]]:
     """(what is missing, whether installing something on this machine would fix it)."""
     out: list[tuple[str, bool]] = []
     if check_python and recipe.python and _PYTHON.match(recipe.python):
+        # heavy: farm.tasks.runtime loads the environment builders
         from farm.tasks.runtime import find_python
 
         try:

@@ -74,6 +74,7 @@ class PythonChoice:
 @functools.lru_cache(maxsize=1)
 def _uv_dir() -> str | None:
     try:
+        # optional: uv
         from uv import find_uv_bin
 
         return os.path.dirname(find_uv_bin())
@@ -133,6 +134,7 @@ class TaskRuntime:
         if cfg.mirror_dir:
             mirror_dirs.append(cfg.mirror_dir)
         if cfg.path == "demo":
+            # the demo task set is built only when asked for
             from farm.tasks.demo import ensure_demo_set
 
             mirror_dirs.append(ensure_demo_set(cfg.cache_dir).mirror_dir)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from farm.errors import TrajectoryError
 from farm.trajectory.row_schema import Arrow, arrow_schema
 from farm.trajectory.table_checks import nonzero_where_untrained, scalar_rules, table_passes
+from farm.status import RolloutStatus
 
 
 def _array(dtype: type, value_type: pa.DataType) -> Any:
@@ -276,8 +277,6 @@ def slime_status(sample: Sample) -> str:
     """slime's ``Sample.Status`` value: the rollout's status first (a Sample of a rollout
     that is not a trainable outcome is ``failed`` whatever its last turn said; one whose
     policy ran out of a budget is ``truncated``), then how the chain's last turn ended."""
-    from farm.status import RolloutStatus
-
     try:
         trainable = RolloutStatus(sample.status).trainable
     except ValueError:
@@ -292,6 +291,7 @@ def slime_status(sample: Sample) -> str:
 def stable_index(sample: Sample) -> int:
     """A deterministic non-negative int64 unique per (rollout, chain) with overwhelming
     probability: slime's ``index`` when the caller has no running counter."""
+    # heavy: xxhash
     import xxhash
 
     return xxhash.xxh3_64_intdigest(f"{sample.rollout_id}\x00{sample.chain_index}".encode()) >> 1

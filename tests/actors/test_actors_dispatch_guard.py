@@ -32,7 +32,7 @@ class _Actor(SandboxActor):
     async def run(self, spec: RolloutSpec):  # type: ignore[override]
         if spec.task.id == "t1" and spec.attempt == 1:
             try:
-                await asyncio.sleep(3600)
+                await asyncio.sleep(3600)  # a hung attempt: only a cancel ends it
             except asyncio.CancelledError:
                 self.aborted.append(spec.rollout_id)
                 raise

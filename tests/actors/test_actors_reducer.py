@@ -23,6 +23,7 @@ from farm.trajectory.schema import samples_to_table, table_to_samples
 
 import farm_helpers
 from farm_helpers import make_result, reducer_config
+from testkit.waits import wait_until
 
 # the writer subprocess imports the shared helpers too: pytest's pythonpath (pyproject) is not
 # a child's, so it gets their directory on PYTHONPATH
@@ -251,9 +252,8 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_duplicates_nothing(tmp_path):
     script = WRITER.format(out=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
     assert proc.stdout.readline().startswith("todo 200")
-    deadline = time.monotonic() + 60
-    while len(_manifest_ids(tmp_path / "rollouts.manifest.jsonl")) < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(_manifest_ids(tmp_path / "rollouts.manifest.jsonl")) >= 20, timeout_s=60,
+               interval_s=0.01, what="20 rollouts committed")  # fmt: skip
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     partial = _manifest_ids(tmp_path / "rollouts.manifest.jsonl")

@@ -18,6 +18,7 @@ from farm import Farm
 from farm.output.writer import ROLLOUTS_TABLE
 from farm.tasks.model import Task
 from farm.output.shard_reader import ShardReader
+from testkit.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,9 +60,7 @@ def _farm(tmp_path: Path, agent_s: float, md: dict | None = None, order: str = "
 
 def test_groups_out_under_back_pressure_then_resume(tmp_path):
     with _farm(tmp_path, 0.2, order="task") as f:  # task order: the stream's, whatever finishes first
-        deadline = time.monotonic() + 90
-        while len(_started(tmp_path)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(_started(tmp_path)) >= 4, timeout_s=90, what="4 rollouts started")
         time.sleep(3.0)  # nobody consumes: dispatch stops at stream.max_ahead rollouts (would overrun by now)
         assert len(_started(tmp_path)) == 4 and f.stats()["ahead"] == 4
         groups = f.next_groups(3, timeout=90)
@@ -85,9 +84,7 @@ def test_groups_out_under_back_pressure_then_resume(tmp_path):
 
 def test_stale_rollouts_are_aborted_and_run_again(tmp_path):
     with _farm(tmp_path, 3.0, max_staleness=0, on_stale="abort", max_ahead=2) as f:
-        deadline = time.monotonic() + 60
-        while len(_started(tmp_path)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(_started(tmp_path)) >= 2, timeout_s=60, what="2 rollouts started")
         f._dispatcher.set_policy_version(1)  # what update_weights tells the loop after the router's update
         groups = f.next_groups(1, timeout=120)
         stats = f.stats()
@@ -110,8 +107,7 @@ def test_no_group_beyond_the_bound_is_handed_out(tmp_path):
             f._take(f._reader.poll())  # a done group waits in the buffer (what the bug let through)
             time.sleep(0.1)
         f._dispatcher.set_policy_version(1)
-        while f.policy_version < 1:
-            time.sleep(0.05)
+        wait_until(lambda: f.policy_version >= 1, timeout_s=60, what="the farm at policy version 1")
         late = f.next_groups(1, timeout=3)
         assert late == [] and f.stats()["stale_groups_dropped"] >= 1
 

@@ -15,6 +15,7 @@ from farm.engine.config import FaultConfig, LatencyConfig
 from farm.simulator import ScriptedPolicy, ScriptedWorker, WorkerSettings, serve_worker
 from farm.errors import EngineError, EngineRejected, EngineRetryableError, EngineTimeout
 from farm.engine.config import EngineClientConfig
+from testkit.waits import async_wait_until
 
 FAST = EngineClientConfig(retries=2, backoff_s=0.0, request_timeout_s=10.0)
 
@@ -116,22 +117,13 @@ async def test_timeout_and_cancel_abort_at_the_worker(hf_tokenizer):
         async with EngineClient(url, cfg) as client:
             with pytest.raises(EngineTimeout):
                 await client.generate(_req([1, 2], rid="slow"))
-            await asyncio.sleep(0.1)
-            assert not worker.inflight
+            await async_wait_until(lambda: not worker.inflight, timeout_s=10, what="the timed-out request aborted")
             task = asyncio.ensure_future(client.generate(_req([1, 2], rid="cancel-me")))
-            for _ in range(100):
-                if worker.inflight:
-                    break
-                await asyncio.sleep(0.01)
-            assert "cancel-me" in worker.inflight
+            await async_wait_until(lambda: "cancel-me" in worker.inflight, timeout_s=10, what="the request in flight")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            for _ in range(100):
-                if not worker.inflight:
-                    break
-                await asyncio.sleep(0.01)
-            assert not worker.inflight
+            await async_wait_until(lambda: not worker.inflight, timeout_s=10, what="the cancelled request aborted")
         with pytest.raises(EngineError):
             await client.generate(_req([1]))  # closed
 

@@ -38,7 +38,7 @@ async def test_one_grade_per_key_also_when_asked_at_once() -> None:
 
     async def make(tag: str):
         calls.append(tag)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a grading that takes a while: concurrent callers overlap
         return f"report-{tag}"
 
     got = await asyncio.gather(*(grades.get("k1", lambda: make("a")) for _ in range(5)))

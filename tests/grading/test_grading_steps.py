@@ -31,9 +31,27 @@ async def test_steps_in_one_command_keep_their_own_results(new_sandbox) -> None:
         assert (b.exit_code, b.stdout, b.stderr) == (3, "out\n", "oops\n")
         assert c.ok and c.stdout == "x" * 63 + "\n"
         assert d.exit_code == 5 and not d.ok and results.get("never") is None
+        assert (d.stdout, d.stderr) == ("", "")  # nothing printed: nothing framed (no tail run)
         assert all(s.duration_s >= 0 for s in results.steps)
     finally:
         await sandbox.close()
+
+
+def _count_writes(sandbox) -> list[list[str]]:
+    """The paths of every write call from here on (write_file: one path), one list a call."""
+    calls: list[list[str]] = []
+    real_one, real_many = sandbox.write_file, sandbox.write_files
+
+    async def one(path, data):
+        calls.append([path])
+        return await real_one(path, data)
+
+    async def many(files):
+        calls.append(list(files))
+        return await real_many(files)
+
+    sandbox.write_file, sandbox.write_files = one, many
+    return calls
 
 
 def _count_execs(sandbox) -> list[str]:
@@ -51,20 +69,25 @@ def _count_execs(sandbox) -> list[str]:
 
 @pytest.fixture
 def counted_grade(runtime, new_sandbox, monkeypatch):
-    """grade() that returns (report, the execs after the workspace was prepared)."""
+    """grade() that returns (report, the execs after the workspace was prepared); the write
+    calls after it in ``run.writes``."""
     after: list[list[str]] = []
+    writes: list[list[list[str]]] = []
     real_prepare = prepare_workspace
 
     async def prepare(sandbox, *a, **kw):
         ws = await real_prepare(sandbox, *a, **kw)
         after.append(_count_execs(sandbox))  # the grading steps start here
+        writes.append(_count_writes(sandbox))
         return ws
 
     monkeypatch.setattr(grader_module, "prepare_workspace", prepare)
 
     async def run(task, patch):
         after.clear()
+        writes.clear()
         report = await grade(task, patch, runtime=runtime, make_sandbox=lambda: new_sandbox(grading_spec(task)))
+        run.writes = writes[0]
         return report, after[0]
 
     return run
@@ -77,6 +100,11 @@ async def test_a_grade_is_one_jailed_script_then_the_test_command(tasks_cfg, cou
     # the steps (reset, git apply, restores, test patch, stale .pyc, probe chmod), then the tests
     assert len(execs) == 2, execs
     assert "farm-step-" in execs[0] and execs[1].endswith("echo no tests")
+    # the files go in from outside in two calls: the probe's directory, then the steps' files
+    probe_files, step_files = counted_grade.writes
+    assert any(p.endswith("/key") for p in probe_files) and any(p.endswith("/config.json") for p in probe_files)
+    assert sorted(p.rsplit("/", 1)[1] for p in step_files) == ["model.diff", "model.paths", "test.diff", "test.paths",
+                                                                "test_files.paths"]  # fmt: skip
     assert report.patch.strategy == "git_apply" and [a.command for a in report.patch.attempts] == ["git_apply"]
     assert report.status is GradeStatus.UNRESOLVED and "FAIL_TO_PASS not passing" in report.reason
     assert report.test_surface == {} and report.test.stdout_tail == "no tests\n"

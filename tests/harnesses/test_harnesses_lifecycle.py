@@ -24,6 +24,7 @@ from farm.sandboxes.local import sandbox_pids
 from farm.harnesses.plan import HarnessEnd
 
 from harness_testutil import free_port, host_pids_with
+from testkit.waits import async_wait_until
 
 
 async def install_script(sandbox, body: str) -> str:
@@ -151,7 +152,7 @@ async def test_gateway_lost_during_run_stops_the_cli(sandbox, gateway) -> None:
     marker = f"{4000 + uuid.uuid4().int % 1000}.5"
     h = await prepared(sandbox, f"sleep {marker}\n", watch_interval_s=0.3, max_failed_probes=2, probe_timeout_s=1)
     task = asyncio.ensure_future(h.run(sandbox, make_run(sandbox, gateway.base_url, budget=120)))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the CLI runs with a live gateway a while: probes pass
     assert not task.done()
     await gateway.stop()
     res = await asyncio.wait_for(task, 60)
@@ -168,7 +169,7 @@ async def test_the_watch_probes_only_a_session_the_gateway_has_not_served(sandbo
     h = await prepared(sandbox, "sleep 3\n", watch_interval_s=0.3, max_failed_probes=2, probe_timeout_s=1)
     task = asyncio.ensure_future(h.run(sandbox, make_run(sandbox, gateway.base_url, budget=120),
                                        session_idle_s=lambda: idle_s))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the CLI runs with a live gateway a while: probes pass
     await gateway.stop()
     res = await asyncio.wait_for(task, 60)
     if idle_s == 0.0:
@@ -191,11 +192,7 @@ async def test_cancelled_launch_kills_the_cli(sandbox, gateway) -> None:
     marker = f"{5000 + uuid.uuid4().int % 1000}.5"
     h = await prepared(sandbox, f"sleep {marker}\n", watch_interval_s=0)
     task = asyncio.ensure_future(h.run(sandbox, make_run(sandbox, gateway.base_url, budget=120)))
-    for _ in range(100):
-        if host_pids_with(f"sleep {marker}"):
-            break
-        await asyncio.sleep(0.1)
-    assert host_pids_with(f"sleep {marker}")
+    await async_wait_until(lambda: host_pids_with(f"sleep {marker}"), timeout_s=10, what="the CLI running")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -240,7 +237,7 @@ async def test_a_late_answer_within_the_probe_timeout_counts(sandbox) -> None:
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(3.5)  # a gateway slower than the probe's timeout
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
         writer.close()

@@ -149,7 +149,7 @@ def slow_first_write(monkeypatch: pytest.MonkeyPatch):
     def write(path: str, *args):  # noqa: ANN002
         if not first.is_set():
             first.set()
-            time.sleep(0.3)
+            time.sleep(0.3)  # a slow first write: the others run meanwhile
         return real(path, *args)
 
     monkeypatch.setattr(unpack_mod, "_write_file", write)
@@ -185,7 +185,7 @@ def test_a_writers_error_is_the_unpacks(tmp_path: Path, monkeypatch: pytest.Monk
         unpack(tmp_path, [Entry(f"d/f{i}", data=b"x" * 1000) for i in range(6)])
     before = sorted(p.name for p in (tmp_path / "tree/d").iterdir())
     assert "f3" not in before
-    time.sleep(0.5)
+    time.sleep(0.5)  # a window in which a writer left running would add a file
     assert sorted(p.name for p in (tmp_path / "tree/d").iterdir()) == before  # no writer left running
 
 

@@ -31,7 +31,7 @@ def rollout_table(i: int):
 
 def _pause() -> None:
     print("paused", flush=True)
-    time.sleep(60)
+    time.sleep(60)  # held here until the test kills the process
     os._exit(3)  # never reached when the test kills us
 
 
@@ -88,7 +88,7 @@ def main() -> int:
         real_fsync, real_rename = os.fsync, os.rename
 
         def fsync(fd):
-            time.sleep(random.uniform(0, 0.004))
+            time.sleep(random.uniform(0, 0.004))  # a slow disk: widens the window a kill lands in
             real_fsync(fd)
 
         def rename(a, b):

@@ -111,7 +111,7 @@ def test_sigkill_mid_shard_then_rerun(tmp_path):
     for _ in range(4):
         w = Writer(out, "--slow")
         assert w.ready.wait(60), "no ready line"
-        time.sleep(rng.uniform(0.05, 0.3))
+        time.sleep(rng.uniform(0.05, 0.3))  # the kill lands at a random point of the writing
         if w.proc.poll() is None:
             kills += 1
         _kill(w)

@@ -18,6 +18,7 @@ from farm.tasks.model import Task
 from farm.trajectory.records import Budget, BudgetStop
 from farm.trajectory.transcript import Transcript
 from farm.trajectory.tree import TurnTree
+from testkit.waits import async_wait_until
 
 
 class Parts:
@@ -177,9 +178,8 @@ async def test_cancel_cleans_up(tmp_path):
     parts = Parts(tmp_path, agent_cmd="sleep 60")
     pipe = RolloutPipeline(parts, harness="claude_code", timeout_s=60)
     task = asyncio.create_task(pipe.run(_spec()))
-    while not parts.sessions_open:
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)
+    await async_wait_until(lambda: parts.sessions_open, timeout_s=30, what="the agent's gateway session open")
+    await asyncio.sleep(0.3)  # the agent runs a while before the cancel
     task.cancel()
     r = await task
     assert r.status is S.CANCELLED and "agent" in r.reason

@@ -139,6 +139,10 @@ async def test_files_text_and_bytes(sandbox: Sandbox) -> None:
     assert await sandbox.read_tail("notes/a.txt", 1000) == "héllo\n".encode()
     with pytest.raises(SandboxFileNotFound):
         await sandbox.read_tail("missing.txt", 10)
+    # several files in one call (local: one worker-thread job), parents made, in order
+    await sandbox.write_files({"many/x/1.txt": "one", f"{sandbox.root}/many/2.bin": b"\0two", "/tmp/many.txt": "t"})
+    res = await sandbox.exec("cat many/x/1.txt; od -An -c many/2.bin | tr -d ' '; cat /tmp/many.txt")
+    assert res.stdout == "one\\0two\nt"
 
 
 async def test_upload_dir_and_tarball(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -181,6 +181,8 @@ async def test_idempotent_file_calls_retry_transient_errors_only() -> None:
     assert await sb.read_file("/home/user/a.txt") == b"hi"
     with pytest.raises(SandboxFileNotFound):
         await sb.read_file("missing")
+    await sb.write_files({"b.txt": "b", "/tmp/c.bin": b"c"})  # each its own (retried) write, in order
+    assert fake.files.data["/home/user/b.txt"] == b"b" and fake.files.data["/tmp/c.bin"] == b"c"
 
 
 async def test_upload_dir_stages_a_tarball_and_extracts_it(tmp_path: Path) -> None:

@@ -154,7 +154,7 @@ async def test_an_idle_sandbox_s_watchdog_does_not_wake(local_cfg: SandboxConfig
         dog = sb._watchdog
         await _until(lambda: dog.rounds >= 1 and dog._idle())  # the first round sums what create made
         rounds = dog.rounds
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # a window of 12 disk_check_s in which an idle sandbox's watchdog must sleep
         assert dog.rounds == rounds, "an idle sandbox's watchdog woke"
         proc = await sb.start("sleep 0.5")
         await _until(lambda: dog.rounds >= rounds + 2)  # a busy sandbox: a round every disk_check_s

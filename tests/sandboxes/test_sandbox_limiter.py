@@ -57,7 +57,7 @@ async def test_limiter_caps_concurrency_until_release() -> None:
     a = await lim.acquire()
     await lim.acquire()
     third = asyncio.create_task(lim.acquire())
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # a window in which the third must not get a slot
     assert not third.done()
     a.release()
     a.release()  # idempotent: frees one slot only

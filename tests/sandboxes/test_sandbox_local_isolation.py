@@ -75,11 +75,7 @@ async def test_no_process_left_after_close(local_cfg: SandboxConfig) -> None:
     await async_wait_until(lambda: len(host_pids_with(f"sleep {marker}")) >= 3, what="its three sleeps running")
     assert sandbox_pids(sb.id)
     await sb.close()
-    for _ in range(50):
-        if not host_pids_with(f"sleep {marker}"):
-            break
-        await asyncio.sleep(0.1)
-    assert host_pids_with(f"sleep {marker}") == []
+    await async_wait_until(lambda: not host_pids_with(f"sleep {marker}"), timeout_s=10, what="no process left")
     assert sandbox_pids(sb.id) == []
     assert not Path(sb.root).exists()
 
@@ -89,11 +85,7 @@ async def test_exec_leaves_no_daemon_behind(local_cfg: SandboxConfig) -> None:
     async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
         res = await sb.exec(f"(setsid nohup sleep {marker} >/dev/null 2>&1 &); echo started")
         assert res.stdout == "started\n"
-        for _ in range(50):
-            if not host_pids_with(f"sleep {marker}"):
-                break
-            await asyncio.sleep(0.1)
-        assert host_pids_with(f"sleep {marker}") == []
+        await async_wait_until(lambda: not host_pids_with(f"sleep {marker}"), timeout_s=10, what="no process left")
 
 
 async def test_own_pid_namespace_and_no_capabilities(local_cfg: SandboxConfig) -> None:

@@ -16,6 +16,7 @@ from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.config import SandboxPoolConfig
 from farm.sandboxes.pool import POOL_PURPOSE, SandboxPool, environment_key
 from farm.sandboxes.views import SnapshotView, ViewLayer
+from testkit.waits import async_wait_until
 
 
 class Maker:
@@ -39,9 +40,8 @@ class Maker:
 
 
 async def settled(pool: SandboxPool, idle: int, timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while pool.idle != idle or any(e.making for e in pool._envs.values()):
-            await asyncio.sleep(0.02)
+    await async_wait_until(lambda: pool.idle == idle and not any(e.making for e in pool._envs.values()),
+                           timeout_s=timeout, what=f"the pool settled at {idle} idle")  # fmt: skip
 
 
 def spec(rollout: str, env: str = "a", **kw) -> SandboxSpec:
@@ -103,7 +103,7 @@ async def test_close_drains_and_later_acquires_create_cold(local_cfg: SandboxCon
     sb = await pool.acquire(spec("r1"))
     try:
         assert not sb.closed and len(make.made) == 4
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a window for a refill that must not come
         assert len(make.made) == 4  # a closed pool refills nothing
     finally:
         await sb.close()
@@ -121,8 +121,7 @@ async def test_a_failed_sandbox_is_never_handed_out(local_cfg: SandboxConfig) ->
         breached._watchdog.breaches["disk"] = "disk limit exceeded (test)"
         got = await pool.acquire(spec("r1"))
         assert got is good and pool.stats.discarded == 1
-        await asyncio.sleep(0.05)  # the breached one is closed in the background
-        assert breached.closed
+        await async_wait_until(lambda: breached.closed, timeout_s=10, what="the breached sandbox closed (in the background)")
         await got.close()
     finally:
         await pool.close()
@@ -140,8 +139,7 @@ async def test_stale_sandboxes_are_closed_not_handed_out(local_cfg: SandboxConfi
         now[0] = 61.0
         got = await pool.acquire(spec("r1"))
         assert got is not stale and pool.stats.misses == 2
-        await asyncio.sleep(0.05)
-        assert stale.closed
+        await async_wait_until(lambda: stale.closed, timeout_s=10, what="the stale sandbox closed (in the background)")
         await got.close()
     finally:
         await pool.close()
@@ -155,7 +153,7 @@ async def test_a_failed_refill_pauses_until_the_next_acquire(local_cfg: SandboxC
         make.fail = 1  # the first background create fails: no retry storm, nothing half-made kept
         first = await pool.acquire(spec("r0"))
         await settled(pool, 0)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a window for a retry that must not come
         assert pool.stats.failed == 1 and pool.idle == 0 and len(make.made) == 1
         await first.close()
         await (await pool.acquire(spec("r1"))).close()  # the next acquire resumes refilling
@@ -177,7 +175,7 @@ async def test_a_miss_makes_room_when_the_limit_is_reached(local_cfg: SandboxCon
         full[0] = True  # the live-sandbox cap is reached: a's idle sandbox gives its slot to b's rollout
         got = await pool.acquire(spec("y", "b"))
         assert idle_a.closed and pool.idle == 0
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a window for a refill that must not come
         assert len(make.made) == 3  # and no refill takes a slot while there is no room
         await got.close()
     finally:
@@ -215,7 +213,7 @@ async def test_size_zero_is_no_pool(local_cfg: SandboxConfig) -> None:
     make = Maker(local_cfg)
     pool = SandboxPool(make, SandboxPoolConfig(size=0))
     sb = await pool.acquire(spec("r0"))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # a window for a refill that must not come
     assert len(make.made) == 1 and pool.idle == 0 and pool.stats.misses == 0
     await sb.close()
     await pool.close()

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 from farm.sandboxes.process import HostProcess
+from testkit.waits import async_wait_until
 
 
 async def test_exit_is_seen_while_a_leftover_holds_the_pipes():
@@ -38,11 +39,8 @@ async def test_a_leftover_in_the_commands_group_is_killed_when_its_result_is_col
     )  # fmt: skip
     result = await asyncio.wait_for(proc.wait(timeout=60), 30)
     leftover = int(result.stdout.split()[0])
-    for _ in range(100):
-        if not _alive(leftover):
-            break
-        await asyncio.sleep(0.05)
-    assert not _alive(leftover), "the leftover of the command's group survived"
+    await async_wait_until(lambda: not _alive(leftover), timeout_s=10,
+                           what="the leftover of the command's group gone")  # fmt: skip
     await proc.kill()  # idempotent on an emptied group
 
 
@@ -75,9 +73,9 @@ async def test_a_session_is_idle_only_without_a_request_in_flight():
     gate = asyncio.Event()
     task = asyncio.ensure_future(gate.wait())
     session.track(task)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # the clock passes while a turn is in flight: not idle
     assert session.idle_s() == 0.0
     gate.set()
     await task
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # the clock passes with no turn in flight: idle that long
     assert 0.15 < session.idle_s() < 5

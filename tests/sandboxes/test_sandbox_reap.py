@@ -15,6 +15,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.local import sandbox_pids
+from testkit.waits import async_wait_until
 
 
 async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxConfig) -> None:
@@ -25,7 +26,8 @@ async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxCo
     try:
         for sb in (*mine, other):
             await sb.start(f"sleep {marker}")
-        await asyncio.sleep(0.3)
+        await async_wait_until(lambda: all(sandbox_pids(sb.id) for sb in (*mine, other)), timeout_s=10,
+                               what="every sandbox's process running")  # fmt: skip
         labels = json.loads((mine[0].dir / "labels.json").read_text())
         assert labels["labels"]["run_id"] == run_id and labels["sandbox_id"] == mine[0].id
 
@@ -41,22 +43,15 @@ async def test_farm_reap_kills_and_removes_a_runs_sandboxes(local_cfg: SandboxCo
         for sb in mine:
             assert not sb.dir.exists()
         assert other.dir.exists()
-        for _ in range(50):
-            if not any(sandbox_pids(sb.id) for sb in mine):
-                break
-            await asyncio.sleep(0.1)
-        assert [sandbox_pids(sb.id) for sb in mine] == [[], []]
+        await async_wait_until(lambda: not any(sandbox_pids(sb.id) for sb in mine), timeout_s=10,
+                               what="the run's sandbox processes reaped")  # fmt: skip
         assert sandbox_pids(other.id)  # the other run is untouched
         assert Path(other.root).exists()
         assert (await other.exec("true")).ok
     finally:
         for sb in (*mine, other):
             await sb.close()  # idempotent even after reap removed the directory
-    for _ in range(50):
-        if not host_pids_with(f"sleep {marker}"):
-            break
-        await asyncio.sleep(0.1)
-    assert host_pids_with(f"sleep {marker}") == []
+    await async_wait_until(lambda: not host_pids_with(f"sleep {marker}"), timeout_s=10, what="no process left")
 
 
 async def test_reap_removes_half_made_sandboxes_only(local_cfg: SandboxConfig) -> None:
@@ -81,21 +76,38 @@ async def test_a_close_cut_short_leaves_a_dir_reap_still_removes(local_cfg, monk
     run_id = f"cut-{uuid.uuid4().hex[:6]}"
     sb = await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": run_id}))
     await sb.write_file("work.txt", "x" * 1000)
-    real_rmtree, calls = local_mod._rmtree, []
+    real_remove = local_mod._remove_trees
 
-    def dies_midway(path):  # the first subtree goes, then the process "dies"
-        calls.append(path)
-        if len(calls) > 1:
-            raise RuntimeError("killed midway")
-        real_rmtree(path)
+    def dies_midway(paths):  # the first subtree goes, then the process "dies"
+        real_remove(paths[:1])
+        raise RuntimeError("killed midway")
 
-    monkeypatch.setattr(local_mod, "_rmtree", dies_midway)
+    monkeypatch.setattr(local_mod, "_remove_trees", dies_midway)
     with contextlib.suppress(RuntimeError):
         await sb.close()
-    monkeypatch.setattr(local_mod, "_rmtree", real_rmtree)
+    monkeypatch.setattr(local_mod, "_remove_trees", real_remove)
     assert sb.dir.exists() and (sb.dir / "labels.json").exists()
     assert await reap(run_id, cfg=local_cfg.local) == [sb.id]
     assert not sb.dir.exists()
+
+
+async def test_a_sandbox_dir_goes_even_where_rm_fails(local_cfg, monkeypatch) -> None:
+    """The directories go with one ``rm -rf``; where it fails (a read-only directory, farm not
+    root), the tree walk removes what is left, read-only directories included."""
+    import shutil
+
+    import farm.sandboxes.local_dirs as local_mod
+
+    sb = await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": f"rm-{uuid.uuid4().hex[:6]}"}))
+    res = await sb.exec("mkdir -p ro/deep && echo x > ro/deep/f && chmod 0500 ro/deep ro")
+    assert res.exit_code == 0, res.stderr
+    monkeypatch.setattr(local_mod, "_RM", shutil.which("false"))
+    real_rmtree, walked = local_mod._rmtree, []
+    monkeypatch.setattr(local_mod, "_rmtree", lambda path: (walked.append(path), real_rmtree(path)))
+    await sb.close()
+    assert not sb.dir.exists()
+    # the walk took the subtrees first: the labels file still went last
+    assert walked[-1] == sb.dir and len(walked) > 1 and all(p.parent == sb.dir for p in walked[:-1])
 
 
 def test_base_dir_expands_environment_variables_on_the_node(tmp_path: Path, monkeypatch) -> None:

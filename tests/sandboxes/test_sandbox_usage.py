@@ -57,6 +57,39 @@ def test_a_command_alone_gets_what_the_count_grew_by_and_overlaps_are_marked() -
     assert book.total_s() == 3.75  # the cgroup is gone: the count as it was at close
 
 
+def test_a_command_counts_from_the_reading_before_its_spawn() -> None:
+    c = Counter()
+    book = CPUBook(c)
+    at = book.reading()
+    c.value = 0.25  # the jail's start, while the spawn returned
+    book.started(7, "a", at=at)
+    c.value = 1.0
+    book.ended(7)
+    assert [(x.describe, x.cpu_s) for x in book.commands] == [("a", 1.0)]
+
+
+async def test_a_real_sandbox_reads_its_count_before_each_spawn(local_cfg: SandboxConfig, monkeypatch) -> None:
+    import farm.sandboxes.local as local_mod
+
+    sb = await LocalSandbox.create(local_cfg.local, SandboxSpec(labels={"run_id": "usage"}))
+    try:
+        if not counts_here(sb):
+            pytest.skip("cgroup v1 without cpuacct: the CPU is not counted")
+        order: list[str] = []
+        real_read, real_spawn = sb.cpu._read, local_mod.HostProcess.spawn
+        sb.cpu._read = lambda: (order.append("read"), real_read())[1]
+
+        async def spawn(*a, **kw):
+            order.append("spawn")
+            return await real_spawn(*a, **kw)
+
+        monkeypatch.setattr(local_mod.HostProcess, "spawn", spawn)
+        assert (await sb.exec(["true"])).exit_code == 0
+        assert order[:2] == ["read", "spawn"] and order.count("read") == 2  # before the spawn, and at its end
+    finally:
+        await sb.close()
+
+
 def test_no_count_no_figures() -> None:
     book = CPUBook(None)
     book.started(1, "a")

@@ -17,6 +17,7 @@ from farm.simulator.policy import Choice, PolicyReply
 torch = pytest.importorskip("torch")
 
 from farm.simulator.lm import LMScorer, load_model, new_model, save_model, token_logprobs  # noqa: E402
+from testkit.waits import async_wait_until
 
 REPLY = "Let me check the file first. Then I will fix the bug."
 
@@ -132,8 +133,7 @@ async def test_a_request_paused_across_a_weight_update_is_rescored(make_worker, 
                                     latency=LatencyConfig(ttft_s=2.0))
     ids = prompt_ids(hf_tokenizer)
     pending = asyncio.ensure_future(generate(http, url, {"input_ids": ids}))
-    while not worker.inflight:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: worker.inflight, timeout_s=10, what="the request in flight")
     await asyncio.sleep(0.2)  # scored on v0 (milliseconds), now waiting for its first token (2 s)
     async with http.post(url + "/pause_generation", json={"mode": "retract"}) as r:
         assert r.status == 200
@@ -169,8 +169,7 @@ async def test_without_a_pause_a_reply_keeps_the_version_it_was_computed_with(ma
                                     latency=LatencyConfig(ttft_s=2.0))
     ids = prompt_ids(hf_tokenizer)
     pending = asyncio.ensure_future(generate(http, url, {"input_ids": ids}))
-    while not worker.inflight:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: worker.inflight, timeout_s=10, what="the request in flight")
     await asyncio.sleep(0.2)  # scored on v0, waiting for its first token
     async with http.post(url + "/update_weights_from_disk", json={"model_path": v1, "weight_version": "1"}) as r:
         assert r.status == 200

@@ -156,9 +156,8 @@ async def test_abort_request_finishes_with_abort(make_worker, http, hf_tokenizer
     worker, url = await make_worker(ScriptedPolicy(default=REPLY * 20), latency=LatencyConfig(tokens_per_s=200))
     ids = prompt_ids(hf_tokenizer)
     task = asyncio.create_task(generate(http, url, {"input_ids": ids, "rid": "long-1"}))
-    while "long-1" not in worker.inflight:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
+    await async_wait_until(lambda: "long-1" in worker.inflight, timeout_s=10, what="the request in flight")
+    await asyncio.sleep(0.1)  # some tokens generated before the abort
     async with http.post(url + "/abort_request", json={"rid": "long-1"}) as r:
         assert r.status == 200
     status, out = await asyncio.wait_for(task, 10)
@@ -183,11 +182,7 @@ async def test_client_disconnect_aborts_server_side(make_worker, hf_tokenizer):
     async with aiohttp.ClientSession() as s:
         async with s.post(url + "/generate", json={"input_ids": prompt_ids(hf_tokenizer), "stream": True}) as r:
             await r.content.readline()
-    for _ in range(200):
-        if not worker.inflight:
-            break
-        await asyncio.sleep(0.02)
-    assert not worker.inflight
+    await async_wait_until(lambda: not worker.inflight, timeout_s=10, what="the disconnected request dropped")
     assert worker.stats.disconnected == 1
 
 

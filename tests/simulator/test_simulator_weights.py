@@ -13,6 +13,7 @@ from farm.actors.router import RouterActor
 from farm.engine.config import EngineConfig, LatencyConfig
 from farm.simulator import ScriptedPolicy
 from farm.errors import EngineError
+from testkit.waits import async_wait_until
 
 REPLY = "Let me check the file first. Then I will fix the bug."
 
@@ -75,8 +76,7 @@ async def test_pause_holds_generation_until_continue(make_worker, http, hf_token
 async def test_pause_in_abort_mode_ends_running_requests(make_worker, http, hf_tokenizer):
     worker, url = await make_worker(ScriptedPolicy(default=REPLY * 20), latency=LatencyConfig(tokens_per_s=50))
     pending = asyncio.ensure_future(_generate(http, url, _ids(hf_tokenizer)))
-    while not worker.inflight:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: worker.inflight, timeout_s=10, what="the request in flight")
     async with http.post(url + "/pause_generation", json={"mode": "abort"}) as r:
         assert r.status == 200
     out = await asyncio.wait_for(pending, 60)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 
 import aiohttp
 import pytest
 
 from single_helpers import serve, stored_ids
+from testkit.waits import async_wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -89,11 +89,9 @@ async def test_serve_eight_rollouts_stream_abort_finalize(server, tmp_path):
         async with http.post(f"/rollouts/{doomed}/abort") as r:
             aborted = await r.json()
         assert r.status == 200 and aborted["status"] == "aborted", aborted
-        t0 = time.monotonic()
         sandbox = tmp_path / "sb" / "single" / aborted["sandbox_id"]
-        while sandbox.exists() and time.monotonic() - t0 < 5:
-            await asyncio.sleep(0.1)
-        assert aborted["sandbox_id"] and not sandbox.exists()
+        assert aborted["sandbox_id"]
+        await async_wait_until(lambda: not sandbox.exists(), timeout_s=10, what="the aborted rollout's sandbox removed")
         async with http.post(f"/rollouts/{doomed}/finalize") as r:
             assert (await r.json())["stored"] is False
 

@@ -6,15 +6,14 @@ server under 8 at once: test_single_http.py; here the protocol is what is new.)"
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import time
 
 import pytest
 from openenv.core.mcp_client import MCPToolClient
 
 from farm.single.mcp_env import TOOLS
 from single_helpers import INLINE, serve, stored_ids
+from testkit.waits import async_wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +60,8 @@ async def test_openenv_client_drives_the_farm(server, tmp_path):
         aborted = await env.call_tool("abort_rollout", rollout_id=doomed)
         assert aborted["status"] == "aborted", aborted
         sandbox = tmp_path / "sb" / "single" / aborted["sandbox_id"]
-        t0 = time.monotonic()
-        while sandbox.exists() and time.monotonic() - t0 < 5:
-            await asyncio.sleep(0.1)
-        assert aborted["sandbox_id"] and not sandbox.exists()
+        assert aborted["sandbox_id"]
+        await async_wait_until(lambda: not sandbox.exists(), timeout_s=10, what="the aborted rollout's sandbox removed")
 
         events = await follow(env, watched)
         kinds = [e["kind"] for e in events]

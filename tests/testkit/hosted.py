@@ -130,7 +130,7 @@ class HostedFake:
             fault = self._take_fault()
             if fault is not None:
                 if fault.hang_s is not None:
-                    await asyncio.sleep(fault.hang_s)
+                    await asyncio.sleep(fault.hang_s)  # the fault: a reply that hangs
                 if fault.context_length:
                     msg = ("prompt is too long: 210000 tokens > 200000 maximum" if "/messages" in path else
                            "This model's maximum context length is 131072 tokens (context_length_exceeded)")
