@@ -1,9 +1,9 @@
 """scripts/test.sh runs the suite on pytest-xdist workers, and tests/conftest.py must put
 every test that starts a Ray on one worker (one group): a Ray starting beside another
 on 2 cores timed out. The grouping goes through xdist's `--dist loadgroup`, which has
-silently grouped nothing before (pytest 9.2's node ids, pytest-xdist issue #1386; a
-worker's `--dist` reading "no"): here a small suite runs on two workers with the real
-conftest, and each test reports the worker it ran on."""
+silently grouped nothing before (pytest 9.2's structured node ids, which pytest-xdist 3.8
+cannot suffix; a worker's `--dist` reading "no"): here a small suite runs on two workers
+with the real conftest, and each test reports the worker it ran on."""
 
 from __future__ import annotations
 
