@@ -159,7 +159,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=64_000)
     parser.add_argument("--reps", type=int, default=51)
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest size (a 4K-token body, 5 reps): what the suite runs")
     args = parser.parse_args()
+    if args.quick:
+        args.tokens, args.reps = 4_000, 5
     body = history_body(args.tokens)
     raw = orjson.dumps(body)
     decoded = orjson.loads(raw)

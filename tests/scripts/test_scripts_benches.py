@@ -32,6 +32,7 @@ QUICK = [
     pytest.param("bench_resume.py", False, False, id="resume"),
     pytest.param("bench_capture.py", False, False, id="capture"),  # a real local sandbox
     pytest.param("bench_probe.py", False, False, id="probe"),  # pytest bare and under the witness + probe
+    pytest.param("bench_bodies.py", False, False, id="bodies"),  # the gateway's request-body models
     pytest.param("bench_routing.py", True, False, id="routing", marks=slow),
     pytest.param("bench_report.py", True, False, id="report", marks=slow),  # headless Chromium
     pytest.param("bench_gateway.py", True, False, id="gateway", marks=slow),  # sandboxes, gateway subprocesses
