@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 def make_harness(cfg: HarnessConfig, *, npm: str = "npm") -> Harness:
     """The harness named by ``cfg.name`` (implementations imported lazily)."""
     if cfg.name == "claude_code":
-        from farm.harnesses.claude_code import ClaudeCodeHarness as cls
+        from farm.harnesses.claude_code import ClaudeCodeHarness as cls  # only the chosen harness loads
     elif cfg.name == "codex":
-        from farm.harnesses.codex import CodexHarness as cls
+        from farm.harnesses.codex import CodexHarness as cls  # only the chosen harness loads
     elif cfg.name == "opencode":
-        from farm.harnesses.opencode import OpenCodeHarness as cls
+        from farm.harnesses.opencode import OpenCodeHarness as cls  # only the chosen harness loads
     else:  # pragma: no cover - the config's Literal forbids it
         raise ValueError(f"unknown harness {cfg.name!r}")
     return cls(cfg, npm=npm)

@@ -35,11 +35,11 @@ async def create_sandbox(
     slot = await limiter.acquire(limiter_timeout) if limiter is not None else None
     try:
         if cfg.backend == "local":
-            from farm.sandboxes.local import LocalSandbox
+            from farm.sandboxes.local import LocalSandbox  # only the chosen backend loads
 
             sb = await LocalSandbox.create(cfg.local, spec, max_output_bytes=cfg.max_output_bytes)
         elif cfg.backend == "e2b":
-            from farm.sandboxes.e2b import E2BSandbox
+            from farm.sandboxes.e2b import E2BSandbox  # optional extra: e2b
 
             if not e2b_api_key:
                 raise SandboxError("the e2b sandbox backend needs an API key (set E2B_API_KEY for farm)")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from farm.errors import SandboxError
 from farm.sandboxes.cgroups import reap_cgroups
+from farm.sandboxes.views import unmount_under
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,6 @@ def remove_sandbox_dir(sb_dir: Path) -> float:
     recognises as the run's, never an unlabelled remnant it must leave alone. An
     environment view still mounted there is unmounted first (never deleted through).
     Returns the CPU seconds of the ``rm`` it ran (``_remove_trees``): farm's, out of its process."""
-    from farm.sandboxes.views import unmount_under
 
     unmount_under(sb_dir)
     cpu = _remove_trees([child for child in sb_dir.iterdir() if child.name != LABELS_FILE])

@@ -110,7 +110,7 @@ def _id(nodeid):
     except Exception:  # pytest 9 takes a NodeId object
         pass
     try:
-        from _pytest.nodeid import NodeId
+        from _pytest.nodeid import NodeId  # pytest 9 only: the task's pytest may be older
 
         return str(relative(NodeId.parse(nodeid)))
     except Exception:  # an odd node's id: pytest's own is still an id

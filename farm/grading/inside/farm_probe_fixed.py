@@ -257,7 +257,7 @@ def install(snapshot, check, current):
         mode = getattr(getattr(early_config, "known_args_namespace", None), "assertmode", "rewrite")
         if mode == "rewrite":
             try:
-                from _pytest.assertion.rewrite import rewrite_asserts
+                from _pytest.assertion.rewrite import rewrite_asserts  # the task's pytest, once it runs
             except ImportError:
                 rewrite_asserts = None
         ask(("precompile", rewrite_asserts, early_config))
@@ -269,7 +269,7 @@ def _hand_over(ask, names):
     """Make pytest's assertion-rewriting import and importlib's source loader run the
     fixed code for the snapshot's files (and read or write no .pyc for them)."""
     try:
-        import _pytest.assertion.rewrite as rewrite
+        import _pytest.assertion.rewrite as rewrite  # the task's pytest, once it runs
     except ImportError:  # pragma: no cover - pytest always has it
         rewrite = None
     if rewrite is not None and hasattr(rewrite, "_rewrite_test"):
@@ -300,7 +300,7 @@ def _hand_over(ask, names):
             return write_pyc(state, co, *args, **kwargs)
 
         rewrite._rewrite_test, rewrite._read_pyc, rewrite._write_pyc = _rewrite_test, _read_pyc, _write_pyc
-    from importlib.machinery import SourceFileLoader
+    from importlib.machinery import SourceFileLoader  # only when the probe patches loaders
 
     get_code = SourceFileLoader.get_code
 

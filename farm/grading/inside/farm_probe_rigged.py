@@ -187,7 +187,7 @@ def _walk(obj, spent, depth=0, budget=None):
 def wrap_unittest(check):
     """unittest's comparing assertions show their operands to ``check`` (they compare
     inside the standard library, where ``@farm_cmp`` does not reach)."""
-    import unittest.case as case
+    import unittest.case as case  # only for tests that use unittest
 
     def wrap(name, op):
         original = getattr(case.TestCase, name, None)

@@ -73,7 +73,7 @@ os._exit(0)
 
 def _nondumpable():
     try:
-        import ctypes
+        import ctypes  # the task's Python may lack it (built without libffi)
 
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except Exception:  # noqa: BLE001 - without it the channel is still not inherited

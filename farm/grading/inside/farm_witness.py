@@ -38,7 +38,7 @@ _IN = {"modify": 0x2, "close_write": 0x8, "moved_from": 0x40, "moved_to": 0x80, 
 
 def _nondumpable():
     try:
-        import ctypes
+        import ctypes  # the task's Python may lack it (built without libffi)
 
         return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE, 0
     except Exception:  # noqa: BLE001 - no ctypes / no prctl: the witness still works, less shielded
@@ -49,7 +49,7 @@ def _inotify(path):
     """(fd, watched name) for writes to ``path`` (its directory is watched: the file need
     not exist yet), or (None, None)."""
     try:
-        import ctypes
+        import ctypes  # the task's Python may lack it (built without libffi)
 
         libc = ctypes.CDLL(None, use_errno=True)
         fd = libc.inotify_init1(0o4000 | 0o2000000)  # IN_NONBLOCK | IN_CLOEXEC
