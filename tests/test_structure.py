@@ -15,7 +15,8 @@
   only compared with, and no module but those builds an ``Outcome``.
 - Tests wait on conditions, not times: a ``sleep`` in tests/ with no comment on its line or
   the line above (saying what the time is for: the slow agent, the window in which nothing may
-  happen, the clock to pass) is a bare sleep, and there are no more than ``BARE_SLEEPS_MAX``.
+  happen, the clock to pass, a poll bounded by its loop's deadline) is a bare sleep, and there
+  is none (``BARE_SLEEPS_MAX`` is 0).
   A wait for something is ``testkit.waits.wait_until`` / ``async_wait_until``.
 - An import inside a function in farm/ says why it is not at the top of its module: a comment
   on its line or above its run of imports (``# heavy: pyarrow``, ``# optional extra: torch``,
@@ -272,10 +273,10 @@ def sandbox_members_read_by_getattr(root: Path) -> list[str]:
     return found
 
 
-# a sleep polled by the wait helpers themselves; and the most bare sleeps tests/ may hold (the
-# test modules another change restructures keep theirs until then): only ever lowered
+# a sleep polled by the wait helpers themselves; and the most bare sleeps tests/ may hold: none
+# (a poll in a loop with a deadline says so, as does a sleep that is the behaviour)
 SLEEP_HELPERS = ("tests/testkit/waits.py",)
-BARE_SLEEPS_MAX = 33
+BARE_SLEEPS_MAX = 0
 
 
 def _comment_lines(text: str) -> set[int]:

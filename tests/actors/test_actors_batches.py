@@ -59,7 +59,7 @@ async def _until(cond) -> None:
     for _ in range(200):
         if cond():
             return
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # poll: 200 tries bound the wait
     raise AssertionError("condition not reached")
 
 

@@ -36,7 +36,7 @@ class _Actor(SandboxActor):
             except asyncio.CancelledError:
                 self.aborted.append(spec.rollout_id)
                 raise
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # an attempt takes a moment
         done = spec.interrupted("a0")
         return done.model_copy(update={"status": RolloutStatus.COMPLETED, "durable": True, "reason": ""})
 

@@ -100,7 +100,7 @@ def test_sandbox_actors_start_while_the_engine_does_and_ask_the_router_for_its_u
                 if ray.get(victim.__ray_call__.remote(lambda self: __import__("os").getpid()), timeout=30) != pid:
                     break
             except ray.exceptions.RayActorError:
-                time.sleep(0.5)
+                time.sleep(0.5)  # poll: the loop's deadline bounds the wait
             assert time.monotonic() < deadline, "not restarted"
         ray.get(victim.ready.remote(), timeout=60)
         assert _engine_url_of(victim) == url

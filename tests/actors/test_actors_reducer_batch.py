@@ -298,7 +298,7 @@ async def test_a_full_buffer_asks_for_one_flush_at_a_time(tmp_path):
     def slow_commit(batch):  # in the flush's thread: admits go on meanwhile
         import time
 
-        time.sleep(0.05)
+        time.sleep(0.05)  # the slow commit under test
         return real_commit(batch)
 
     async def flush():
@@ -314,7 +314,7 @@ async def test_a_full_buffer_asks_for_one_flush_at_a_time(tmp_path):
     calls = []
     for k in range(8):  # a call every 20 ms, 16 rollouts each: a commit is always running
         calls.append(asyncio.ensure_future(red.submit_many([make_result(f"g{k}x{i // 4}.{i % 4}") for i in range(16)])))
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the calls' pace under test: a commit is always running
     answers = [a for got in await asyncio.gather(*calls) for a in got]
     assert len(answers) == 128 and all(isinstance(a, RolloutSummary) and a.durable for a in answers)
     assert sum(len(ids) for ids in _manifest_lines(tmp_path / "rollouts.manifest.jsonl")) == 128

@@ -29,7 +29,7 @@ def engine_cfg(tok_path: str) -> EngineConfig:
 def wait_gone(pids, timeout: float = 15.0) -> set[int]:
     deadline = time.monotonic() + timeout
     while live_pids(pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll: the loop's deadline bounds the wait
     return live_pids(pids)
 
 

@@ -169,7 +169,7 @@ def test_a_build_killed_midway_is_never_used(world, tmp_path):
     deadline = time.monotonic() + 60
     while not list(store.root.glob(".build/*/tree/part.txt")):
         assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read() if proc.poll() else ""
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll: the loop's deadline bounds the wait
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert [e.record.key for e in store.entries()] == []  # no record: nothing usable

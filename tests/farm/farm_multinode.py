@@ -95,7 +95,7 @@ class MultiNode:
         self.cluster.remove_node(node, allow_graceful=False)
         deadline = time.monotonic() + wait_dead_s
         while time.monotonic() < deadline and any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
-            time.sleep(0.2)
+            time.sleep(0.2)  # poll: the loop's deadline bounds the wait
 
     def connect(self, namespace: str = "farm") -> None:
         ray.init(address=self.address, namespace=namespace, log_to_driver=False)

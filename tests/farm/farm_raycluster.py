@@ -85,7 +85,7 @@ class HeadCluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            time.sleep(0.5)
+            time.sleep(0.5)  # poll: the loop's tries bound the wait
 
 
 def start_head(num_cpus: int = 2) -> HeadCluster:

@@ -64,7 +64,7 @@ class FarmProcess:
     def wait_gone(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while self.ray_processes() and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.5)  # poll: the loop's deadline bounds the wait
         left = [(pid, Path(f"/proc/{pid}/cmdline").read_bytes()[:150]) for pid in self.ray_processes()]
         HeadCluster(self.ray_tmp, 0, 0, 0).stop()
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
@@ -76,7 +76,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:
     while not pred():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(0.2)  # poll: the loop's deadline bounds the wait
 
 
 def _ids(out: Path, table: str) -> list[str]:
@@ -98,7 +98,7 @@ def test_ctrl_c_cancels_in_flight_and_leaves_nothing(tmp_path):
     farm = FarmProcess(_config(tmp_path, "ctrlc", limit=2, concurrency=2, ttft=2.0))
     try:
         _wait_for(lambda: len(list((tmp_path / "sb" / "ctrlc").glob("*"))) >= 2, 300, "two sandboxes")
-        time.sleep(2)
+        time.sleep(2)  # the rollouts run a while: the Ctrl-C lands mid-rollout
         os.killpg(farm.proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         assert farm.proc.wait(timeout=120) == 130, farm.output()
     finally:
@@ -131,10 +131,10 @@ def test_a_stop_records_nothing_poisoned_and_the_rerun_runs_exactly_the_interrup
         _wait_for(lambda: farm.proc.poll() is not None or len(list((tmp_path / "sb" / "stop").glob("*"))) >= 2,
                   300, "two sandboxes")  # fmt: skip
         assert farm.proc.poll() is None, farm.output()
-        time.sleep(3)
+        time.sleep(3)  # the rollouts run a while: the stop lands mid-rollout
         for name in signals:
             os.kill(farm.proc.pid, getattr(signal, name))
-            time.sleep(1.0)
+            time.sleep(1.0)  # the second signal a moment after the first, as a user presses twice
         assert farm.proc.wait(timeout=180) == 130, farm.output()
     finally:
         if farm.proc.poll() is None:

@@ -84,7 +84,7 @@ def prometheus(ray_with_metrics_port, tmp_path_factory):
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise AssertionError((work / "prometheus.log").read_text()[-2000:]) from None
-                time.sleep(0.2)
+                time.sleep(0.2)  # poll: the loop's deadline bounds the wait
         yield url
     finally:
         proc.terminate()

@@ -82,18 +82,18 @@ def test_ray_job_stop_then_resubmit_records_every_rollout_once(head, tmp_path):
             for final in ("succeeded", "stopped", "failed"):
                 if final in text:
                     return final.upper()
-            time.sleep(2)
+            time.sleep(2)  # poll: the loop's deadline bounds the wait
         raise AssertionError(f"job {job_id} did not end: {status(job_id)}")
 
     assert submit("farm-stop-1", wait=False).returncode == 0
     deadline = time.monotonic() + 180
     while len(list((tmp_path / "sb" / "jobstop").glob("*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(3)
+        time.sleep(0.5)  # poll: the loop's deadline bounds the wait
+    time.sleep(3)  # the rollouts run a while: the stop lands mid-rollout
     stop = subprocess.run([*ray_cmd, "stop", "--address", head.dashboard_url, "farm-stop-1"],
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert wait_final("farm-stop-1", 300) == "STOPPED", stop.stdout + stop.stderr
-    time.sleep(2)
+    time.sleep(2)  # a window: a late write of the stopped run would land in it
     reader = ShardReader(out, name=ROLLOUTS_TABLE)
     first = reader.read_table().to_pylist() if reader.entries() else []
     assert all(r["status"] == "completed" for r in first), first  # nothing the stop caused is on record
@@ -142,7 +142,7 @@ def _check_metrics(cluster) -> None:
                    "ray_farm_sandbox_create_s_count", "ray_farm_shards_written"):
         deadline = time.monotonic() + 30
         while series not in text and time.monotonic() < deadline:
-            time.sleep(2)
+            time.sleep(2)  # poll: the loop's deadline bounds the wait
             text = _metrics(cluster)
         assert series in text, (series, text[-3000:])
     assert 'class="policy"' in text

@@ -139,7 +139,7 @@ class SandboxWatch(threading.Thread):
                     time.sleep(1.0)  # let the CLIs talk to the gateway a little
                     self.killed = self._victim_agents_running()
                     ray.kill(ray.get_actor(self.victim, namespace="farm"), no_restart=not self.restart)
-            time.sleep(0.1)
+            time.sleep(0.1)  # poll: the chaos thread's loop ends with the run
 
 
 def _table(out: Path, name: str) -> list[dict]:
@@ -155,7 +155,7 @@ def _manifest_ids(out: Path, table: str) -> list[str]:
 def _wait_until_empty(what, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while (left := what()) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # poll: the loop's deadline bounds the wait
     return left
 
 

@@ -89,7 +89,7 @@ def test_node_killed_mid_run_loses_nothing_and_its_return_gets_work(cluster, tmp
         deadline = time.monotonic() + 240
         while not _left(tmp_path / "sb" / "w0") and time.monotonic() < deadline:  # a rollout in flight on w0
             time.sleep(0.1)
-        time.sleep(2.0)
+        time.sleep(2.0)  # the rollout runs a while on w0 before the node dies
         events["killed"] = time.time()
         cluster.kill("w0", wait_dead_s=30)
         cluster.add("w0")  # the machine comes back: a new raylet, the same sandbox root

@@ -67,7 +67,7 @@ def _assert_nothing_left(tmp_path: Path, run_id: str) -> None:
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
         if not [n for n in names if n.startswith(f"farm-{run_id}-")]:
             break
-        time.sleep(0.2)
+        time.sleep(0.2)  # poll: the loop's deadline bounds the wait
     else:
         raise AssertionError(f"actors left: {names}")
     base = tmp_path / "sandboxes" / run_id
@@ -108,8 +108,8 @@ def _kill_when(tmp_path: Path, n_started: int, kill) -> threading.Thread:
     def watch():
         deadline = time.monotonic() + 60
         while len([s for s in _started(tmp_path) if s]) < n_started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
+            time.sleep(0.05)  # poll: the loop's deadline bounds the wait
+        time.sleep(0.3)  # the kill lands a moment after the start, mid-rollout
         kill()
 
     t = threading.Thread(target=watch, daemon=True)

@@ -92,7 +92,7 @@ def main() -> int:
             real_fsync(fd)
 
         def rename(a, b):
-            time.sleep(random.uniform(0, 0.004))
+            time.sleep(random.uniform(0, 0.004))  # a slow disk, as for fsync
             real_rename(a, b)
 
         os.fsync, os.rename = fsync, rename

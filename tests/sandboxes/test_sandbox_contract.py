@@ -64,7 +64,7 @@ async def eventually_empty(fn: Callable[[], object], sb: Sandbox, marker: str) -
         pids = await leftover(sb, marker)
         if not pids:
             return pids
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # poll: 50 tries bound the wait
     return pids
 
 

@@ -173,7 +173,7 @@ async def _until(cond, timeout_s: float = 30.0) -> None:  # noqa: ANN001 - a pre
     deadline = loop.time() + timeout_s
     while not cond():
         assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # poll: the loop's deadline bounds the wait
 
 
 async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_below_the_limit(
@@ -206,7 +206,7 @@ async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_bel
         await dog.check()
         proc = await sb.start("fallocate -l 60M big && touch done; sleep 60")
         await _until(lambda: os.path.exists(f"{sb.root}/done"))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the full walk's 0.2 s interval passes
         await dog.check()
         assert [b for b in sb.breaches if b.startswith("disk:")], "an allocation was not found by the full walk"
         assert (await proc.wait(30)).exit_code != 0

@@ -269,7 +269,7 @@ async def _gone(pattern: str, wait_s: float = 5.0) -> bool:
     for _ in range(int(wait_s / 0.1)):
         if not host_pids_with(pattern):
             return True
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # poll: wait_s bounds the wait
     return host_pids_with(pattern) == []
 
 
@@ -314,7 +314,7 @@ async def test_kill_reaps_the_jail_without_orphaning_zombies(local_cfg: SandboxC
             inner = child_pids(proc.pid)  # bwrap's namespace init
             if inner:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # poll: 50 tries bound the wait
         assert inner
         await proc.kill()
         # reaped by the outer bwrap, not left as a zombie for PID 1

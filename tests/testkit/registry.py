@@ -176,7 +176,7 @@ class LocalRegistry:
             except urllib.error.HTTPError:
                 return self  # 401: up, and asking for auth
             except OSError:
-                time.sleep(0.05)
+                time.sleep(0.05)  # poll: the loop's deadline bounds the wait
         self.stop()
         raise RuntimeError("docker-registry did not answer within 30 s")
 
