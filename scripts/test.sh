@@ -8,30 +8,16 @@ bash scripts/setup.sh || exit 1
 VENV="${FARM_VENV:-.venv}"
 select=()
 if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
-# FARM_TEST_WORKERS=N: the suite on N pytest-xdist workers (`--dist loadgroup`): tests/conftest.py
-# puts every test that starts a Ray on one worker, one at a time (two Rays starting at once on 2
-# cores timed out), keeps on one worker each module whose module-scoped run must be made once,
-# and sends the Ray tests and the slow tests first; the other worker runs the rest beside them.
-# Serial by default until whole-suite runs on two workers have passed twice (see
-# docs/developing/index.md).
+# The suite runs on FARM_TEST_WORKERS pytest-xdist workers (2 by default; 0 runs it serially
+# in this process) with `--dist loadgroup`: tests/conftest.py puts every test that starts a Ray
+# on one worker, one at a time (two Rays starting at once on 2 cores timed out), keeps on one
+# worker each module whose module-scoped run must be made once, and sends the Ray tests and the
+# slow tests first; the other worker runs the rest beside them (docs/developing/index.md).
 workers=()
-if [ "${FARM_TEST_WORKERS:-0}" != "0" ]; then workers=(-n "$FARM_TEST_WORKERS" --dist loadgroup); fi
-# pytest as `python -m pytest` runs it, then Python's atexit handlers (Ray's shutdown,
-# wandb's service), then the process ends without the interpreter's teardown: in two of
-# four whole-suite runs (2026-11-27, CI's among them) that teardown crashed with SIGSEGV
-# after every test had passed and the summary was printed (exit 139), most likely in the
-# native libraries the suite loads together (Ray's core worker after a re-init, grpc,
-# torch, wandb, mlflow...). faulthandler printed nothing, so it was past Python's own finalization; the
-# subprocesses the tests run (`farm run`, `ray job submit`) exit as before.
-"$VENV/bin/python" -c '
-import atexit, os, sys
-import pytest
-code = pytest.console_main()
-atexit._run_exitfuncs()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(int(code))
-' -q -ra --durations=15 "${workers[@]}" "${select[@]}" "$@"
+if [ "${FARM_TEST_WORKERS:-2}" != "0" ]; then workers=(-n "${FARM_TEST_WORKERS:-2}" --dist loadgroup); fi
+# pytest ends as `python -m pytest` does: the interpreter's teardown included (docs/developing/index.md
+# says why nothing hides it any more)
+"$VENV/bin/python" -m pytest -q -ra --durations=15 "${workers[@]}" "${select[@]}" "$@"
 rc=$?
 # pytest exit 5 = "no tests ran": that is a failure of ours, not a pass.
 if [ "$rc" -eq 5 ]; then echo "no tests ran: failing" >&2; exit 1; fi
