@@ -13,8 +13,9 @@ if [ "${1:-}" = "--fast" ]; then shift; select=(-m "not slow"); fi
 # on one worker, one at a time (two Rays starting at once on 2 cores timed out), keeps on one
 # worker each module whose module-scoped run must be made once, and sends the Ray tests and the
 # slow tests first; the other worker runs the rest beside them (docs/developing/index.md).
+n_workers="${FARM_TEST_WORKERS:-2}"
 workers=()
-if [ "${FARM_TEST_WORKERS:-2}" != "0" ]; then workers=(-n "${FARM_TEST_WORKERS:-2}" --dist loadgroup); fi
+if [ "$n_workers" != "0" ]; then workers=(-n "$n_workers" --dist loadgroup); fi
 # pytest ends as `python -m pytest` does: the interpreter's teardown included (docs/developing/index.md
 # says why nothing hides it any more)
 "$VENV/bin/python" -m pytest -q -ra --durations=15 "${workers[@]}" "${select[@]}" "$@"
