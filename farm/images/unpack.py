@@ -37,11 +37,16 @@ from typing import BinaryIO
 
 from farm.errors import ImageMalformed
 from farm.images.inflate import Inflating
+from farm.images.tarheader import Header
 
 _CHUNK = 1 << 20
-# Files are written by a few threads while the tar is parsed: creating and filling a file is
-# kernel time (os.open/os.write let go of the GIL), and on ext4 it costs more CPU per layer
-# than inflating it; the parser runs ahead of them by at most this many bytes (or files).
+# Files larger than SMALL are written by a few threads while the tar is parsed: filling a large
+# file is kernel time with the GIL let go (os.write), and the parser runs ahead of them by at
+# most this many bytes (or files). A small file is written by the parsing thread itself: its
+# hand-off (a future, a queue, the GIL taken back after each of its syscalls, up to a switch
+# interval each while another thread runs Python) cost more than its syscalls, and a tree of
+# small files (a Python install: one file per 22 KB) unpacked slower than GNU tar with them.
+SMALL = 64 << 10
 WRITERS = 3
 _AHEAD_BYTES = 32 << 20
 _AHEAD_FILES = 1024
@@ -76,7 +81,8 @@ def _clean(name: str, what: str) -> str:
 
 
 class _Writers:
-    """Regular files written by ``WRITERS`` threads, in any order, while the tar is parsed.
+    """Regular files larger than ``SMALL`` written by ``WRITERS`` threads, in any order, while
+    the tar is parsed (smaller ones written at once, by the caller).
 
     An entry that depends on a file still being written waits for that file alone: one that
     replaces it (``wait``), a hard link to it (``wait``); removing a directory waits for all.
@@ -89,6 +95,9 @@ class _Writers:
         self._bytes = 0
 
     def submit(self, rel: str, path: str, data: list[memoryview], size: int, mode: int, mtime: float) -> None:
+        if size <= SMALL:
+            _write_file(path, data, mode, mtime)
+            return
         fut = self._pool.submit(_write_file, path, data, mode, mtime)
         self.pending[rel] = fut
         self._order.append((rel, fut, size))
@@ -252,7 +261,7 @@ def _unpack(stream: Inflating, tree: _Tree, diff_id: str | None) -> LayerReport:
     try:
         # random-access mode over a stream read in order (it seeks forward only): headers parsed
         # without the stream mode's buffer; an entry's data is read by _write_member, not tarfile
-        tar = tarfile.open(fileobj=stream, mode="r:")  # type: ignore[call-overload]
+        tar = tarfile.open(fileobj=stream, mode="r:", tarinfo=Header)  # type: ignore[call-overload]
     except tarfile.TarError as exc:
         raise ImageMalformed(f"{what}: not a valid tar stream: {exc}") from None
     with tar, _tar_errors(what):

@@ -153,6 +153,7 @@ def slow_first_write(monkeypatch: pytest.MonkeyPatch):
         return real(path, *args)
 
     monkeypatch.setattr(unpack_mod, "_write_file", write)
+    monkeypatch.setattr(unpack_mod, "SMALL", 0)  # every file through the writer threads
 
 
 def test_entries_wait_for_the_file_they_depend_on(tmp_path: Path, slow_first_write: None):
@@ -181,6 +182,7 @@ def test_a_writers_error_is_the_unpacks(tmp_path: Path, monkeypatch: pytest.Monk
         return real(path, *args)
 
     monkeypatch.setattr(unpack_mod, "_write_file", write)
+    monkeypatch.setattr(unpack_mod, "SMALL", 0)  # every file through the writer threads
     with pytest.raises(OSError, match="No space left"):
         unpack(tmp_path, [Entry(f"d/f{i}", data=b"x" * 1000) for i in range(6)])
     before = sorted(p.name for p in (tmp_path / "tree/d").iterdir())
