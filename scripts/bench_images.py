@@ -23,6 +23,14 @@ repositories) are pushed to a fresh registry, then, in one process:
   (the actors and pipeline of ``farm run``; Claude Code, the scripted oracle engine behind the
   real router, local sandboxes from the images).
 
+``--tree DIR``: instead, a directory of your choosing (a tree the unpack was not tuned on: a
+Python install, a node_modules) packed by GNU tar as one gzip layer (``tar -czf``, outside the
+timing), then unpacked by ``farm.images.unpack.unpack_layer`` (what ``ensure_layers`` runs per
+layer) beside ``tar -xzf``, paired rounds, the median; last line ``bench_images_tree: tree_mb=…
+files=… unpack_mb_s=… gnu_tar_mb_s=… unpack_cpu_mb_s=… gnu_tar_cpu_mb_s=…`` (the tree named on the
+line before).
+Each timed unpack starts after ``sync``: the last one's writeback is not the next one's cost.
+
 Last line: ``bench_images: image_mb=… pull_s=… unpack_mb_s=… first_create_s=… create_p50_ms=…
 instances=8 disk_ratio=… rollouts=… resolved=…`` (side figures before it). Targets on this
 machine: unpack_mb_s >= 100, create_p50_ms <= 50, disk_ratio <= 1.5, every rollout resolved.
@@ -56,6 +64,7 @@ from farm.harnesses.config import HarnessConfig  # noqa: E402
 from farm.images.auth import Credentials  # noqa: E402
 from farm.images.config import ImagesConfig  # noqa: E402
 from farm.images.pull import ImagePuller  # noqa: E402
+from farm.images.unpack import unpack_layer  # noqa: E402
 from farm.sandboxes.base import SandboxSpec  # noqa: E402
 from farm.sandboxes.config import LocalSandboxConfig, SandboxConfig, SandboxPoolConfig  # noqa: E402
 from farm.sandboxes.factory import create_sandbox  # noqa: E402
@@ -107,7 +116,9 @@ async def pull_and_unpack(name: str, work: Path, rounds: int) -> dict[str, float
             for blob in blobs:
                 blob.unlink(missing_ok=True)
                 os.link(kept / blob.name, blob)
+            os.sync()
             ours.append(await _product_unpack(image, puller, work / f"store-{i}"))
+            os.sync()
             gnu.append(_gnu_tar([kept / blob.name for blob in blobs], work / f"tar-{i}"))
         # the rounds' trees are removed after the last: on ext4 without a journal a file made
         # within a minute of deletions in its block group costs 20-30x the kernel CPU (see
@@ -153,6 +164,33 @@ def _gnu_tar(blobs: list[Path], dest: Path) -> tuple[float, float]:
             raise SystemExit(f"bench_images: GNU tar failed: {proc.stderr.read().decode(errors='replace')}")  # type: ignore[union-attr]
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     return wall, cpu
+
+
+def tree_unpack(tree: Path, work: Path, rounds: int) -> dict[str, float]:
+    """``tree`` packed as one gzip layer by GNU tar, then unpacked by farm and by GNU tar, paired
+    rounds (their trees removed after the last, as in ``pull_and_unpack``)."""
+    blob = work / "tree.tar.gz"
+    subprocess.run(["tar", "-czf", str(blob), "-C", str(tree.parent), tree.name], check=True)
+    ours, gnu = [], []
+    try:
+        for i in range(rounds):
+            os.sync()
+            dest = work / f"ours-{i}"
+            dest.mkdir()
+            t0, c0 = time.perf_counter(), time.process_time()
+            with blob.open("rb") as fh:
+                report = unpack_layer(fh, "gzip", dest, what=str(tree))
+            ours.append((time.perf_counter() - t0, time.process_time() - c0))
+            os.sync()
+            gnu.append(_gnu_tar([blob], work / f"tar-{i}"))
+    finally:
+        for i in range(rounds):
+            shutil.rmtree(work / f"ours-{i}", ignore_errors=True)
+            shutil.rmtree(work / f"tar-{i}", ignore_errors=True)
+    mb = report.tar_bytes / 1e6
+    med = [statistics.median(r[j] for r in runs) for runs in (ours, gnu) for j in (0, 1)]
+    return {"tree_mb": mb, "files": report.files, "unpack_mb_s": mb / med[0], "unpack_cpu_mb_s": mb / med[1],
+            "gnu_tar_mb_s": mb / med[2], "gnu_tar_cpu_mb_s": mb / med[3]}  # fmt: skip
 
 
 def _children_cpu() -> float:
@@ -232,9 +270,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one unpack round, 3 creates each way, rollouts on 2 of the 8 rows")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one, removed)")
+    ap.add_argument("--tree", type=Path, default=None, help="unpack this directory (packed by tar -czf) beside GNU tar")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-images-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.tree is not None:
+        try:
+            f = tree_unpack(args.tree.resolve(), work, 1 if args.quick else 3)
+        finally:
+            if args.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+        print(f"bench_images_tree (the tree): {args.tree.resolve()}")
+        print(f"bench_images_tree: tree_mb={f['tree_mb']:.1f} files={f['files']} "
+              f"unpack_mb_s={f['unpack_mb_s']:.1f} gnu_tar_mb_s={f['gnu_tar_mb_s']:.1f} "
+              f"unpack_cpu_mb_s={f['unpack_cpu_mb_s']:.1f} gnu_tar_cpu_mb_s={f['gnu_tar_cpu_mb_s']:.1f}")  # fmt: skip
+        return
     try:
         with LocalRegistry(work / "registry") as registry:
             t0 = time.perf_counter()

@@ -11,6 +11,7 @@ the last test below finds every benchmark a test."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,20 @@ def test_the_benchmark_runs_at_its_smallest_size(script: str, tokenizer: bool, o
     lines = proc.stdout.strip().splitlines()
     assert lines, f"{script} --quick printed nothing:\n{proc.stderr[-2000:]}"
     assert_last_line(lines[-1], SCRIPTS / script)
+
+
+def test_the_image_benchmark_unpacks_a_tree_of_ones_choosing() -> None:
+    """``bench_images.py --tree DIR``: the held-out measurement (a tree the unpack was not tuned
+    on) is the benchmark's, not a one-off script's; here on farm's own sources, one round."""
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_images.py"), "--tree", str(ROOT / "farm"), "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *_, named, last = proc.stdout.strip().splitlines()
+    assert named == f"bench_images_tree (the tree): {ROOT / 'farm'}"
+    names = ["tree_mb", "files", "unpack_mb_s", "gnu_tar_mb_s", "unpack_cpu_mb_s", "gnu_tar_cpu_mb_s"]
+    assert re.fullmatch("bench_images_tree: " + " ".join(rf"{n}=[0-9.]+" for n in names), last), last
+    files = int(last.split("files=")[1].split()[0])
+    assert files >= sum(1 for p in (ROOT / "farm").rglob("*") if p.is_file())  # every file of the tree unpacked
 
 
 def test_every_benchmark_has_a_quick_run_in_the_suite() -> None:
