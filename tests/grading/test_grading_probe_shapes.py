@@ -167,16 +167,68 @@ def test_runs_pytest_sessions_of_its_own(tmp_path, monkeypatch):
 '''
 
 
-def test_pytest_sessions_the_tests_start_do_not_load_the_probe(tmp_path):
+PASS_HOOK = '''import pytest
+
+import _pytest.assertion.rewrite
+
+INNER = "def test_simple():\\n    a, b, c, d = 1, 2, 3, 0\\n    assert a + b == c + d\\n"
+FLAG = "[pytest]\\nenable_assertion_pass_hook = True\\n"
+
+
+def raise_on_assertion_pass(*args, **kwargs):
+    raise Exception("the assertion pass hook was called")
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_hook_not_called_without_hookimpl(pytester, monkeypatch, flag):
+    monkeypatch.setattr(_pytest.assertion.rewrite, "_call_assertion_pass", raise_on_assertion_pass)
+    if flag:
+        pytester.makeini(FLAG)
+    pytester.makepyfile(INNER)
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_hook_called_with_hookimpl(pytester):
+    pytester.makeini(FLAG)
+    pytester.makeconftest(
+        "def pytest_assertion_pass(item, lineno, orig, expl):\\n"
+        "    raise Exception('passed: %s' % orig)\\n"
+    )
+    pytester.makepyfile(INNER)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*passed: a + b == c + d*"])
+'''
+
+
+def test_pytest_sessions_the_tests_start_are_theirs_not_the_probes(tmp_path):
     """pytest's own suite starts sessions of its own (pytester: in process, or in a
     subprocess) with PYTEST_ADDOPTS cleared but the environment otherwise inherited: through
     PYTEST_PLUGINS they loaded the probe too, and wrote their tests and exit status into the
     report (honest gold patches of pytest-dev/pytest drew runtime:exit_status_disagrees and
-    runtime:report_forged)."""
+    runtime:report_forged).
+
+    Nor does the probe reach them through pytest's globals: pytest's tests of its assertion-pass
+    hook (``TestAssertionPass`` in testing/test_assertrewrite.py) make ``_call_assertion_pass``
+    raise and run a session in process with no hook implemented, which must not call it. A probe
+    implementing ``pytest_assertion_pass`` to see passing comparisons leaks its hook into that
+    session (pytest keeps the outer item's hook when the inner session has none):
+    pytest-dev__pytest-11143's gold patch failed two PASS_TO_PASS tests. The probe sees
+    comparisons through ``@farm_cmp``; the hook stays the tests'."""
     project = tmp_path / "p"
     project.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["pytester"]\n')
     (project / "test_nested.py").write_text(NESTED)
-    res, probe = run_with_probe(project, ["test_nested.py"], scratch=tmp_path)
+    (project / "test_pass_hook.py").write_text(PASS_HOOK)
+    args = ["--basetemp", str(tmp_path / "inner"), "test_nested.py", "test_pass_hook.py"]
+    res, probe = run_with_probe(project, args, scratch=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:]
     assert probe.finished and probe.exitstatus == 0 and probe.forged_lines == 0
-    assert probe.statuses == {"test_nested.py::test_runs_pytest_sessions_of_its_own": TestStatus.PASSED}
+    assert runtime_flags(probe, pytest_task=True, watched=list(probe.statuses), printed={}, f2p=[],
+                         exit_code=res.returncode, workdir=str(project)) == []
+    assert probe.statuses == {
+        "test_nested.py::test_runs_pytest_sessions_of_its_own": TestStatus.PASSED,
+        "test_pass_hook.py::test_hook_not_called_without_hookimpl[False]": TestStatus.PASSED,
+        "test_pass_hook.py::test_hook_not_called_without_hookimpl[True]": TestStatus.PASSED,
+        "test_pass_hook.py::test_hook_called_with_hookimpl": TestStatus.PASSED,
+    }
