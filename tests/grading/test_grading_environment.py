@@ -59,3 +59,11 @@ def test_tests_that_reach_the_internet_are_named():
     assert network_note(log) == ("; its tests reach hosts on the internet (www.google.com) (Temporary failure in name "
                                  "resolution): a grading sandbox has no network, SWE-bench's harness ran them online")
     assert network_note("E   assert 1 == 2\n") == ""
+    # pydicom 2 downloads its tests' data files when they are not in the checkout, and only warns
+    # when it cannot: the test fails reading None, pytest's warnings summary says why
+    pydicom = ("pydicom/tests/test_handler_util.py::TestNumpy_ConvertColourSpace::test_rgb_ybr_rgb_single_frame\n"
+               "  /testbed/pydicom/data/data_manager.py:352: UserWarning: A download failure occurred while attempting "
+               "to retrieve SC_rgb.dcm\n    warnings.warn(\n")  # fmt: skip
+    assert network_note(pydicom) == ("; its tests reach hosts on the internet (download failure occurred while "
+                                     "attempting to retrieve SC_rgb.dcm): a grading sandbox has no network, SWE-bench's "
+                                     "harness ran them online")
