@@ -37,7 +37,8 @@ from farm.errors import GradingError, SandboxFileNotFound, TaskError
 from farm.grading.apply import STEP_BUDGET_S, add_apply, add_restore, check_restores, patch_report
 from farm.grading.baseline import baseline_key, baselines_of
 from farm.grading.config import GradingConfig
-from farm.grading.hacks import HACK_PREFIXES, decide, runtime_details, runtime_flags, static_flags
+from farm.grading.hacks import (HACK_PREFIXES, decide, diff_reaches, reach_key, runtime_details, runtime_flags,
+                                static_flags)
 from farm.grading.environment import (OFFLINE_P2P, PROBE_FAILED, diagnose, diff_brings, left_out_note,
                                       missing_modules, tried_the_network)
 from farm.grading.probe import Probe, ProbeReport, add_probe_steps, probe_config, read_probe, write_probe
@@ -273,6 +274,10 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
             seen, pytest_task=pytest_task, watched=ids.members([*task.fail_to_pass, *task.pass_to_pass]),
             printed={k: v.value for k, v in printed.items()}, f2p=ids.members(task.fail_to_pass),
             exit_code=res.exit_code, code_paths=code_paths, workdir=ws.workdir)  # fmt: skip
+        fields["probe_reaches"] = sorted({reach_key(r, ws.workdir) for r in seen.reaches})
+        if "runtime:runner_tampered" in found and await _reaches_without_the_diff(task, runtime, policy, attempt,
+                                                                                 diff_reaches(seen, code_paths, ws.workdir)):  # fmt: skip
+            found = [f for f in found if f != "runtime:runner_tampered"]
         fields["flags"] = sorted({*fields["flags"], *found})
         fields["flag_details"] = runtime_details(seen, found, code_paths=code_paths, workdir=ws.workdir)
     mismatches: dict[str, list[str]] = {}
@@ -356,6 +361,17 @@ async def _offline_p2p(task: Task, runtime: TaskRuntime, policy: GradingConfig, 
         return []
     failing = (TestStatus.FAILED.value, TestStatus.ERROR.value)
     return [t for t in bad if empty.pass_to_pass.get(t) in failing]
+
+
+async def _reaches_without_the_diff(task: Task, runtime: TaskRuntime, policy: GradingConfig, attempt: Attempt,
+                                    mine: set[str] | None) -> bool:  # fmt: skip
+    """Does the run without the diff reach for the runner exactly as the diff's files did (the
+    same event from the same function of the same file)? Then it is the project's own doing
+    (sqlfluff's ``--profiler`` starts cProfile from the CLI module a fix edits), not the diff's."""
+    if not mine or is_empty(attempt.diff) or attempt.baseline is None:
+        return False
+    empty = await _baseline(task, runtime, policy, attempt)
+    return empty.status in (GradeStatus.RESOLVED, GradeStatus.UNRESOLVED) and mine <= set(empty.probe_reaches)
 
 
 async def _baseline(task: Task, runtime: TaskRuntime, policy: GradingConfig, attempt: Attempt) -> GradingReport:

@@ -199,6 +199,26 @@ def by_diff(origin: str, code_paths: set[str], workdir: str) -> bool:
     return not rel.startswith("..") and rel in code_paths
 
 
+def reach_key(found: Reach, workdir: str) -> str:
+    """A reach as the run without the diff would show it: the event, the file (relative to the
+    workspace) and the function that did it."""
+    origin = found.origin
+    if workdir and posixpath.isabs(origin):
+        origin = posixpath.relpath(posixpath.normpath(origin), posixpath.normpath(workdir))
+    return f"{found.what} {origin} {found.function}"
+
+
+def diff_reaches(probe: ProbeReport, code_paths: Iterable[str], workdir: str) -> set[str] | None:
+    """The ``reach_key`` of each reach a file of the diff made, when each is a named function of
+    a file (the only ones the run without the diff can show too); None when one is not (code
+    made at run time, or a probe that names no function)."""
+    paths = set(code_paths)
+    mine = [r for r in probe.reaches if by_diff(r.origin, paths, workdir)]
+    if any(not r.origin or r.origin.startswith("<") or not r.function for r in mine):
+        return None
+    return {reach_key(r, workdir) for r in mine}
+
+
 def rigged_by_diff(found: Rigged, code_paths: set[str], workdir: str) -> bool:
     """Is the rigged class the diff's (``by_diff`` of the file defining its comparison)?"""
     return by_diff(found.origin, code_paths, workdir)

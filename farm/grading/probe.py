@@ -125,6 +125,7 @@ class Reach:
     what: str  # the audit event, "emit", "writer", "hookimpl", "plugin:<name>", ...
     origin: str  # the file of the code that did it ("" when no file: made at run time)
     detail: str = ""
+    function: str = ""  # the function in ``origin`` that did it (tripwires)
 
 
 @dataclass
@@ -200,7 +201,8 @@ def fold_probe(rec: WitnessRecord) -> ProbeReport:
                 what = str(obj["tamper"])
                 rep.forged_lines += what in _FORGERIES  # honest code never calls into the probe's channel
                 detail = str(obj.get("detail") or obj.get("why") or obj.get("kind") or "")
-                rep.reaches.append(Reach(what=what, origin=str(obj.get("origin") or ""), detail=detail))
+                rep.reaches.append(Reach(what=what, origin=str(obj.get("origin") or ""), detail=detail,
+                                         function=str(obj.get("function") or "")))  # fmt: skip
             elif "plugin" in obj:
                 rep.plugins.append(Reach(what=f"plugin:{obj['plugin']}", origin=str(obj.get("origin") or "")))
             elif "nodeid" in obj:

@@ -86,6 +86,11 @@ class GradingReport(BaseModel):
         "flag | zero_reward | exclude; None when there was none",
     )
     reward_before_hack_policy: float | None = Field(default=None, description="the reward a finding took away")
+    probe_reaches: list[str] = Field(
+        default_factory=list, exclude=True,
+        description="what the probe's tripwires saw the run's code reach for (event, file, function): a "
+        "grading with a diff compares its own with the run without it (``grader``); not in the report",
+    )
 
     @property
     def excluded(self) -> bool:

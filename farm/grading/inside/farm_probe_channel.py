@@ -185,15 +185,14 @@ def install_tripwires(emit, own, hooks, probe_dir, is_test_code, preloaded=froze
                                 "function.__new__", "open", "os.listdir", "os.scandir", "os.kill"))
 
     def actor(frame, whole, skip=""):
-        """The file of the first frame outside the standard library, site-packages and the
+        """The code of the first frame outside the standard library, site-packages and the
         probe, above the frames of ``skip`` (a package dir): ``whole`` walks the stack up,
         else only the direct caller counts."""
         while frame is not None and skip and skip in frame.f_code.co_filename:
             frame = frame.f_back
         while frame is not None:
-            path = frame.f_code.co_filename
-            if not _library(path, probe_dir, preloaded):
-                return path
+            if not _library(frame.f_code.co_filename, probe_dir, preloaded):
+                return frame.f_code
             if not whole:
                 return None
             frame = frame.f_back
@@ -249,10 +248,13 @@ def install_tripwires(emit, own, hooks, probe_dir, is_test_code, preloaded=froze
             caller = _getframe(1)
             found = relevant(event, args) if caller.f_code not in own else None  # the probe's own doing
             if found is not None:
-                origin = actor(caller, found[0] is True, "/ctypes/" if found[0] == "ctypes" else "")
-                if origin is not None and (event, origin) not in sent and len(sent) < report_limit:
-                    sent.add((event, origin))
-                    emit({"tamper": event, "origin": origin, "detail": str(found[1])[:200]})
+                code = actor(caller, found[0] is True, "/ctypes/" if found[0] == "ctypes" else "")
+                # the file and the function that did it: the grader compares them with the run
+                # without the diff (a project's own profiler is not the diff's tampering)
+                where = (code.co_filename, code.co_name) if code is not None else None
+                if where is not None and (event, where) not in sent and len(sent) < report_limit:
+                    sent.add((event, where))
+                    emit({"tamper": event, "origin": where[0], "function": where[1], "detail": str(found[1])[:200]})
         except Exception:  # noqa: BLE001 - a tripwire never breaks the run it watches
             pass
         finally:
