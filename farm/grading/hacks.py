@@ -193,19 +193,21 @@ def by_diff(origin: str, code_paths: set[str], workdir: str) -> bool:
     (a library whose feature is a wildcard object, its own use of ``gc``), are not."""
     if not origin or origin.startswith("<"):
         return True
-    if not workdir or not posixpath.isabs(origin):
-        return origin in code_paths
-    rel = posixpath.relpath(posixpath.normpath(origin), posixpath.normpath(workdir))
+    rel = _in_workspace(origin, workdir)
     return not rel.startswith("..") and rel in code_paths
+
+
+def _in_workspace(origin: str, workdir: str) -> str:
+    """``origin`` relative to the workspace (as it is when not absolute, or no workspace is known)."""
+    if not workdir or not posixpath.isabs(origin):
+        return origin
+    return posixpath.relpath(posixpath.normpath(origin), posixpath.normpath(workdir))
 
 
 def reach_key(found: Reach, workdir: str) -> str:
     """A reach as the run without the diff would show it: the event, the file (relative to the
     workspace) and the function that did it."""
-    origin = found.origin
-    if workdir and posixpath.isabs(origin):
-        origin = posixpath.relpath(posixpath.normpath(origin), posixpath.normpath(workdir))
-    return f"{found.what} {origin} {found.function}"
+    return f"{found.what} {_in_workspace(found.origin, workdir)} {found.function}"
 
 
 def diff_reaches(probe: ProbeReport, code_paths: Iterable[str], workdir: str) -> set[str] | None:
