@@ -123,15 +123,22 @@ async def test_setup_failure_is_recorded_step_by_step(demo, runtime, new_sandbox
 
 
 async def test_setup_timeout_and_the_python_on_path(demo, runtime, new_sandbox) -> None:
+    # Two runs, so that the python step keeps the default timeout: on a loaded machine importing pytest
+    # alone can take longer than the short timeout the second run tests (a CI run failed that way).
     task = demo["demo-intervals"].model_copy(
-        update={"setup_commands": ["python -c 'import pytest, sys; print(sys.prefix)'", "sleep 30"],
-                "timeouts": TaskTimeouts(setup_s=1.5)}
+        update={"setup_commands": ["python -c 'import pytest, sys; print(sys.prefix)'"]}
     )
     async with await new_sandbox(SandboxSpec(labels={"run_id": "t"})) as sb:
+        ws = await prepare_workspace(sb, task, runtime)
+        (only,) = ws.setup.steps
+        assert only.ok and only.stdout_tail.strip()  # the configured python (with pytest) is first on PATH
+        slow = task.model_copy(
+            update={"workdir": "again", "setup_commands": ["true", "sleep 30"], "timeouts": TaskTimeouts(setup_s=1.5)}
+        )
         with pytest.raises(SetupCommandFailed) as info:
-            await prepare_workspace(sb, task, runtime)
+            await prepare_workspace(sb, slow, runtime)
         first, second = info.value.report.steps
-        assert first.ok and first.stdout_tail.strip()  # the configured python (with pytest) is first on PATH
+        assert first.ok
         assert second.timed_out and second.exit_code is None and "timed out" in str(info.value)
 
 
