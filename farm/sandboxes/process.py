@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from farm.errors import SandboxError, SandboxTimeout
+from farm.sandboxes import childwatch
 from farm.sandboxes.base import ExecResult
 
 _CHUNK = 64 * 1024
@@ -185,6 +186,7 @@ class HostProcess:
         jailed: bool = False,
     ) -> HostProcess:
         loop = asyncio.get_running_loop()
+        childwatch.install()  # its exit heard on the loop (a pidfd), not by a thread per command
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitProtocol(loop),

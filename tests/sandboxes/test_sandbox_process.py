@@ -79,3 +79,29 @@ async def test_a_session_is_idle_only_without_a_request_in_flight():
     await task
     await asyncio.sleep(0.2)  # the clock passes with no turn in flight: idle that long
     assert 0.15 < session.idle_s() < 5
+
+
+async def test_a_commands_exit_is_heard_on_the_loop_not_by_a_thread_per_command():
+    """farm.sandboxes.childwatch: on 3.11 asyncio's default would start a ``waitpid`` thread
+    per command; farm's commands are watched by a pidfd on whichever loop started them (here
+    one loop in this thread, one in another), and their exit codes and signals are exact."""
+    import sys
+    import threading
+
+    async def one(argv: list[str]) -> tuple[int | None, set[str]]:
+        proc = await HostProcess.spawn(argv, env={"PATH": "/usr/bin:/bin"}, cwd=None, describe="watched",
+                                       max_output_bytes=1 << 16, kill_grace_s=5.0)  # fmt: skip
+        waiters = {t.name for t in threading.enumerate() if "waitpid" in t.name}
+        return (await asyncio.wait_for(proc.wait(timeout=60), 30)).exit_code, waiters
+
+    code, waiters = await one(["sh", "-c", "sleep 0.3; exit 7"])
+    assert code == 7
+    if sys.version_info < (3, 12):
+        assert not waiters, f"a thread per command: {waiters}"
+    killed, _ = await one(["sh", "-c", "kill -9 $$"])
+    assert killed == -9
+    other: list = []
+    thread = threading.Thread(target=lambda: other.append(asyncio.run(one(["sh", "-c", "exit 3"]))))
+    thread.start()
+    await asyncio.to_thread(thread.join, 30)
+    assert other and other[0][0] == 3
