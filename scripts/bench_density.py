@@ -28,7 +28,9 @@ Figures per run:
   the test command (farm: create, prepare, session, capture, grading's own work; bare: the
   tree's copy);
 - ``farm_cpu_ms_per_turn``: this process's CPU (gateway, pipeline, sandbox management; not
-  the engine, the CLIs, or the bench's own samplers) per model turn;
+  the engine, the CLIs, or the bench's own samplers) per model turn; split into
+  ``farm_turn_path_ms_per_turn`` (the gateway's: what every model turn costs) and
+  ``farm_once_ms_per_rollout`` (the rest: what a rollout pays once, whatever its turns);
 - the node's CPU by owner (``density_ledger``: cgroups per sandbox, ``/proc`` per process),
   per rollout and (farm's process) per turn by what ran it;
 - ``farm_cpu_share``: farm's own CPU (its process, the jails, its commands in the sandboxes:
@@ -38,7 +40,7 @@ Figures per run:
 
 Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=…
 farm_cpu_ms_per_turn=… capacity_at_90=… bare_capacity_at_90=… capacity_ratio=…
-farm_cpu_share=…`` (the farm figures from its run at ``--n``). Defaults are the issue's
+farm_cpu_share=… farm_turn_path_ms_per_turn=… farm_once_ms_per_rollout=…`` (the farm figures from its run at ``--n``). Defaults are the issue's
 measurement (16 slots, 10 s turns, 120 s, pool, bare baseline, steps 8..64: ~40 min);
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 """
@@ -161,7 +163,9 @@ async def main(args: argparse.Namespace) -> None:
     ratio = round(cap / bare_cap, 2) if bare_cap else float("nan")
     line = {k: final[k] for k in ("in_flight", "slot_utilization", "overhead_p50_s", "farm_cpu_ms_per_turn")}
     line.update(capacity_at_90=cap, bare_capacity_at_90=bare_cap if args.baseline == "bare" else "nan",
-                capacity_ratio=ratio, farm_cpu_share=final["farm_cpu_share"])
+                capacity_ratio=ratio, farm_cpu_share=final["farm_cpu_share"],
+                farm_turn_path_ms_per_turn=final["farm_turn_path_ms_per_turn"],
+                farm_once_ms_per_rollout=final["farm_once_ms_per_rollout"])
     print("bench_density: " + " ".join(f"{k}={v}" for k, v in line.items()), flush=True)
 
 

@@ -207,8 +207,16 @@ def cpu_report(led: Any, rollouts: int, turns: int) -> dict:
 
     grade_own = sum(owners.get(k, 0.0) for k in ("grading.own_cmds", "grading.jail", "grading.between_commands"))
     grade_own += sum(led.farm_detail.get(k, 0.0) for k in ("rollout.grade", "sandbox_lifecycle.grading"))
+    # the turn's own path (the gateway: its callbacks, render and fidelity jobs, the tokenizer's
+    # threads) against what a rollout pays once whatever its turns (its sandboxes, workspace,
+    # CLI start, capture, grade; the loop's own work counted here): a demo rollout has 4 turns,
+    # a real one 20-50, so the once-a-rollout part weighs 5-12 times more per turn here
+    process = owners.get("farm.process", 0.0)
+    turn_path = sum(led.farm_detail.get(k, 0.0) for k in ("gateway", "threads.native"))
     return {
-        "farm_cpu_ms_per_turn": round(1000 * owners.get("farm.process", 0.0) / max(1, turns), 1),
+        "farm_cpu_ms_per_turn": round(1000 * process / max(1, turns), 1),
+        "farm_turn_path_ms_per_turn": round(1000 * turn_path / max(1, turns), 1),
+        "farm_once_ms_per_rollout": round(1000 * (process - turn_path) / max(1, rollouts), 1),
         "farm_cpu_share": round(farm / node, 3) if node else float("nan"),
         "cpu_s_per_rollout": {k: round(v, 3) for k, v in led.per(rollouts).items() if abs(v) >= 0.0005},
         "grading_own_cpu_s_per_rollout": round(grade_own / max(1, rollouts), 3),

@@ -29,6 +29,8 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
     fig = {k: float(v) for k, v in assert_last_line(out[-1], ROOT / "scripts" / "bench_density.py").items()}
     assert 0 < fig["in_flight"] <= 1.0 and 0 < fig["slot_utilization"] <= 1.0
     assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
+    # farm's CPU split: the gateway's per turn, the rest once a rollout (one rollout here)
+    assert 0 < fig["farm_turn_path_ms_per_turn"] < fig["farm_cpu_ms_per_turn"] and fig["farm_once_ms_per_rollout"] > 0
     assert fig["capacity_ratio"] > 0 or math.isnan(fig["capacity_ratio"])
     # each way, its one rollout completed: farm's graded, bare's resolved by the oracle
     assert re.search(r"^  statuses=\{'completed': 1\}$", res.stdout, re.M), res.stdout[-3000:]
