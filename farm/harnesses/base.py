@@ -121,15 +121,24 @@ class Harness(ABC):
         root is a container image runs its relinked copy, ``host_program``); else the
         executable's npm package is uploaded as a tarball (E2B without a template).
         """
+        seen = await self._seen_path(sandbox)
+        if seen and await _is_executable(sandbox, seen):
+            return seen
+        return await self._unseen(sandbox)
+
+    async def _seen_path(self, sandbox: Sandbox) -> str | None:
+        """Where the sandbox should see the CLI without an upload (not checked yet)."""
         if self.config.bin_path:
-            if not await _is_executable(sandbox, self.config.bin_path):
-                raise HarnessInstallError(f"harness.bin_path {self.config.bin_path} is not executable in the sandbox")
             return self.config.bin_path
         host_bin = await self.install()
         shown = getattr(sandbox, "host_program", None)  # a local sandbox: where it runs a host program
-        inside = shown(str(host_bin)) if shown is not None else str(host_bin)
-        if inside and await _is_executable(sandbox, inside):
-            return inside
+        return (shown(str(host_bin)) if shown is not None else str(host_bin)) or None
+
+    async def _unseen(self, sandbox: Sandbox) -> str:
+        """The CLI is not executable where ``_seen_path`` said: bin_path's error, or the upload."""
+        if self.config.bin_path:
+            raise HarnessInstallError(f"harness.bin_path {self.config.bin_path} is not executable in the sandbox")
+        host_bin = await self.install()
         prefix = self._prefix_of(host_bin)
         member = package_dir_of(host_bin, prefix)
         tar = await asyncio.to_thread(ensure_tarball, prefix, member, timeout_s=self.config.install_timeout_s)
@@ -164,7 +173,7 @@ class Harness(ABC):
 
     async def configure(self, sandbox: Sandbox, run: HarnessRun) -> LaunchPlan:
         """Provision the CLI, write its config files and the instruction; return the plan."""
-        binary = await self.provision(sandbox)
+        seen = await self._seen_path(sandbox)
         scratch = self.scratch_dir(sandbox)
         home = f"{scratch}/home"
         files = {
@@ -173,9 +182,12 @@ class Harness(ABC):
             **self.config_files(run, scratch),
         }
         dirs = sorted({home, *(os.path.dirname(p) for p in files)})
-        prep = await sandbox.exec(["bash", "-c", 'rm -rf "$1" && mkdir -p "${@:2}"', "farm", scratch, *dirs], timeout=60)
-        if prep.exit_code != 0:
+        # the scratch dir and the check that the CLI is executable where the sandbox sees it,
+        # in one command (each command a sandbox runs is a jail's start)
+        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or "", *dirs], timeout=60)
+        if prep.exit_code not in (0, _NOT_EXECUTABLE):
             raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
+        binary = seen if seen and prep.exit_code == 0 else await self._unseen(sandbox)
         await sandbox.write_files(files)  # one host job for them all (local)
         env = {"HOME": home, **run.env, **self.environment(run, scratch), **self.config.extra_env}
         return LaunchPlan(
@@ -207,6 +219,12 @@ class Harness(ABC):
         await self.install()
         plan = await self.configure(sandbox, run)
         return await self.launch(sandbox, plan, session_idle_s=session_idle_s)
+
+
+# configure's one command: $1 the scratch dir (made anew), $2 the CLI's path ("" to skip its
+# check), the rest the directories to make
+_NOT_EXECUTABLE = 97
+_PREPARE = f'rm -rf "$1" && mkdir -p "${{@:3}}" || exit 1; [ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}'
 
 
 async def _is_executable(sandbox: Sandbox, path: str) -> bool:

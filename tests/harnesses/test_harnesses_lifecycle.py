@@ -199,6 +199,33 @@ async def test_cancelled_launch_kills_the_cli(sandbox, gateway) -> None:
     assert not host_pids_with(f"sleep {marker}")
 
 
+async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sandbox, gateway, monkeypatch) -> None:
+    """Each command a sandbox runs is a jail's start: configure makes its scratch dir and checks
+    the CLI where the sandbox sees it in one command; a CLI that is not executable there is
+    still bin_path's precise error."""
+    from farm.errors import HarnessInstallError
+
+    h = make_harness(HarnessConfig(name="codex"))
+    run = make_run(sandbox, gateway.base_url)
+    await sandbox.exec(["mkdir", "-p", run.workdir])
+    ran: list = []
+    real_exec = sandbox.exec
+
+    async def counted(cmd, **kw):
+        ran.append(cmd)
+        return await real_exec(cmd, **kw)
+
+    monkeypatch.setattr(sandbox, "exec", counted)
+    plan = await h.configure(sandbox, run)
+    assert len(ran) == 1, ran
+    assert (await real_exec(["test", "-x", plan.binary])).exit_code == 0
+    script = await install_script(sandbox, "true")
+    await real_exec(["chmod", "-x", script])
+    broken = make_harness(HarnessConfig(name="claude_code", bin_path=script))
+    with pytest.raises(HarnessInstallError, match="bin_path .* is not executable"):
+        await broken.configure(sandbox, run)
+
+
 async def test_bin_path_missing_is_an_install_error(sandbox) -> None:
     from farm.errors import HarnessInstallError
 
