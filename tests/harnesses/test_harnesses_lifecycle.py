@@ -205,9 +205,10 @@ async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sa
     still bin_path's precise error."""
     from farm.errors import HarnessInstallError
 
-    h = make_harness(HarnessConfig(name="codex"))
     run = make_run(sandbox, gateway.base_url)
     await sandbox.exec(["mkdir", "-p", run.workdir])
+    script = await install_script(sandbox, "true")
+    h = make_harness(HarnessConfig(name="claude_code", bin_path=script))
     ran: list = []
     real_exec = sandbox.exec
 
@@ -218,12 +219,10 @@ async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sa
     monkeypatch.setattr(sandbox, "exec", counted)
     plan = await h.configure(sandbox, run)
     assert len(ran) == 1, ran
-    assert (await real_exec(["test", "-x", plan.binary])).exit_code == 0
-    script = await install_script(sandbox, "true")
+    assert plan.binary == script
     await real_exec(["chmod", "-x", script])
-    broken = make_harness(HarnessConfig(name="claude_code", bin_path=script))
     with pytest.raises(HarnessInstallError, match="bin_path .* is not executable"):
-        await broken.configure(sandbox, run)
+        await h.configure(sandbox, run)
 
 
 async def test_bin_path_missing_is_an_install_error(sandbox) -> None:
