@@ -203,6 +203,44 @@ def test_parse_json_lines_tolerates_noise() -> None:
 
 def test_probe_script_shapes() -> None:
     s = probe_script("http://10.0.0.5:8123", 3)
-    assert "curl" in s and "http://10.0.0.5:8123/" in s and "/dev/tcp/10.0.0.5/8123" in s
+    assert "curl" not in s and "/dev/tcp/10.0.0.5/8123" in s  # bash alone: no curl start
     s = probe_script("https://gw.example.com/", 3)
-    assert "https://gw.example.com/" in s and "/dev/tcp" not in s
+    assert "curl" in s and "https://gw.example.com/" in s and "/dev/tcp" not in s
+
+
+@pytest.mark.parametrize(
+    ("server", "code", "says"),
+    [("http", 0, ""), ("refused", 7, "cannot connect to"), ("closes", 8, "no HTTP answer from"),
+     ("silent", 124, "within 1 s"), ("not_http", 9, "not an HTTP answer from 127.0.0.1")],
+)  # fmt: skip
+def test_the_http_probe_needs_an_http_answer(server: str, code: int, says: str) -> None:
+    """A connect is not an answer (the jail's relay accepts even when the gateway behind it
+    is gone, then closes): only an HTTP status line within the timeout is."""
+    import socket
+    import subprocess
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    if server != "refused":
+        listener.listen()
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                if server in ("http", "not_http"):
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\n\r\n" if server == "http" else b"SSH-2.0-x\r\n")
+                elif server == "silent":
+                    conn.recv(1024)
+                    conn.recv(1024)  # until the probe gives up
+
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        res = subprocess.run(["bash", "-c", probe_script(f"http://127.0.0.1:{port}", 1)], capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+    finally:
+        listener.close()
+    assert res.returncode == code, res
+    assert says in (res.stderr.strip().splitlines() or [""])[-1]
