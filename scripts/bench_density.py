@@ -108,7 +108,7 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
 # ---- the run ---------------------------------------------------------------------------------------
 def show(label: str, r: dict) -> None:
     nested = ("statuses", "reasons", "pool", "phases_p50_s", "cpu_s_per_rollout", "farm_ms_per_turn_by_owner",
-              "farm_callbacks_ms_per_turn", "farm_thread_jobs_ms_per_turn")
+              "farm_callbacks_ms_per_turn", "farm_thread_jobs_ms_per_turn", "farm_commands_ms_per_rollout")
     print(f"bench_density[{label}]: " + " ".join(f"{k}={v}" for k, v in r.items() if k not in nested), flush=True)
     for key in nested:
         if key in r:

@@ -302,6 +302,13 @@ class LoopCPU:
         self._unpatch()
 
 
+def _command_name(describe: str) -> str:
+    """A farm command's name for the ledger: its first words, or a script's first line that is
+    not a shell option."""
+    lines = [ln.strip() for ln in describe.splitlines() if ln.strip() and not ln.strip().startswith("set -")]
+    return (lines[0] if lines else describe)[:48]
+
+
 # ---- the node ---------------------------------------------------------------------------------
 @dataclass
 class _Long:
@@ -320,6 +327,7 @@ class Ledger:
     farm_detail: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # farm's process, a partition
     farm_threads: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its thread jobs by function
     farm_callbacks: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its loop callbacks, owner:task
+    farm_commands: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its jailed commands, by name
     jail_starts: list[float] = field(default_factory=list)  # each sandbox's create probe: a jailed `true`
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
@@ -416,6 +424,7 @@ class NodeLedger:
             long = self._long.pop((id(sb), cmd.key), None) if kind != "other" else None
             if kind == "other" or long is None:
                 led.owners[own] += cmd.cpu_s
+                led.farm_commands[f"{purpose}:{_command_name(cmd.describe)}"] += cmd.cpu_s
             elif kind == "cli":
                 led.owners["agent.jail"] += long.jail_s
                 led.owners["agent.cli"] += long.main_s
