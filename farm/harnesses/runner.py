@@ -3,7 +3,7 @@
 Supervision races three things: the CLI's exit, its budget (the sandbox kills the
 whole process tree), and a watchdog that every ``watch_interval_s`` reads the tail of
 the CLI's JSON stream for a retry loop and probes the gateway from inside the sandbox.
-The probe (a jailed ``curl``: a bubblewrap start, its port relay, curl) is skipped while
+The probe (a jailed command: a bubblewrap start, its port relay, bash's HEAD) is skipped while
 the gateway has served the session within the interval (``session_idle_s``): a request
 that got through proves the path, and a path that dies leaves the session quiet, so the
 probes resume. A local sandbox's stream is read on the host (no jailed ``tail``).
