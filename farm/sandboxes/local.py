@@ -326,9 +326,10 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         if self._isolated:
             assert self._bwrap is not None
             isolated = self._net_isolated()
-            if isolated and self._forwards:
+            ports = self._listened_ports() if isolated else []
+            if ports:
                 assert self._socat is not None
-                limited = [*forwarder_prefix(self._in_jail(self._socat), self._forwards, **self._helper_tools()),
+                limited = [*forwarder_prefix(self._in_jail(self._socat), ports, **self._helper_tools()),
                            *limited]  # fmt: skip
             if self._host is None:
                 self._host = self._host_mounts()
@@ -337,7 +338,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
                 root=self.root,
                 tmp_dir=self._tmp_dir,
                 host=self._host,
-                sock_dir=self._sock_dir if isolated and self._forwards else None,
+                sock_dir=self._sock_dir if ports else None,
                 cwd=workdir,
                 view=self._view_map,
                 env=inner_env,

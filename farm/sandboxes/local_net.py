@@ -3,6 +3,7 @@ relayed into it (the mixin ``LocalSandbox`` uses; see ``farm.sandboxes.local``).
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from farm.errors import SandboxError
@@ -43,6 +44,13 @@ class LocalNetwork:
         if port not in self._forwards:
             self._forwards.append(port)
         return f"{self._sock_dir}/port-{port}.sock"
+
+    def _listened_ports(self) -> list[int]:
+        """The forwarded ports a command's jail relays: those whose host socket is there. The
+        gateway unlinks a session's socket when it closes, and a relay costs each command a
+        socat and its wait (~9 ms of CPU, ~10 ms before the command starts); a connection to
+        a port left out is refused rather than accepted and closed."""
+        return [p for p in self._forwards if os.path.exists(f"{self._sock_dir}/port-{p}.sock")]
 
     @property
     def network_policy(self) -> dict[str, str]:

@@ -92,7 +92,13 @@ async def test_network_latch_and_one_forwarded_port(local_cfg: SandboxConfig, tm
             assert (await sb.exec("tail -n +2 /proc/net/route")).stdout == ""
             assert (await sb.exec("touch /run/farm/x")).exit_code != 0
             assert sb.network_policy["agent"] == "isolated" and sb.network_policy["forwarded_ports"] == str(port)
+            listening = f"grep -c ' 0100007F:{port:04X} 00000000:0000 0A' /proc/net/tcp"
+            assert (await sb.exec(listening)).stdout == "1\n"
+            # the socket gone (the gateway unlinks a closed session's): no relay is started for it
             server.close()
+            os.unlink(path)
+            assert (await sb.exec(listening)).stdout == "0\n"
+            assert (await sb.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} || echo REFUSED")).stdout == "REFUSED\n"
     finally:
         tcp.close()
 
