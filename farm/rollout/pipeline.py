@@ -324,9 +324,11 @@ class RolloutPipeline:
             st.secret = None
             return _limit_exceeded(st.sandbox)
         st.enter(Phase.CAPTURE)
-        st.diff = await p.capture(st.sandbox, spec, workspace)
+        # the session first: its socket goes with it, so the capture's command starts no relay
+        # to it in the jail (farm.sandboxes.local_net)
         st.tree = await p.close_session(st.secret)
         st.secret = None
+        st.diff = await p.capture(st.sandbox, spec, workspace)
         # Torn down (processes, view, directory: ~0.3 s, seconds under load) while grading runs;
         # _cleanup awaits the same close (idempotent) and logs a failure. Kept for its id.
         asyncio.ensure_future(st.sandbox.close()).add_done_callback(_observed)
