@@ -42,7 +42,9 @@ async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, *,
                    session_idle_s: Callable[[], float] | None = None) -> HarnessResult:
     cfg = harness.config
     t0 = time.monotonic()
-    unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
+    unreachable = None
+    if not plan.gateway_answered:  # configure's command asked once; one that did not answer is asked again
+        unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
     if unreachable is not None:
         return _result(
             harness, plan, t0, HarnessEnd.GATEWAY_UNREACHABLE,

@@ -200,9 +200,9 @@ async def test_cancelled_launch_kills_the_cli(sandbox, gateway) -> None:
 
 
 async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sandbox, gateway, monkeypatch) -> None:
-    """Each command a sandbox runs is a jail's start: configure makes its scratch dir and checks
-    the CLI where the sandbox sees it in one command; a CLI that is not executable there is
-    still bin_path's precise error."""
+    """Each command a sandbox runs is a jail's start: configure makes its scratch dir, checks
+    the CLI where the sandbox sees it and asks the gateway once, in one command; a CLI that is
+    not executable there is still bin_path's precise error."""
     from farm.errors import HarnessInstallError
 
     run = make_run(sandbox, gateway.base_url)
@@ -219,7 +219,12 @@ async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sa
     monkeypatch.setattr(sandbox, "exec", counted)
     plan = await h.configure(sandbox, run)
     assert len(ran) == 1, ran
-    assert plan.binary == script
+    assert plan.binary == script and plan.gateway_answered  # the launch skips its first probe
+    dead = await h.configure(sandbox, make_run(sandbox, f"http://127.0.0.1:{free_port()}"))
+    assert not dead.gateway_answered  # asked again, patiently, at the launch
+    ran.clear()
+    res = await h.run(sandbox, run)  # the CLI (a script) ends at once; no second probe before it
+    assert res.exit_code == 0 and len(ran) == 1, ran
     await real_exec(["chmod", "-x", script])
     with pytest.raises(HarnessInstallError, match="bin_path .* is not executable"):
         await h.configure(sandbox, run)
