@@ -50,7 +50,10 @@ def e2e_config(tmp_path: Path, run_id: str, harness: str, tasks: dict[str, Path]
         "harness": {"name": harness},
         "engine": {"mode": "simulator", "policy": "oracle", "simulator": {"record_path": str(tmp_path / "rec")}},
         "sandbox": {"local": {"base_dir": str(tmp_path / "sb")}},
-        "rollout": {"n_samples": n, "concurrency": 2, "timeout_s": 600},
+        # every rollout of a run in flight at once (2 rows x n=2): a CLI's own start-up waits then
+        # overlap (OpenCode's first request came ~14 s into its agent phase, Claude Code's ~2 s;
+        # measured 2026-11-29, the OpenCode run took 84 s with 2 at a time, 44 s with 4)
+        "rollout": {"n_samples": n, "concurrency": 4, "timeout_s": 600},
         "ray": {"num_sandbox_actors": 1, "reducer_flush_s": 0.2},
         "output": {"dir": str(tmp_path / "out")},
     })
