@@ -31,7 +31,10 @@ def probe_script(url: str, timeout_s: float) -> str:
         # behind it is gone (and then closes: no status line)
         ask = (
             f"{{ exec 3<>/dev/tcp/{host}/{port}; }} 2>/dev/null || {{ echo {q(f'cannot connect to {host}:{port}')} >&2; exit 7; }}; "
-            f"printf 'HEAD / HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' {q(f'{host}:{port}')} >&3; "
+            # bash writes the request a line at a time: a peer that closed before its end resets
+            # the connection, and the next write must fail with a message, not kill bash (SIGPIPE)
+            f"trap '' PIPE; printf 'HEAD / HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' {q(f'{host}:{port}')} >&3 2>/dev/null "
+            f"|| {{ echo {q(f'no HTTP answer from {host}:{port} (the connection closed)')} >&2; exit 8; }}; "
             f"IFS= read -r line <&3 || {{ echo {q(f'no HTTP answer from {host}:{port}')} >&2; exit 8; }}; "
             f'case "$line" in HTTP/*) exit 0;; esac; '
             f"echo {q(f'not an HTTP answer from {host}:{port}: ')}\"${{line:0:100}}\" >&2; exit 9"

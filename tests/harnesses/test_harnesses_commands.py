@@ -204,6 +204,9 @@ def test_parse_json_lines_tolerates_noise() -> None:
 def test_probe_script_shapes() -> None:
     s = probe_script("http://10.0.0.5:8123", 3)
     assert "curl" not in s and "/dev/tcp/10.0.0.5/8123" in s  # bash alone: no curl start
+    # a write into a reset connection fails with a message rather than killing bash (exit 141, no
+    # reason): the "resets" case below hits it only when the reset outruns bash's writes
+    assert "trap '' PIPE" in s
     s = probe_script("https://gw.example.com/", 3)
     assert "curl" in s and "https://gw.example.com/" in s and "/dev/tcp" not in s
 
@@ -211,7 +214,8 @@ def test_probe_script_shapes() -> None:
 @pytest.mark.parametrize(
     ("server", "code", "says"),
     [("http", 0, ""), ("refused", 7, "cannot connect to"), ("closes", 8, "no HTTP answer from"),
-     ("silent", 124, "within 1 s"), ("not_http", 9, "not an HTTP answer from 127.0.0.1")],
+     ("silent", 124, "within 1 s"), ("not_http", 9, "not an HTTP answer from 127.0.0.1"),
+     ("resets", 8, "no HTTP answer from")],
 )  # fmt: skip
 def test_the_http_probe_needs_an_http_answer(server: str, code: int, says: str) -> None:
     """A connect is not an answer (the jail's relay accepts even when the gateway behind it
@@ -229,12 +233,21 @@ def test_the_http_probe_needs_an_http_answer(server: str, code: int, says: str) 
         def serve() -> None:
             conn, _ = listener.accept()
             with conn:
-                if server in ("http", "not_http"):
-                    conn.recv(1024)
-                    conn.sendall(b"HTTP/1.1 404 Not Found\r\n\r\n" if server == "http" else b"SSH-2.0-x\r\n")
-                elif server == "silent":
-                    conn.recv(1024)
+                if server == "closes":
+                    return
+                if server == "resets":  # closed with the request half read: a reset, then EPIPE
+                    conn.recv(5)
+                    return
+                request = b""
+                while b"\r\n\r\n" not in request:  # bash writes it a line at a time
+                    chunk = conn.recv(1024)
+                    if not chunk:
+                        return
+                    request += chunk
+                if server == "silent":
                     conn.recv(1024)  # until the probe gives up
+                else:
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\n\r\n" if server == "http" else b"SSH-2.0-x\r\n")
 
         threading.Thread(target=serve, daemon=True).start()
     try:
