@@ -206,7 +206,7 @@ def test_probe_script_shapes() -> None:
     assert "curl" not in s and "/dev/tcp/10.0.0.5/8123" in s  # bash alone: no curl start
     # a write into a reset connection fails with a message rather than killing bash (exit 141, no
     # reason): the "resets" case below hits it only when the reset outruns bash's writes
-    assert "trap '' PIPE" in s
+    assert "trap " in s and " PIPE; printf" in s
     s = probe_script("https://gw.example.com/", 3)
     assert "curl" in s and "https://gw.example.com/" in s and "/dev/tcp" not in s
 
