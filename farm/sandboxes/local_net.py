@@ -43,6 +43,10 @@ class LocalNetwork:
                 raise SandboxError("socat not found: install the 'socat' package (apt-get install socat)")
         if port not in self._forwards:
             self._forwards.append(port)
+        return self._socket_path(port)
+
+    def _socket_path(self, port: int) -> str:
+        """The host's unix socket ``port`` is relayed to (the name ``bwrap.forwarder_prefix`` uses)."""
         return f"{self._sock_dir}/port-{port}.sock"
 
     def _listened_ports(self) -> list[int]:
@@ -50,7 +54,7 @@ class LocalNetwork:
         gateway unlinks a session's socket when it closes, and a relay costs each command a
         socat and its wait (~9 ms of CPU, ~10 ms before the command starts); a connection to
         a port left out is refused rather than accepted and closed."""
-        return [p for p in self._forwards if os.path.exists(f"{self._sock_dir}/port-{p}.sock")]
+        return [p for p in self._forwards if os.path.exists(self._socket_path(p))]
 
     @property
     def network_policy(self) -> dict[str, str]:
