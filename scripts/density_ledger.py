@@ -304,9 +304,9 @@ class LoopCPU:
 
 def _command_name(describe: str) -> str:
     """A farm command's name for the ledger: its first words, or a script's first line that is
-    not a shell option."""
+    not a shell option; a run of hex (a grading step's marker, a sandbox's id) is one name."""
     lines = [ln.strip() for ln in describe.splitlines() if ln.strip() and not ln.strip().startswith("set -")]
-    return (lines[0] if lines else describe)[:48]
+    return re.sub(r"[0-9a-f]{8,}", "…", lines[0] if lines else describe)[:48]
 
 
 # ---- the node ---------------------------------------------------------------------------------
