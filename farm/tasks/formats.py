@@ -173,9 +173,11 @@ def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
 # Test ids no run can report, as published (dataset defects): SWE-bench's log parser read
 # pytest's progress column of an inner pytest run as a test name ("[100%]", its opening "[",
 # or the column run into a separator line: "[100%]-----"), or a test id holds a path of the
-# machine the dataset was made on (its temporary directory).
+# machine the dataset was made on: its network filesystem, /n/fs/ (the temporary directory,
+# /n/fs/p-swe-bench/temp/..., and its authors' homes, where pydicom's downloaded test data was
+# cached: /n/fs/guest/<user>/.pydicom/data/...).
 _NOT_A_TEST = re.compile(r"^\[(\s*\d+%\][-=]*)?$")
-_THEIR_MACHINE = re.compile(r"/n/fs/p-swe-bench/")
+_THEIR_MACHINE = re.compile(r"(?<![\w.-])/n/fs/")
 
 
 def dataset_defects(name: str, ids: list[str]) -> tuple[list[str], list[str]]:

@@ -392,18 +392,22 @@ def test_test_ids_no_run_can_report_are_dataset_defects(tmp_path: Path) -> None:
     a path of the machine SWE-bench ran on. They are left out of the lists and named; a row with
     no FAIL_TO_PASS left is refused as a dataset defect."""
     theirs = "tests/test_self.py::test_stdin[/n/fs/p-swe-bench/temp/pylint/tmpx/mymodule.py]"
+    # pydicom__pydicom-1439: its downloaded test data, cached in an author's home
+    home = "pydicom/tests/test_rle_pixel_data.py::TestNumpy_NoRLEHandler::test_can_access_unsupported_dataset[/n/fs/guest/jy1682/.pydicom/data/SC_rgb.dcm-data1]"
+    ours = "tests/test_paths.py::test_mount[/tmp/n/fs/x]"  # /n/fs/ inside a path of the run's own
     path = write_jsonl(tmp_path / "swe.jsonl", [
         swebench_row(FAIL_TO_PASS=json.dumps(["tests/test_core.py::test_add", theirs]),
-                     PASS_TO_PASS=json.dumps(["[", "[100%]", "[100%]------", "tests/test_other.py::test_ok"])),
+                     PASS_TO_PASS=json.dumps(["[", "[100%]", "[100%]------", "tests/test_other.py::test_ok", home, ours])),
         swebench_row(instance_id="acme__thing-2", FAIL_TO_PASS=json.dumps([theirs])),
     ])  # fmt: skip
     result = load_tasks(path, environments=False)  # the conversion alone
     (task,) = result.tasks
-    assert task.fail_to_pass == ["tests/test_core.py::test_add"] and task.pass_to_pass == ["tests/test_other.py::test_ok"]
+    assert task.fail_to_pass == ["tests/test_core.py::test_add"] and task.pass_to_pass == ["tests/test_other.py::test_ok", ours]
     assert task.metadata["dataset_defects"] == [
         f"FAIL_TO_PASS {theirs!r} holds a path of the machine the dataset was made on, which no run elsewhere reports",
         *(f"PASS_TO_PASS {junk!r} is not a test (SWE-bench's log parser read pytest's progress column of an inner "
           "run as a test name)" for junk in ("[", "[100%]", "[100%]------")),
+        f"PASS_TO_PASS {home!r} holds a path of the machine the dataset was made on, which no run elsewhere reports",
     ]
     (err,) = result.errors
     assert err.field == "FAIL_TO_PASS" and "dataset defect: FAIL_TO_PASS" in str(err) and "/n/fs/p-swe-bench/" in str(err)
