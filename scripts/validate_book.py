@@ -1,7 +1,8 @@
 """Validate farm's recipe book on real SWE-bench rows: every row, its reason, its part.
 
     python scripts/validate_book.py ROWS MIRRORS [--split SPLIT] [--part all|fix|heldout]
-        [--out DIR] [--concurrency N] [--rerun invalid|all] [--config C] [--set KEY=VALUE ...] [--publish]
+        [--out DIR] [--concurrency N] [--rerun invalid|all] [--seen ID ...] [--config C] [--set KEY=VALUE ...]
+        [--publish]
 
 ROWS: SWE-bench rows as published (``.jsonl``, FAIL_TO_PASS / PASS_TO_PASS as JSON strings), no
 setup or recipe of their own; MIRRORS: bare mirrors named ``<owner>__<repo>.git``. The rows go
@@ -12,6 +13,9 @@ while the book was fixed (``fix`` is every other row); ``--part`` validates one 
 
 Resumable: each row's result is appended to ``DIR/results.jsonl`` as it comes, and a rerun skips
 the rows already there (``--rerun invalid`` tries again those that were not valid, after a fix).
+A held-out row re-run after a change made once its failure was seen (``--seen ID``) keeps its
+first outcome beside the new one: the held-out figure counts the first (a change tuned on a row
+is no result on it), the page shows both.
 A row whose mirror is missing, or lacks objects of the tree it needs, is counted apart
 (``incomplete_mirror``); a row that does not load (its recipe needs what this machine lacks) is
 ``skipped``. The environments' build times come from the environment store's records.
@@ -20,7 +24,7 @@ A row whose mirror is missing, or lacks objects of the tree it needs, is counted
 
     validate_book: rows=… valid=… invalid=… skipped=… incomplete_mirror=… heldout_valid=…/… seconds=…
 
-(``heldout_valid``: valid of the held-out rows whose tree is complete; ``seconds``: wall time of
+(``heldout_valid``: valid of the held-out rows whose tree is complete, by first runs; ``seconds``: wall time of
 every invocation on this output directory, summed).
 """
 
@@ -31,13 +35,14 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from farm.tasks.book_report import (  # noqa: E402
-    PAGE_PATH, RESULTS_PATH, BookResults, RowResult, env_times, render_markdown, summary_line,
+    PAGE_PATH, RESULTS_PATH, BookResults, RowResult, env_times, first_run, render_markdown, summary_line,
 )  # fmt: skip
 
 
@@ -52,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rerun", choices=("none", "invalid", "all"), default="none",
                    help="validate again the rows already recorded as not valid (or all of them)")
     p.add_argument("--only", action="append", default=[], metavar="ID", help="these rows only")
+    p.add_argument("--seen", action="append", default=[], metavar="ID",
+                   help="validate again this held-out row, after a change made once its failure was seen: "
+                        "its first outcome stays what the held-out figure counts")
     p.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME", help="these repositories' rows only")
     p.add_argument("--config", default=None, help="farm YAML config (sandbox, envs, tasks.* settings)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -98,16 +106,20 @@ def short_reason(validation) -> str:  # noqa: ANN001 - farm.grading.validate.Tas
 class Recorder:
     """Appends each row's result to results.jsonl as it comes (a stopped run loses none)."""
 
-    def __init__(self, path: Path, rows: dict[str, dict], heldout: set[str], sdist: bool = False) -> None:
+    def __init__(self, path: Path, rows: dict[str, dict], heldout: set[str], sdist: bool = False,
+                 seen: Iterable[str] = ()) -> None:  # fmt: skip
         self.path, self.rows, self.heldout, self.sdist = path, rows, heldout, sdist
         self.results = read_results(path)
+        # a held-out row re-run after its failure was seen keeps its first outcome (the held-out figure's)
+        self.first = {i: first_run(self.results[i]) for i in seen if i in self.results and i in heldout}
 
     def add(self, row_id: str, outcome: str, reason: str, seconds: float = 0.0, left_out: list[str] | None = None) -> None:
         row = self.rows[row_id]
         result = RowResult(id=row_id, repo=row["repo"], version=str(row.get("version", "")),
                            part="sdist" if self.sdist else "heldout" if row_id in self.heldout else "fix",
                            outcome=outcome, reason=reason,
-                           seconds=round(seconds, 1), left_out=left_out or [])  # fmt: skip
+                           seconds=round(seconds, 1), left_out=left_out or [],
+                           first_outcome=self.first.get(row_id))  # fmt: skip
         self.results[row_id] = result
         with self.path.open("a") as f:
             f.write(result.model_dump_json() + "\n")
@@ -156,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     heldout = set(split["heldout"])
     chosen = [i for i in all_rows if (args.part == "all" or (i in heldout) == (args.part == "heldout"))
               and (not args.only or i in args.only) and (not args.repo or all_rows[i]["repo"] in args.repo)]  # fmt: skip
-    rec = Recorder(out / "results.jsonl", all_rows, heldout, sdist=args.sdist)
+    rec = Recorder(out / "results.jsonl", all_rows, heldout, sdist=args.sdist, seen=args.seen)
     rerun = {"none": set(), "all": set(chosen),
-             "invalid": {i for i, r in rec.results.items() if r.outcome != "valid"}}[args.rerun]  # fmt: skip
+             "invalid": {i for i, r in rec.results.items() if r.outcome != "valid"}}[args.rerun] | set(args.seen)  # fmt: skip
     todo = [] if args.report_only else [i for i in chosen if i not in rec.results or i in rerun]
     for i in list(todo):
         if not mirror_of(mirrors, all_rows[i]["repo"]).exists():

@@ -30,6 +30,19 @@ def test_the_summary_line_counts_the_published_rows_and_the_held_out_part_apart(
     assert "4 (held out): skipped: needs graphviz" in page and "| all published | 5 | 2 | 1 | 1 | 1 | 2/4 (50.0%) |" in page
 
 
+def test_a_held_out_row_re_run_after_its_failure_was_seen_counts_with_its_first_outcome() -> None:
+    """A change tuned on a held-out row's failure is no result on it: the held-out figure keeps the
+    row's first outcome, the page shows both and the figure with the re-runs apart."""
+    rows = [_row("1", "valid", "heldout"), _row("2", "invalid", "heldout", "x"),
+            RowResult(id="3", repo="a/b", version="1.0", part="heldout", outcome="valid", first_outcome="invalid")]
+    assert heldout_figure(rows) == (1, 3)
+    assert "heldout_valid=1/3" in summary_line(rows, 1.0) and "valid=2 invalid=1" in summary_line(rows, 1.0)
+    page = render_markdown(BookResults(measured="here", rows_file="r", split="s", seconds=1, summary="line", rows=rows))
+    assert "| held out (first runs) | 3 | 1 | 2 | 0 | 0 | 1/3 (33.3%) |" in page
+    assert "| held out (re-runs after a failure was seen included) | 3 | 2 | 1 | 0 | 0 | 2/3 (66.7%) |" in page
+    assert "3 (held out; first run invalid, then re-run after a change made once its failure was seen): valid" in page
+
+
 def test_the_committed_results_are_well_formed_and_the_page_is_made_of_them() -> None:
     results = BookResults.model_validate_json((ROOT / RESULTS_PATH).read_text())
     assert (ROOT / PAGE_PATH).read_text() == render_markdown(results), f"{PAGE_PATH} is stale: run `{GENERATE}`"
@@ -62,3 +75,15 @@ def test_validate_book_loads_its_rows_with_the_runs_own_loader(tmp_path: Path) -
     (recorded,) = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert recorded["id"] == "psf__requests-1" and recorded["outcome"] == "skipped", recorded
     assert "99.9" in recorded["reason"], recorded
+    assert recorded["first_outcome"] is None and recorded["part"] == "fix"
+    # held out, then validated again once its failure was seen: the new line keeps the first outcome
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": ["psf__requests-1"], "method": "listed"}))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "validate_book.py"), str(tmp_path / "rows.jsonl"),
+         str(tmp_path / "mirrors"), "--out", str(tmp_path / "out"), "--set", f"tasks.cache_dir={tmp_path / 'cache'}",
+         "--split", str(tmp_path / "split.json"), "--seen", "psf__requests-1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, again = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert again["part"] == "heldout" and again["outcome"] == "skipped" and again["first_outcome"] == "skipped", again
+    assert proc.stdout.strip().endswith("heldout_valid=0/1 seconds=" + proc.stdout.strip().rsplit("=", 1)[-1])
