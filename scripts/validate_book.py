@@ -114,12 +114,13 @@ class Recorder:
         self.first = {i: first_run(self.results[i]) for i in seen if i in self.results and i in heldout}
 
     def add(self, row_id: str, outcome: str, reason: str, seconds: float = 0.0, left_out: list[str] | None = None) -> None:
-        row = self.rows[row_id]
+        row, before = self.rows[row_id], self.results.get(row_id)
+        first = self.first.get(row_id) or (before.first_outcome if before is not None else None)  # kept by a rerun
         result = RowResult(id=row_id, repo=row["repo"], version=str(row.get("version", "")),
                            part="sdist" if self.sdist else "heldout" if row_id in self.heldout else "fix",
                            outcome=outcome, reason=reason,
                            seconds=round(seconds, 1), left_out=left_out or [],
-                           first_outcome=self.first.get(row_id))  # fmt: skip
+                           first_outcome=first)  # fmt: skip
         self.results[row_id] = result
         with self.path.open("a") as f:
             f.write(result.model_dump_json() + "\n")

@@ -87,3 +87,10 @@ def test_validate_book_loads_its_rows_with_the_runs_own_loader(tmp_path: Path) -
     first, again = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert again["part"] == "heldout" and again["outcome"] == "skipped" and again["first_outcome"] == "skipped", again
     assert proc.stdout.strip().endswith("heldout_valid=0/1 seconds=" + proc.stdout.strip().rsplit("=", 1)[-1])
+    proc = subprocess.run(  # a later rerun of any kind keeps it
+        [sys.executable, str(ROOT / "scripts" / "validate_book.py"), str(tmp_path / "rows.jsonl"),
+         str(tmp_path / "mirrors"), "--out", str(tmp_path / "out"), "--set", f"tasks.cache_dir={tmp_path / 'cache'}",
+         "--split", str(tmp_path / "split.json"), "--rerun", "all"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[-1])["first_outcome"] == "skipped"
