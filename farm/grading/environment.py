@@ -75,6 +75,22 @@ def network_note(text: str) -> str:
             "SWE-bench's harness ran them online")
 
 
+# numpy's removed names: the aliases of builtins went in 1.24 (np.float, np.int, ...), more in 2.0
+# (np.float_, np.NaN, ...). Code written before then fails on them in a later numpy.
+_NUMPY_GONE = re.compile(r"AttributeError: module 'numpy' has no attribute '(\w+)'")
+
+
+def removed_numpy_note(text: str) -> str:
+    """When a run's output shows the code using a name numpy has since removed (``np.float``),
+    the sentence that says so and what to do; else ''."""
+    names = sorted(set(_NUMPY_GONE.findall(text)))
+    if not names:
+        return ""
+    return (f"; its code uses {', '.join('np.' + n for n in names)}, which the environment's numpy no longer has "
+            "(the builtin aliases went in numpy 1.24, more names in 2.0): the row was made with an earlier numpy; "
+            "pin one for this version in a recipe file (tasks.recipes)")
+
+
 def left_out_note(text: str, left_out: Sequence[str]) -> str:
     """When a run failed on missing modules and its environment's setup left packages out
     (conda-only ones: ``SetupReport.left_out``), the sentence that says so; else ''."""

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import FarmError
 from farm.grading.grader import grade, grading_spec
-from farm.grading.environment import OFFLINE_P2P, missing_modules, network_note
+from farm.grading.environment import OFFLINE_P2P, missing_modules, network_note, removed_numpy_note
 from farm.grading.hacks import HACK_PREFIXES, added_lines
 from farm.grading.report import GradingReport
 from farm.sandboxes.base import Sandbox, SandboxSpec
@@ -90,7 +90,7 @@ async def validate_task(
         )
     valid, reason = verdict(gold_r, empty_r)
     if not gold_r.resolved:
-        reason += network_note(gold_r.test_log)
+        reason += network_note(gold_r.test_log) + removed_numpy_note(gold_r.test_log)
     elif OFFLINE_P2P in gold_r.flags:  # valid here with fewer PASS_TO_PASS tests than the row lists
         reason = "; ".join([*([reason] if reason else []), gold_r.flag_details.get(OFFLINE_P2P, OFFLINE_P2P)])
     if not gold_r.resolved and (added := declared_dependencies(gold, missing_modules(gold_r.reason + gold_r.test_log))):

@@ -3,7 +3,7 @@ the runtime finding a run that never finished raises only when it claims success
 
 from __future__ import annotations
 
-from farm.grading.environment import diagnose, diff_brings, left_out_note, network_note
+from farm.grading.environment import diagnose, diff_brings, left_out_note, network_note, removed_numpy_note
 from farm.grading.hacks import runtime_flags
 from farm.grading.probe import ProbeReport
 
@@ -67,3 +67,17 @@ def test_tests_that_reach_the_internet_are_named():
     assert network_note(pydicom) == ("; its tests reach hosts on the internet (download failure occurred while "
                                      "attempting to retrieve SC_rgb.dcm): a grading sandbox has no network, SWE-bench's "
                                      "harness ran them online")
+
+
+def test_code_using_a_name_numpy_removed_is_named():
+    """pydicom__pydicom-1236: its gold patch (2020) uses np.float, which numpy 1.24 removed; the
+    row's reason says so and what to do, not only which tests failed."""
+    log = ("pydicom/pixel_data_handlers/util.py:673: in _convert_RGB_to_YBR_FULL\n    dtype=np.float\n"
+           "E           AttributeError: module 'numpy' has no attribute 'float'.\n"
+           "E           AttributeError: module 'numpy' has no attribute 'float'.\n"
+           "E   AttributeError: module 'numpy' has no attribute 'int'\n")
+    assert removed_numpy_note(log) == (
+        "; its code uses np.float, np.int, which the environment's numpy no longer has (the builtin aliases went in "
+        "numpy 1.24, more names in 2.0): the row was made with an earlier numpy; pin one for this version in a "
+        "recipe file (tasks.recipes)")
+    assert removed_numpy_note("AttributeError: module 'pandas' has no attribute 'float'\nE   assert 1 == 2\n") == ""
