@@ -63,9 +63,15 @@ def test_a_venv_made_a_prefix_keeps_its_packages_by_any_path(tmp_path: Path, ver
     step = _bash(prefix_step(), tmp_path)
     assert step.returncode == 0, step.stderr
     venv = str(tmp_path / ".venv")
+    # a standard module's real path lies in the standard library's directory (astroid's
+    # is_standard_module, pylint's import checks: pylint-dev__astroid-2015 and -1351)
+    std = ("import os, sysconfig, datetime, json, _json; lib = os.path.realpath(sysconfig.get_path('stdlib'))"
+           "; print([m.__name__ for m in (datetime, json, _json) if not os.path.realpath(m.__file__).startswith(lib)])")
     for path in (link, tmp_path / ".venv" / "bin" / "python", Path(os.path.realpath(link))):
         ran = _python(path, probe)
         assert ran.returncode == 0 and ran.stdout.strip() == venv, (path, ran.stderr)
+        ran = _python(path, std)
+        assert ran.returncode == 0 and ran.stdout.strip() == "[]", (path, ran.stdout, ran.stderr)
     assert not (tmp_path / ".venv" / "bin" / f"python{version}").is_symlink()  # a binary of its own
     # still a venv to uv, which installs into it; the step again changes nothing
     more = _bash("uv pip install -q --python .venv/bin/python inflection==0.5.1", tmp_path)
