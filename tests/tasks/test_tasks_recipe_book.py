@@ -154,7 +154,7 @@ def test_a_row_gets_its_recipe_from_the_book_with_no_recipe_file(tmp_path: Path)
     path = write(tmp_path / "rows.jsonl", *rows)
     django, requests = load_tasks(TasksConfig(path=str(path), check_requirements=False)).tasks
     assert django.python == "3.8" and django.base_setup_commands[0].startswith("uv venv")
-    assert django.setup_commands[-1] == "uv pip install -q --python .venv/bin/python -e ."
+    assert django.setup_commands[-1] == "uv pip install -q --python .venv/bin/python -e . || .venv/bin/python -m pip install -q -e ."
     # Django's labels from the test patch, its data file left out (SWE-bench's NON_TEST_EXTS)
     assert django.test_command.endswith("runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 foo.tests")
     assert django.log_parser == "parse_log_django"  # the row named none: the recipe's
