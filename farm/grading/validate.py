@@ -132,7 +132,9 @@ def verdict(gold: GradingReport, empty: GradingReport) -> tuple[bool, str]:
     if not gold.resolved:
         reasons.append(f"gold patch does not resolve ({gold.status.value}: {gold.reason})")
     if empty.resolved:
-        reasons.append("the empty patch resolves")
+        f2p = list(empty.fail_to_pass)
+        named = f" (its FAIL_TO_PASS pass without the diff here: {', '.join(f2p[:3])}{', ...' if len(f2p) > 3 else ''})"
+        reasons.append("the empty patch resolves" + (named if f2p else ""))
     findings = [f for f in gold.flags if f.startswith(HACK_PREFIXES)]
     if not reasons and findings:
         return True, f"valid, but the gold patch has hack findings ({gold.hack_action}): {', '.join(findings)}"

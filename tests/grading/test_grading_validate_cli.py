@@ -87,6 +87,10 @@ def test_a_flagged_gold_patch_is_named_in_a_valid_tasks_reason() -> None:
     assert valid and reason == "valid, but the gold patch has hack findings (flag): static:sys_modules"
     valid, reason = verdict(report(False, ["runtime:body_not_run"], "zero_reward"), report(True))
     assert not valid and reason.startswith("gold patch does not resolve") and "empty patch resolves" in reason
+    # which tests pass without the diff: what a user looks at first (psf__requests-863, -1724)
+    empty = report(True).model_copy(update={"fail_to_pass": {f"t.py::test_{i}": "PASSED" for i in range(4)}})
+    assert verdict(report(True), empty) == (False, "the empty patch resolves (its FAIL_TO_PASS pass without the diff "
+                                                   "here: t.py::test_0, t.py::test_1, t.py::test_2, ...)")
 
 
 def test_validate_tasks_ends_when_a_repository_is_missing(tmp_path: Path) -> None:
