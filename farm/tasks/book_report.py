@@ -177,7 +177,7 @@ def render_markdown(results: BookResults) -> str:
         env = envs.get((repo, version))
         base = f"{env.base_s:.0f}" if env and env.base_s is not None else "-"
         inst = f"{env.instance_s:.0f}" if env and env.instance_s is not None else "-"
-        others = "; ".join(f"{r.id}{_part_note(r)}: {r.outcome}: {r.reason}"
+        others = "; ".join(f"{r.id}{_part_note(r)}: {r.outcome}" + (f": {r.reason}" if r.reason else "")
                            for r in sel if r.outcome != "valid" or r.reason or r.first_outcome)  # fmt: skip
         shown = f"{version} *sdist*" if all(r.part == "sdist" for r in sel) else version
         out.append(f"| {repo} | {shown} | {len(sel)} [{held}] | {valid} [{valid_held}] | {base} | {inst} "
