@@ -280,3 +280,29 @@ def test_a_submodule_the_mirror_lacks_is_filled_from_the_release_of_the_checkout
         assert (repo / "helpers_dir" / "helpers" / "__init__.py").read_text() == "VERSION = '3.1.1'\n"
     finally:
         server.shutdown()
+
+
+@pytest.mark.slow  # real builds from PyPI: setuptools 62 by uv, then by pip
+def test_a_checkout_uv_cannot_install_editable_is_installed_by_pip(tmp_path: Path) -> None:
+    """pylint-dev__astroid-1741: its build backend is setuptools~=62.6, which has no PEP 660
+    editable hook. uv refuses such a checkout; the book's install command then lets pip
+    install it, as SWE-bench's spec does (pip falls back to the checkout's ``setup.py develop``)."""
+    from farm.tasks.recipes import load_book
+
+    recipe = load_book("builtin").lookup("pylint-dev/astroid", "2.15").recipe
+    (install,) = [c for c in recipe.setup if " -e ." in c]
+    # the recipe's env: uv resolves (and seeds the venv's pip) as of its date; pip 25.1 and later
+    # no longer fall back to setup.py develop
+    env = "".join(f"export {k}={v}; " for k, v in recipe.env.items())
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools~=62.6", "wheel"]\nbuild-backend = "setuptools.build_meta"\n')
+    (tmp_path / "setup.cfg").write_text("[metadata]\nname = oldpin\nversion = 0.1\n\n[options]\npy_modules = oldpin\n")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\n\nsetup()\n")  # astroid's shim, as pip's fallback needs
+    (tmp_path / "oldpin.py").write_text("ANSWER = 42\n")
+    made = _bash(f"{env}uv venv -q --seed -p {find_python(recipe.python)} .venv", tmp_path)
+    assert made.returncode == 0, made.stderr
+    uv_alone = _bash(env + install.split(" || ")[0], tmp_path)
+    assert uv_alone.returncode != 0 and "build_editable" in uv_alone.stderr, uv_alone.stderr[-2000:]
+    ran = _bash(env + install, tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _python(tmp_path / ".venv" / "bin" / "python", "import oldpin; print(oldpin.ANSWER)").stdout.strip() == "42"
