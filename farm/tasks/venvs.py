@@ -13,7 +13,7 @@ One runs after every recipe's commands that make its venv:
   runs the bare base interpreter without the venv's packages. ``prefix_step`` makes the
   venv self-contained, as a conda environment is.
 
-Four are steps a recipe names where they run, among its own commands (``expand``):
+Five are steps a recipe names where they run, among its own commands (``expand``):
 
 - ``farm-requirements PATH...`` (``requirements_script.py``): the first of the repository's
   requirements files that exists, read as SWE-bench's harness reads it (``-r`` files in
@@ -27,6 +27,11 @@ Four are steps a recipe names where they run, among its own commands (``expand``
   ``left_out`` reads back into the setup's report: the environment's record and the
   validation report name them, and a test that fails on a missing module says which package
   was left out.
+- ``farm-install-editable``: the checkout installed editable into ``.venv`` by uv, as the spec's
+  ``pip install -e .``; where uv refuses because the checkout's build backend has no PEP 660
+  hook (setuptools < 64 pinned in its pyproject.toml: pylint-dev__astroid-1741), by the
+  venv's pip, which falls back to ``setup.py develop`` as SWE-bench's spec does. Any other
+  failure of uv stays the step's failure (pip does not retry what uv refused for a reason).
 - ``farm-submodule PATH PACKAGE [FILE]`` (``submodule_script.py``): a submodule the checkout
   builds with (astropy's ``astropy_helpers``) that farm's mirror does not hold, filled from
   PACKAGE's source release on PyPI that matches the checkout (its copy of FILE is the
@@ -80,6 +85,19 @@ def submodule_step(path: str, package: str, same: str | None = None) -> str:
     return _run_with_venv_python(_script("submodule_script.py"), path, package, *([same] if same else []))
 
 
+def editable_step() -> str:
+    """The setup step that installs the checkout editable (``farm-install-editable``): uv, else
+    pip where uv's only complaint is a build backend without PEP 660's ``build_editable`` (pip
+    falls back to ``setup.py develop``: only a pip before 25.1, which a recipe's UV_EXCLUDE_NEWER
+    seeds the venv with)."""
+    uv = f"uv pip install -q --python {_VENV}/bin/python -e ."
+    said = "farm-install-editable: uv cannot install the checkout editable (its build backend has no PEP 660 hook): pip installs it"
+    return (f"{{ out=$({uv} 2>&1) && printf '%s' \"$out\" || case \"$out\" in "
+            f"*\"has no attribute 'build_editable'\"*) printf '%s\\n%s\\n' \"$out\" {shlex.quote(said)} >&2 && "
+            f"{_VENV}/bin/python -m pip install -q -e . ;; "
+            f"*) printf '%s\\n' \"$out\" >&2; false ;; esac; }}")  # fmt: skip
+
+
 HTTPBIN = f"{_VENV}/httpbin"
 HTTPBIN_URL = f"$({HTTPBIN}/bin/python {HTTPBIN}/serve.py)"  # a test command's: starts it, prints its URL
 
@@ -100,6 +118,7 @@ FARM_STEPS = {
     "farm-requirements": ((1, None), requirements_step),
     "farm-conda-env": ((1, 1), lambda args: conda_env_step(*args)),
     "farm-httpbin": ((0, 0), lambda args: httpbin_step()),
+    "farm-install-editable": ((0, 0), lambda args: editable_step()),
     "farm-submodule": ((2, 3), lambda args: submodule_step(*args)),
 }
 _TAKES = {(0, 0): "no argument", (1, 1): "one file", (1, None): "one or more paths", (2, 3): "a path, a package and optionally a file"}

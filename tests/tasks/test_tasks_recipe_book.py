@@ -20,7 +20,7 @@ from farm.tasks.config import TasksConfig
 from farm.tasks.loaders import load_tasks
 from farm.tasks.recipes import BUILTIN, builtin_recipes, fill_test_command, load_book, recipe_sources
 from farm.tasks.requirements import Requirement, check_met
-from farm.tasks.venvs import conda_env_step, prefix_step, requirements_step, submodule_step
+from farm.tasks.venvs import conda_env_step, editable_step, prefix_step, requirements_step, submodule_step
 
 # The repositories of SWE-bench's Lite / Verified / full test splits and of its dev split.
 SWEBENCH_REPOS = {
@@ -154,7 +154,7 @@ def test_a_row_gets_its_recipe_from_the_book_with_no_recipe_file(tmp_path: Path)
     path = write(tmp_path / "rows.jsonl", *rows)
     django, requests = load_tasks(TasksConfig(path=str(path), check_requirements=False)).tasks
     assert django.python == "3.8" and django.base_setup_commands[0].startswith("uv venv")
-    assert django.setup_commands[-1] == "uv pip install -q --python .venv/bin/python -e . || .venv/bin/python -m pip install -q -e ."
+    assert django.setup_commands[-1] == editable_step()  # farm-install-editable, expanded
     # Django's labels from the test patch, its data file left out (SWE-bench's NON_TEST_EXTS)
     assert django.test_command.endswith("runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 foo.tests")
     assert django.log_parser == "parse_log_django"  # the row named none: the recipe's

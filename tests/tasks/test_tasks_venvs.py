@@ -18,7 +18,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.tasks.loaders import load_tasks
 from farm.tasks.model import Task
 from farm.tasks.runtime import _uv_dir, find_python
-from farm.tasks.venvs import conda_env_step, left_out, prefix_step, requirements_step
+from farm.tasks.venvs import conda_env_step, editable_step, left_out, prefix_step, requirements_step
 from farm.workspace.prepare import prepare_workspace
 
 
@@ -285,12 +285,13 @@ def test_a_submodule_the_mirror_lacks_is_filled_from_the_release_of_the_checkout
 @pytest.mark.slow  # real builds from PyPI: setuptools 62 by uv, then by pip
 def test_a_checkout_uv_cannot_install_editable_is_installed_by_pip(tmp_path: Path) -> None:
     """pylint-dev__astroid-1741: its build backend is setuptools~=62.6, which has no PEP 660
-    editable hook. uv refuses such a checkout; the book's install command then lets pip
-    install it, as SWE-bench's spec does (pip falls back to the checkout's ``setup.py develop``)."""
+    editable hook. uv refuses such a checkout; the book's step (farm-install-editable) then lets
+    pip install it, as SWE-bench's spec does (pip falls back to the checkout's ``setup.py develop``).
+    Any other refusal of uv stays the step's failure: pip does not retry it."""
     from farm.tasks.recipes import load_book
 
     recipe = load_book("builtin").lookup("pylint-dev/astroid", "2.15").recipe
-    (install,) = [c for c in recipe.setup if " -e ." in c]
+    assert "farm-install-editable" in recipe.setup
     # the recipe's env: uv resolves (and seeds the venv's pip) as of its date; pip 25.1 and later
     # no longer fall back to setup.py develop
     env = "".join(f"export {k}={v}; " for k, v in recipe.env.items())
@@ -301,8 +302,18 @@ def test_a_checkout_uv_cannot_install_editable_is_installed_by_pip(tmp_path: Pat
     (tmp_path / "oldpin.py").write_text("ANSWER = 42\n")
     made = _bash(f"{env}uv venv -q --seed -p {find_python(recipe.python)} .venv", tmp_path)
     assert made.returncode == 0, made.stderr
-    uv_alone = _bash(env + install.split(" || ")[0], tmp_path)
+    uv_alone = _bash(f"{env}uv pip install -q --python .venv/bin/python -e .", tmp_path)
     assert uv_alone.returncode != 0 and "build_editable" in uv_alone.stderr, uv_alone.stderr[-2000:]
-    ran = _bash(env + install, tmp_path)
-    assert ran.returncode == 0, ran.stderr[-2000:]
+    ran = _bash(env + editable_step(), tmp_path)
+    assert ran.returncode == 0 and "pip installs it" in ran.stderr, ran.stderr[-2000:]
     assert _python(tmp_path / ".venv" / "bin" / "python", "import oldpin; print(oldpin.ANSWER)").stdout.strip() == "42"
+    # a checkout uv refuses for another reason: the step fails with uv's words, pip never runs
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n')
+    (tmp_path / "setup.py").write_text("open('runs', 'a').write('x')\nraise SystemExit('broken setup.py')\n")
+    by_uv = _bash(f"{env}uv pip install -q --python .venv/bin/python -e .", tmp_path)
+    assert by_uv.returncode != 0 and (tmp_path / "runs").exists()
+    uv_runs = (tmp_path / "runs").read_text()
+    (tmp_path / "runs").unlink()
+    broken = _bash(env + editable_step(), tmp_path)
+    assert broken.returncode != 0 and "broken setup.py" in broken.stderr and "pip installs it" not in broken.stderr, broken.stderr
+    assert (tmp_path / "runs").read_text() == uv_runs  # setup.py ran as often as uv alone runs it: pip never did
