@@ -41,7 +41,8 @@ Figures per run:
 Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=…
 farm_cpu_ms_per_turn=… capacity_at_90=… bare_capacity_at_90=… capacity_ratio=…
 farm_cpu_share=… farm_turn_path_ms_per_turn=… farm_once_ms_per_rollout=…`` (the farm figures
-from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s turns, 120 s, pool, bare baseline, steps 8..64: ~40 min);
+from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s turns, 120 s,
+pool, bare baseline, steps 8..64: ~40 min);
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 """
 

@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [i for i in all_rows if (args.part == "all" or (i in heldout) == (args.part == "heldout"))
               and (not args.only or i in args.only) and (not args.repo or all_rows[i]["repo"] in args.repo)]  # fmt: skip
     rec = Recorder(out / "results.jsonl", all_rows, heldout, sdist=args.sdist, seen=args.seen)
+    for i in args.seen:  # nothing to keep: say so rather than record a first outcome that is not one
+        if i not in heldout or i not in rec.results:
+            console.print(f"[yellow]--seen {i}: {'not a held-out row' if i not in heldout else 'no earlier result'}: "
+                          "this run's outcome is its first[/yellow]")  # fmt: skip
     rerun = {"none": set(), "all": set(chosen),
              "invalid": {i for i, r in rec.results.items() if r.outcome != "valid"}}[args.rerun] | set(args.seen)  # fmt: skip
     todo = [] if args.report_only else [i for i in chosen if i not in rec.results or i in rerun]
