@@ -92,7 +92,8 @@ def editable_step() -> str:
     seeds the venv with)."""
     uv = f"uv pip install -q --python {_VENV}/bin/python -e ."
     said = "farm-install-editable: uv cannot install the checkout editable (its build backend has no PEP 660 hook): pip installs it"
-    return (f"{{ out=$({uv} 2>&1) && printf '%s' \"$out\" || case \"$out\" in "
+    # uv wraps its report to the terminal's width (in CI too): its words are matched unwrapped
+    return (f"{{ out=$({uv} 2>&1) && printf '%s' \"$out\" || case \"$(printf '%s' \"$out\" | tr -s ' \\n' '  ')\" in "
             f"*\"has no attribute 'build_editable'\"*) printf '%s\\n%s\\n' \"$out\" {shlex.quote(said)} >&2 && "
             f"{_VENV}/bin/python -m pip install -q -e . ;; "
             f"*) printf '%s\\n' \"$out\" >&2; false ;; esac; }}")  # fmt: skip

@@ -295,6 +295,7 @@ def test_a_checkout_uv_cannot_install_editable_is_installed_by_pip(tmp_path: Pat
     # the recipe's env: uv resolves (and seeds the venv's pip) as of its date; pip 25.1 and later
     # no longer fall back to setup.py develop
     env = "".join(f"export {k}={v}; " for k, v in recipe.env.items())
+    env += "export COLUMNS=40; "  # uv wraps its report to the terminal's width (CI's run did): a narrow one
     (tmp_path / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools~=62.6", "wheel"]\nbuild-backend = "setuptools.build_meta"\n')
     (tmp_path / "setup.cfg").write_text("[metadata]\nname = oldpin\nversion = 0.1\n\n[options]\npy_modules = oldpin\n")
