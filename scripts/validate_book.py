@@ -9,7 +9,9 @@ setup or recipe of their own; MIRRORS: bare mirrors named ``<owner>__<repo>.git`
 through ``farm validate-tasks``' own code (loading with the book's recipes, environments built
 once per repository-version, the gold and the empty patch graded in fresh sandboxes): nothing is
 graded twice or otherwise. SPLIT is a JSON file whose ``heldout`` list names the rows held out
-while the book was fixed (``fix`` is every other row); ``--part`` validates one part only.
+while the book was fixed (``fix`` is every other row); ``--part`` validates one part only. Its
+optional ``rounds`` (``{"NAME": [ids]}``) names held-out rows found later and run after the fixes
+made before them: the page gives each round's figure apart.
 
 Resumable: each row's result is appended to ``DIR/results.jsonl`` as it comes, and a rerun skips
 the rows already there (``--rerun invalid`` tries again those that were not valid, after a fix).
@@ -50,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("rows", help="SWE-bench rows (.jsonl), as published")
     p.add_argument("mirrors", help="directory of bare mirrors <owner>__<repo>.git")
-    p.add_argument("--split", default=None, help="JSON file with a 'heldout' list of instance ids")
+    p.add_argument("--split", default=None, help="JSON file: a 'heldout' list of instance ids, a 'method' in words, optional 'rounds'")
     p.add_argument("--part", choices=("all", "fix", "heldout"), default="all")
     p.add_argument("--out", default="validate-book", help="results directory (resumable)")
     p.add_argument("--concurrency", type=int, default=2, help="rows validated at once (2 sandboxes each)")
@@ -203,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"seconds": 0.0}
     state["seconds"] += 0.0 if args.report_only else time.monotonic() - t0
     state_path.write_text(json.dumps(state))
-    results = [rec.results[i] for i in chosen if i in rec.results]
+    round_of = {i: name for name, ids in split.get("rounds", {}).items() for i in ids}  # a held-out row's round
+    results = [rec.results[i].model_copy(update={"heldout_round": round_of.get(i, "") if i in heldout else ""})
+               for i in chosen if i in rec.results]  # fmt: skip
     seconds = round(state["seconds"], 1)  # the line is made of what is published (x.5 rounds to even)
     line = summary_line(results, seconds)
     book = BookResults(measured=args.measured, rows_file=args.rows_source or str(args.rows),

@@ -12,7 +12,9 @@ does not), ``invalid`` (with the reason), ``skipped`` (it did not load: its reci
 what the machine lacks, or the row is malformed), ``incomplete_mirror`` (its repository's
 mirror is missing, or lacks objects of the tree the row needs: counted apart, since no
 recipe can help it). Rows are split into a part the book was fixed on (``fix``) and a part
-held out while fixing (``heldout``), reported separately.
+held out while fixing (``heldout``), reported separately. Held-out rows may come in rounds
+(``heldout_round``): a round found later is run after every fix made before it, so its first
+runs measure the book as it now is on rows no one had seen; the page gives each round's figure.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class RowResult(BaseModel):
     first_outcome: Outcome | None = Field(
         default=None, description="a held-out row validated again after a change made once its failure was seen: "
         "its first outcome, which the held-out figure counts (the change was tuned on it)")
+    heldout_round: str = Field(
+        default="", description="the held-out round the row came in (the split file's ``rounds``), if any")
 
 
 def first_run(row: RowResult) -> Outcome:
@@ -148,8 +152,11 @@ def render_markdown(results: BookResults) -> str:
     parts = [("fixed on", "fix", False), ("held out" + (" (first runs)" if seen else ""), "heldout", True),
              *([("held out (re-runs after a failure was seen included)", "heldout", False)] if seen else []),
              ("all published", None, False), ("from PyPI sdists", "sdist", False)]  # fmt: skip
+    rounds = list(dict.fromkeys(r.heldout_round for r in rows if r.part == "heldout" and r.heldout_round))
+    parts[2:2] = [(f"held out, round {name} (first runs)", f"round:{name}", True) for name in rounds]
     for name, part, first in parts:
-        sel = [r for r in rows if (r.part != "sdist" if part is None else r.part == part)]
+        sel = [r for r in rows if (r.part != "sdist" if part is None else r.part == part
+                                   or part == f"round:{r.heldout_round}" and r.part == "heldout")]  # fmt: skip
         if not sel:
             continue
         c = Counter(first_run(r) for r in sel) if first else counts(sel)
