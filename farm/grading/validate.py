@@ -8,6 +8,7 @@ takes). Both gradings run concurrently, each in its own fresh sandbox.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -42,6 +43,7 @@ class TaskValidation(BaseModel):
 
 SandboxFactory = Callable[[SandboxSpec], Awaitable[Sandbox]]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 async def solution_diff(task: Task, *, runtime: TaskRuntime, new_sandbox: SandboxFactory, labels: Mapping[str, str]) -> str:
@@ -66,7 +68,8 @@ async def validate_task(
     task: Task, *, runtime: TaskRuntime, new_sandbox: SandboxFactory, labels: Mapping[str, str] | None = None
 ) -> TaskValidation:
     """Grade the gold and the empty patch; valid iff gold resolves and empty does not.
-    Infrastructure errors make the task invalid with the error as reason (never raise)."""
+    Infrastructure errors, the system's (``OSError``) and farm's own bugs make the task invalid
+    with the error as reason: a validation never raises but when cancelled."""
     t0 = time.monotonic()
     labels = dict(labels or {})
     try:
@@ -88,6 +91,13 @@ async def validate_task(
             task_id=task.id, kind=task.kind, valid=False, reason=f"{type(exc).__name__}: {exc}",
             duration_s=time.monotonic() - t0,
         )
+    except OSError as exc:  # the system's (a full disk while a workspace is packed): this row only, the run goes on
+        return TaskValidation(task_id=task.id, kind=task.kind, valid=False, duration_s=time.monotonic() - t0,
+                              reason=f"system error: {type(exc).__name__}: {exc} (validate it again once fixed)")
+    except Exception as exc:  # noqa: BLE001 - a bug in farm or a library: said with its traceback, the run goes on
+        log.exception("validating %s: internal error", task.id)
+        return TaskValidation(task_id=task.id, kind=task.kind, valid=False, duration_s=time.monotonic() - t0,
+                              reason=f"internal error: {type(exc).__name__}: {exc}")
     valid, reason = verdict(gold_r, empty_r)
     if not gold_r.resolved:
         reason += network_note(gold_r.test_log) + removed_numpy_note(gold_r.test_log)

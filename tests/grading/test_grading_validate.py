@@ -28,3 +28,27 @@ def test_a_dependency_the_gold_patch_declares_is_named():
     assert declared_dependencies(pyproject, ["platform-dirs"]) == ["platform-dirs"]
     lib = "diff --git a/lib.py b/lib.py\n--- a/lib.py\n+++ b/lib.py\n@@ -1 +1,2 @@\n x\n+appdirs\n"
     assert declared_dependencies(lib, ["appdirs"]) == []  # not a file that declares dependencies
+
+
+
+async def test_a_system_error_or_a_bug_fails_its_row_and_the_run_goes_on(runtime, tasks_cfg) -> None:
+    """A full disk while one row's workspace is packed, or a bug of farm's, fails that row with the
+    error as its reason: the rows after it are still validated and each result is reported."""
+    import errno
+
+    from farm.grading.validate import validate_tasks
+    from farm.tasks.loaders import load_tasks
+
+    full, bug = list(load_tasks(tasks_cfg).by_id().values())[:2]
+
+    async def new_sandbox(spec):
+        if spec.labels["task_id"] == full.id:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise KeyError("a bug")
+
+    seen = []
+    results = await validate_tasks([full, bug], runtime=runtime, new_sandbox=new_sandbox, concurrency=1,
+                                   on_result=seen.append)  # fmt: skip
+    assert [r.task_id for r in seen] == [full.id, bug.id] and not any(r.valid for r in results)
+    assert results[0].reason == "system error: OSError: [Errno 28] No space left on device (validate it again once fixed)"
+    assert results[1].reason == "internal error: KeyError: 'a bug'"
