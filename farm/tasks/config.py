@@ -77,6 +77,12 @@ class TasksConfig(BaseModel):
         description="SWE reward = fraction of FAIL_TO_PASS tests passing (0 if any PASS_TO_PASS fails) instead of 1/0",
     )
     git_timeout_s: float = Field(default=900.0, gt=0, description="host-side git clone/fetch/archive budget")
+    workspaces_max_bytes: int | None = Field(
+        default=None, ge=0,
+        description="after each workspace tarball is built, the least-recently-used ones in cache_dir/workspaces are "
+        "removed until they fit (none used in the last 10 minutes: a sandbox may be unpacking it; one removed is "
+        "built again when asked); None: never (a thousand SWE-bench commits are ~100-300 MB each)",
+    )
     images: ImagesConfig = Field(
         default_factory=ImagesConfig,
         description="container images as environments (rows that name one, or whose dataset names them by "

@@ -20,7 +20,9 @@ base commit (``git fetch <mirror> <sha>``: no later commits, tags or branches, s
 agent cannot find the fix in the history), checked out on branch ``main``. It is built
 once under a lock (in-process and across processes on the host) and then uploaded to
 every sandbox with ``Sandbox.upload_tarball`` — a local extraction for LocalSandbox, an
-upload for E2B — so 16 parallel rollouts of one task fetch nothing.
+upload for E2B — so 16 parallel rollouts of one task fetch nothing. The tarballs are kept
+(~100-300 MB a SWE-bench commit) unless ``tasks.workspaces_max_bytes`` bounds them: then the
+least-recently-used ones go after each build, and one is built again when asked.
 
 **Imperfect mirrors.** A mirror made with large blobs left out (a partial clone, or a
 snapshot missing big files) cannot pack a commit's whole history: ``git fetch`` dies on
@@ -134,8 +136,10 @@ class RepoCache:
         mirror_dirs: Sequence[str | Path] = (),
         fetch: bool = False,
         git_timeout_s: float = 900.0,
+        workspaces_max_bytes: int | None = None,
     ) -> None:
         self.cache_dir = Path(os.path.expanduser(str(cache_dir)))
+        self.workspaces_max_bytes = workspaces_max_bytes
         self.mirror_dirs = [Path(os.path.expanduser(str(d))) for d in mirror_dirs]
         self.fetch = fetch
         self.git_timeout_s = git_timeout_s
@@ -226,10 +230,10 @@ class RepoCache:
         sha = await self.resolve_commit(repo, source.base_commit, what)
         suffix = "" if not pre_patch else "-" + hashlib.sha1(pre_patch.encode()).hexdigest()[:12]
         out = self.cache_dir / "workspaces" / self._name(source).removesuffix(".git") / f"{sha}{suffix}.tar"
-        if out.is_file():
+        if _used(out):
             return out
         async with self._lock(str(out)), FileLock(out.with_suffix(".lock"), self.git_timeout_s):
-            if out.is_file():
+            if _used(out):
                 return out
             build = self.cache_dir / "tmp" / uuid.uuid4().hex
             try:
@@ -240,6 +244,11 @@ class RepoCache:
                 os.replace(tmp_tar, out)
             finally:
                 shutil.rmtree(build, ignore_errors=True)
+        if self.workspaces_max_bytes is not None:
+            removed = await asyncio.to_thread(evict_workspaces, self.cache_dir / "workspaces", self.workspaces_max_bytes)
+            if removed:
+                log.info("tasks: removed %d least-recently-used workspace tarball(s) to fit tasks.workspaces_max_bytes",
+                         len(removed))  # fmt: skip
         return out
 
     async def _build(self, repo: Path, sha: str, pre_patch: str | None, ws: Path, what: str) -> None:
@@ -367,6 +376,41 @@ class _GitTimeout(TaskError):
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://") or (":" in url.split("/", 1)[0] and "@" in url)
+
+
+IN_USE_S = 600.0  # a tarball used this recently may be unpacking into a sandbox: never evicted
+
+
+def _used(tar: Path) -> bool:
+    """Is the tarball there? Then it is marked used now (its mtime: what eviction orders by)."""
+    try:
+        os.utime(tar)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def evict_workspaces(root: Path, max_bytes: int, *, now: float | None = None) -> list[Path]:
+    """Remove the least-recently-used workspace tarballs under ``root`` until they hold at most
+    ``max_bytes``; none used in the last ``IN_USE_S`` seconds. The removed paths, oldest first."""
+    now = time.time() if now is None else now
+    tars = []
+    for tar in root.glob("*/*.tar"):
+        try:
+            st = tar.stat()
+        except FileNotFoundError:  # another process evicted it meanwhile
+            continue
+        tars.append((st.st_mtime, st.st_size, tar))
+    tars.sort()
+    total = sum(size for _, size, _ in tars)
+    removed = []
+    for mtime, size, tar in tars:
+        if total <= max_bytes or mtime > now - IN_USE_S:
+            break
+        tar.unlink(missing_ok=True)
+        total -= size
+        removed.append(tar)
+    return removed
 
 
 def _tar_dir(src: Path, dest: Path) -> None:

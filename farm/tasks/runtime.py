@@ -139,7 +139,8 @@ class TaskRuntime:
 
             mirror_dirs.append(ensure_demo_set(cfg.cache_dir).mirror_dir)
         repos = RepoCache(
-            cache_dir=cfg.cache_dir, mirror_dirs=mirror_dirs, fetch=cfg.fetch, git_timeout_s=cfg.git_timeout_s
+            cache_dir=cfg.cache_dir, mirror_dirs=mirror_dirs, fetch=cfg.fetch, git_timeout_s=cfg.git_timeout_s,
+            workspaces_max_bytes=cfg.workspaces_max_bytes,
         )
         return cls(config=cfg, repos=repos, path_prefix=python_path_prefix(cfg.python))
 

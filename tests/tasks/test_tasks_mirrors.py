@@ -135,3 +135,33 @@ async def test_a_partial_clone_mirror(tmp_path):
         await cache.workspace_tarball(GitSource(repo="o/r", base_commit=c4))
     msg = str(err.value)
     assert f"big2.bin ({blob2[:12]})" in msg and "promisor remote 'origin'" in msg and "partial clone" in msg
+
+
+async def test_workspace_tarballs_are_bounded_least_recently_used_first(tmp_path):
+    """With ``tasks.workspaces_max_bytes`` a build removes the least-recently-used tarballs until
+    they fit, never one used in the last IN_USE_S (a sandbox may be unpacking it); a removed one
+    is built again when asked. Without a bound nothing is removed."""
+    import time
+
+    from farm.tasks.repos import IN_USE_S
+
+    h = history(tmp_path)
+    bare_mirror(h["work"], tmp_path / "mirrors")
+    cache = RepoCache(cache_dir=tmp_path / "cache", mirror_dirs=[tmp_path / "mirrors"], workspaces_max_bytes=1)
+    long_ago = time.time() - 2 * IN_USE_S
+    c1 = await cache.workspace_tarball(GitSource(repo="o/r", base_commit=h["c1"]))
+    c2 = await cache.workspace_tarball(GitSource(repo="o/r", base_commit=h["c2"]))
+    assert c1.is_file() and c2.is_file()  # both used just now: over the bound, and kept
+    os.utime(c1, (long_ago, long_ago))
+    os.utime(c2, (long_ago, long_ago))
+    assert await cache.workspace_tarball(GitSource(repo="o/r", base_commit=h["c2"])) == c2  # asked again: used now
+    c3 = await cache.workspace_tarball(GitSource(repo="o/r", base_commit=h["c3"]))  # a build: c1 is the one to go
+    assert not c1.exists() and c2.is_file() and c3.is_file()
+    again = await cache.workspace_tarball(GitSource(repo="o/r", base_commit=h["c1"]))
+    assert again == c1 and unpack(again, tmp_path / "ws").joinpath("big.bin").is_file()
+
+    unbounded = RepoCache(cache_dir=tmp_path / "cache2", mirror_dirs=[tmp_path / "mirrors"])
+    old = await unbounded.workspace_tarball(GitSource(repo="o/r", base_commit=h["c1"]))
+    os.utime(old, (long_ago, long_ago))
+    await unbounded.workspace_tarball(GitSource(repo="o/r", base_commit=h["c2"]))
+    assert old.is_file()
