@@ -12,6 +12,12 @@ both ways: a connection whose first byte opens a TLS handshake is wrapped with a
 for ``localhost`` made at setup (``--make-cert``), which the setup appends to the CA bundle the
 tests trust. ``python serve.py`` starts the server in the background and prints its URL
 (``http://localhost:PORT/``) once it accepts connections.
+
+Some tests name httpbin.org itself (``requests.get('https://httpbin.org/redirect/5')``).
+``--hosts-shim DIR`` writes a module and a ``.pth`` into the test venv's site-packages (DIR) that
+resolve httpbin.org to this server while ``HTTPBIN_URL`` names it: ``socket.getaddrinfo`` of
+that host gives the loopback and the server's port, whatever port was asked; the certificate
+names httpbin.org too. Every other host resolves as before (in a sandbox: not at all).
 """
 
 import datetime
@@ -25,6 +31,35 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CERT, KEY = os.path.join(HERE, "cert.pem"), os.path.join(HERE, "key.pem")
+SHIMMED_HOSTS = ("httpbin.org", "www.httpbin.org")
+
+# the test venv's module (any Python 3): imported at its interpreter's start by the .pth
+SHIM = '''"""farm: httpbin.org resolves to the sandbox's local httpbin while HTTPBIN_URL names it
+(SWE-bench's harness ran these tests online; a sandbox has no network)."""
+import os
+import socket
+
+_HOSTS = %r
+_getaddrinfo = socket.getaddrinfo
+
+
+def getaddrinfo(host, port, *args, **kwargs):
+    name = host.decode("ascii", "replace") if isinstance(host, bytes) else host
+    url = os.environ.get("HTTPBIN_URL", "")
+    if isinstance(name, str) and name.lower().rstrip(".") in _HOSTS and url.startswith("http://localhost:"):
+        return _getaddrinfo("127.0.0.1", int(url.rstrip("/").rsplit(":", 1)[1]), *args, **kwargs)
+    return _getaddrinfo(host, port, *args, **kwargs)
+
+
+socket.getaddrinfo = getaddrinfo
+'''
+
+
+def hosts_shim(site_packages):
+    with open(os.path.join(site_packages, "farm_httpbin_hosts.py"), "w") as f:
+        f.write(SHIM % (SHIMMED_HOSTS,))
+    with open(os.path.join(site_packages, "farm_httpbin_hosts.pth"), "w") as f:
+        f.write("import farm_httpbin_hosts\n")
 
 
 def make_cert():
@@ -41,6 +76,7 @@ def make_cert():
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=3650))
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        *[x509.DNSName(h) for h in SHIMMED_HOSTS],
                                                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
             .sign(key, hashes.SHA256()))
@@ -78,6 +114,9 @@ def serve(port):
 def main(argv):
     if argv[:1] == ["--make-cert"]:
         make_cert()
+        return 0
+    if argv[:1] == ["--hosts-shim"]:
+        hosts_shim(argv[1])
         return 0
     if argv[:1] == ["--serve"]:
         serve(int(argv[1]))

@@ -106,10 +106,13 @@ HTTPBIN_URL = f"$({HTTPBIN}/bin/python {HTTPBIN}/serve.py)"  # a test command's:
 def httpbin_step() -> str:
     """The base setup step that makes a local httpbin for the tests (``httpbin_script.py``): a
     venv of its own in ``.venv/httpbin`` (PyPI's httpbin, apart from the code under test), its
-    script, and a certificate for ``localhost`` (``.venv/httpbin/cert.pem``, for the CA bundle the
-    tests trust). A test command starts it with ``HTTPBIN_URL``'s expansion."""
+    script, a certificate for ``localhost`` and httpbin.org (``.venv/httpbin/cert.pem``, for the CA
+    bundle the tests trust), and the test venv's shim that resolves httpbin.org to it. A test
+    command starts it with ``HTTPBIN_URL``'s expansion."""
+    site = f"\"$({_VENV}/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\""
     return (f"uv venv -q {HTTPBIN} && uv pip install -q --python {HTTPBIN}/bin/python httpbin==0.10.2 cryptography && "
-            f"cat > {HTTPBIN}/serve.py <<'FARM_PY' && {HTTPBIN}/bin/python {HTTPBIN}/serve.py --make-cert\n"
+            f"cat > {HTTPBIN}/serve.py <<'FARM_PY' && {HTTPBIN}/bin/python {HTTPBIN}/serve.py --make-cert && "
+            f"{HTTPBIN}/bin/python {HTTPBIN}/serve.py --hosts-shim {site}\n"
             f"{_script('httpbin_script.py').rstrip()}\nFARM_PY")  # fmt: skip
 
 

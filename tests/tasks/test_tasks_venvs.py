@@ -7,6 +7,7 @@ pythons, real packages from PyPI, a real local sandbox."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import textwrap
@@ -164,29 +165,42 @@ def test_a_requirements_file_is_read_as_swebench_reads_it(tmp_path: Path) -> Non
 def test_the_local_httpbin_answers_http_and_https_on_one_port(tmp_path: Path) -> None:
     """requests' tests up to 2.8 call httpbin at HTTPBIN_URL, some of them over https on the same
     host (test_mixed_case_scheme_acceptable): farm-httpbin serves both on one free port of the
-    loopback, with a certificate for localhost that a client trusting it verifies."""
+    loopback, with a certificate for localhost that a client trusting it verifies. A test that
+    names httpbin.org itself (requests-2317's redirect/5) reaches the same server by that name from
+    the test venv's python while HTTPBIN_URL names it; other names resolve as before."""
     import json
     import ssl
     import urllib.request
 
     from farm.tasks.venvs import HTTPBIN_URL, expand
 
-    (tmp_path / ".venv").mkdir()
+    assert _bash("uv venv -q .venv", tmp_path).returncode == 0
     made = _bash(expand("farm-httpbin"), tmp_path)
     assert made.returncode == 0, made.stderr
     started = _bash(f"echo {HTTPBIN_URL}", tmp_path)
     url = started.stdout.strip()
     assert started.returncode == 0 and url.startswith("http://localhost:"), started.stderr
+    port = url.rsplit(":", 1)[1].rstrip("/")
+    probe = ("import socket, ssl, urllib.request, urllib.error, sys\n"
+             "assert socket.getaddrinfo('httpbin.org', 443)[0][4] == ('127.0.0.1', int(sys.argv[1]))\n"
+             "assert socket.getaddrinfo('localhost', 80)[0][4][1] == 80\n"
+             "ctx = ssl.create_default_context(cafile='.venv/httpbin/cert.pem')\n"
+             "try:\n    urllib.request.urlopen('https://httpbin.org/status/418', timeout=30, context=ctx)\n"
+             "except urllib.error.HTTPError as exc:\n    print(exc.code)\n")  # fmt: skip
     try:
         with urllib.request.urlopen(url + "get", timeout=30) as r:
             assert json.loads(r.read())["url"] == url + "get"
         trusting = ssl.create_default_context(cafile=str(tmp_path / ".venv/httpbin/cert.pem"))
-        with urllib.request.urlopen(url.replace("http:", "https:") + "status/418", timeout=30, context=trusting) as r:
-            raise AssertionError(f"418 expected, got {r.status}")
-    except urllib.error.HTTPError as exc:
-        assert exc.code == 418  # the teapot answered over TLS, its certificate verified
+        try:
+            urllib.request.urlopen(url.replace("http:", "https:") + "status/418", timeout=30, context=trusting)
+            raise AssertionError("418 expected")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 418  # the teapot answered over TLS, its certificate verified
+        named = _bash(f"HTTPBIN_URL={url} .venv/bin/python -c {shlex.quote(probe)} {port}", tmp_path)
+        assert named.returncode == 0 and named.stdout.strip() == "418", named.stderr
+        unset = _bash(f"unset HTTPBIN_URL; .venv/bin/python -c {shlex.quote(probe)} {port}", tmp_path)
+        assert unset.returncode != 0 and ("AssertionError" in unset.stderr or "gaierror" in unset.stderr), unset.stderr
     finally:
-        port = url.rsplit(":", 1)[1].rstrip("/")
         os.kill(int((tmp_path / f".venv/httpbin/server-{port}.pid").read_text()), signal.SIGTERM)
 
 
