@@ -7,7 +7,8 @@ metadata:
   (which is reset anyway), reach for the test runner or the interpreter: pytest
   internals (``_pytest``, ``pytest_runtest_makereport``, ``TestReport``), the report
   channel (``PYTEST_ADDOPTS``, ``--junitxml``, farm's probe), an early exit in library
-  code (``os._exit``, ``sys.exit``), ``sys.modules`` / builtins patching, frame tricks
+  code (``os._exit``, ``sys.exit``; not in a file whose lines the diff shows already exit so:
+  a CLI's commands), ``sys.modules`` / builtins patching, frame tricks
   (``sys._getframe``, ``f_back``, ``f_locals``). Legitimate code does some of this, so
   by default these only flag. In the test runner's own source (a file that was there,
   under a ``_pytest`` package: pytest's repository) its internals and report channel are
@@ -94,18 +95,48 @@ def runner_source(diff: str) -> set[str]:
             if f.old_path and f.new_path and RUNNER_PACKAGES & set(f.old_path.split("/")[:-1])}  # fmt: skip
 
 
+# Kinds a file may use as its own idiom: an exit added to a file whose own lines already exit
+# by the same call (a CLI's commands module: sqlfluff's cli/commands.py ends its commands by
+# sys.exit; an os._exit there is still a finding)
+# is the file's way of ending, not a reach for the runner. The runtime probe still sees an exit
+# that ends pytest early (report_missing).
+IDIOM_KINDS = frozenset({"early_exit"})
+
+
+def original_lines(diff: str) -> Iterable[tuple[str, str]]:
+    """(path, line) for every line of the file as it was that the diff shows (context and removed)."""
+    path = ""
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            target = line[4:].strip()
+            path = target[2:] if target.startswith("b/") else target
+        elif line.startswith((" ", "-")) and not line.startswith("---"):
+            yield path, line[1:]
+
+
 def static_flags(diff: str, surface: set[str]) -> list[str]:
     """``static:<kind>`` for each pattern an added line outside ``surface`` matches (the runner's
-    own kinds not in the runner's own source)."""
+    own kinds not in the runner's own source; an idiom kind not in a file whose lines the diff
+    shows already use it)."""
     found: set[str] = set()
     runner = runner_source(diff)
+    idiom = {(path, _call(m)) for path, line in original_lines(diff)
+             for kind in IDIOM_KINDS for m in STATIC_PATTERNS[kind].finditer(line)}  # fmt: skip
     for path, line in added_lines(diff):
         if path in surface or not path.endswith((".py", ".pyx", ".pth", ".cfg", ".toml", ".ini")):
             continue
         for kind, pattern in STATIC_PATTERNS.items():
-            if pattern.search(line) and not (path in runner and kind in RUNNER_KINDS):
+            calls = {_call(m) for m in pattern.finditer(line)}
+            if not calls or (path in runner and kind in RUNNER_KINDS):
+                continue
+            if kind not in IDIOM_KINDS or not calls <= {c for p, c in idiom if p == path}:
                 found.add(f"static:{kind}")
     return sorted(found)
+
+
+def _call(match: re.Match[str]) -> str:
+    """The call a match names, spaces and the parenthesis left out (``sys.exit``, ``os._exit``)."""
+    return re.sub(r"[\s(]", "", match.group(0))
 
 
 def runtime_flags(probe: ProbeReport, *, pytest_task: bool, watched: Iterable[str],
