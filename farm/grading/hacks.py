@@ -96,10 +96,9 @@ def runner_source(diff: str) -> set[str]:
 
 
 # Kinds a file may use as its own idiom: an exit added to a file whose own lines already exit
-# by the same call (a CLI's commands module: sqlfluff's cli/commands.py ends its commands by
-# sys.exit; an os._exit there is still a finding)
-# is the file's way of ending, not a reach for the runner. The runtime probe still sees an exit
-# that ends pytest early (report_missing).
+# by the same call is the file's way of ending, not a reach for the runner (a CLI's commands
+# module: sqlfluff's cli/commands.py ends its commands by sys.exit; an os._exit added there is
+# still a finding). The runtime probe still sees an exit that ends pytest early (report_missing).
 IDIOM_KINDS = frozenset({"early_exit"})
 
 

@@ -387,6 +387,8 @@ def _used(tar: Path) -> bool:
         os.utime(tar)
     except FileNotFoundError:
         return False
+    except OSError:  # a cache this process may read but not touch (read-only, another user's)
+        return tar.is_file()
     return True
 
 
