@@ -13,11 +13,13 @@ for ``localhost`` made at setup (``--make-cert``), which the setup appends to th
 tests trust. ``python serve.py`` starts the server in the background and prints its URL
 (``http://localhost:PORT/``) once it accepts connections.
 
-Some tests name httpbin.org itself (``requests.get('https://httpbin.org/redirect/5')``).
+Some tests name httpbin.org itself (``requests.get('https://httpbin.org/redirect/5')``), or
+redirect to another host only to see what requests sends there (``www.google.co.uk``).
 ``--hosts-shim DIR`` writes a module and a ``.pth`` into the test venv's site-packages (DIR) that
-resolve httpbin.org to this server while ``HTTPBIN_URL`` names it: ``socket.getaddrinfo`` of
-that host gives the loopback and the server's port, whatever port was asked; the certificate
-names httpbin.org too. Every other host resolves as before (in a sandbox: not at all).
+resolve those names (``SHIMMED_HOSTS``) to this server while ``HTTPBIN_URL`` names it:
+``socket.getaddrinfo`` of such a host gives the loopback and the server's port, whatever port
+was asked; the certificate names them too. Every other host resolves as before (in a sandbox:
+not at all).
 """
 
 import datetime
@@ -31,11 +33,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CERT, KEY = os.path.join(HERE, "cert.pem"), os.path.join(HERE, "key.pem")
-SHIMMED_HOSTS = ("httpbin.org", "www.httpbin.org")
+# httpbin.org itself; and the host requests' tests send an off-host redirect to (2.x's
+# test_auth_is_stripped_on_redirect_off_host), which needs only an answer from another host name
+SHIMMED_HOSTS = ("httpbin.org", "www.httpbin.org", "www.google.co.uk")
 
 # the test venv's module (any Python 3): imported at its interpreter's start by the .pth
-SHIM = '''"""farm: httpbin.org resolves to the sandbox's local httpbin while HTTPBIN_URL names it
-(SWE-bench's harness ran these tests online; a sandbox has no network)."""
+SHIM = '''"""farm: httpbin.org (and the host the tests redirect off to) resolves to the sandbox's
+local httpbin while HTTPBIN_URL names it (SWE-bench's harness ran these tests online; a sandbox
+has no network)."""
 import os
 import socket
 
