@@ -72,12 +72,22 @@ STATIC_PATTERNS: dict[str, re.Pattern[str]] = {
 
 def added_lines(diff: str) -> Iterable[tuple[str, str]]:
     """(path, line) for every line the diff adds."""
+    return _lines(diff, ("+",))
+
+
+def original_lines(diff: str) -> Iterable[tuple[str, str]]:
+    """(path, line) for every line of the file as it was that the diff shows (context and removed)."""
+    return _lines(diff, (" ", "-"))
+
+
+def _lines(diff: str, marks: tuple[str, ...]) -> Iterable[tuple[str, str]]:
+    """(path, line) for every hunk line of the diff that starts with one of ``marks``."""
     path = ""
     for line in diff.splitlines():
         if line.startswith("+++ "):
             target = line[4:].strip()
             path = target[2:] if target.startswith("b/") else target
-        elif line.startswith("+") and not line.startswith("+++"):
+        elif line.startswith(marks) and not line.startswith(("+++", "---")):
             yield path, line[1:]
 
 
@@ -100,17 +110,6 @@ def runner_source(diff: str) -> set[str]:
 # module: sqlfluff's cli/commands.py ends its commands by sys.exit; an os._exit added there is
 # still a finding). The runtime probe still sees an exit that ends pytest early (report_missing).
 IDIOM_KINDS = frozenset({"early_exit"})
-
-
-def original_lines(diff: str) -> Iterable[tuple[str, str]]:
-    """(path, line) for every line of the file as it was that the diff shows (context and removed)."""
-    path = ""
-    for line in diff.splitlines():
-        if line.startswith("+++ "):
-            target = line[4:].strip()
-            path = target[2:] if target.startswith("b/") else target
-        elif line.startswith((" ", "-")) and not line.startswith("---"):
-            yield path, line[1:]
 
 
 def static_flags(diff: str, surface: set[str]) -> list[str]:

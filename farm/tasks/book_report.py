@@ -149,14 +149,16 @@ def render_markdown(results: BookResults) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     seen = [r for r in rows if r.first_outcome is not None]
-    parts = [("fixed on", "fix", False), ("held out" + (" (first runs)" if seen else ""), "heldout", True),
-             *([("held out (re-runs after a failure was seen included)", "heldout", False)] if seen else []),
-             ("all published", None, False), ("from PyPI sdists", "sdist", False)]  # fmt: skip
-    rounds = list(dict.fromkeys(r.heldout_round for r in rows if r.part == "heldout" and r.heldout_round))
-    parts[2:2] = [(f"held out, round {name} (first runs)", f"round:{name}", True) for name in rounds]
-    for name, part, first in parts:
-        sel = [r for r in rows if (r.part != "sdist" if part is None else r.part == part
-                                   or part == f"round:{r.heldout_round}" and r.part == "heldout")]  # fmt: skip
+    held = [r for r in rows if r.part == "heldout"]
+    rounds = list(dict.fromkeys(r.heldout_round for r in held if r.heldout_round))
+    parts = [("fixed on", [r for r in rows if r.part == "fix"], False),
+             ("held out" + (" (first runs)" if seen else ""), held, True),
+             *[(f"held out, round {name} (first runs)", [r for r in held if r.heldout_round == name], True)
+               for name in rounds],
+             *([("held out (re-runs after a failure was seen included)", held, False)] if seen else []),
+             ("all published", [r for r in rows if r.part != "sdist"], False),
+             ("from PyPI sdists", [r for r in rows if r.part == "sdist"], False)]  # fmt: skip
+    for name, sel, first in parts:
         if not sel:
             continue
         c = Counter(first_run(r) for r in sel) if first else counts(sel)
