@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("farm.commands.rollout", "run one rollout, streaming its events (farm.Rollouts)"),
     "serve": ("farm.commands.serve", "serve farm.Rollouts over HTTP (REST + SSE) on 127.0.0.1"),
     "validate-tasks": ("farm.commands.validate_tasks", "check every task: gold resolves, empty does not"),
+    "fill-mirror": ("farm.commands.fill_mirror", "write a mirror's missing blobs from a release's files (an sdist)"),
     "envs": ("farm.commands.envs", "environment snapshots: build, ls, show, rm, gc"),
     "inspect": ("farm.commands.inspect", "summarize an output directory; a rollout's task and a Sample decoded"),
     "report": ("farm.commands.report", "write a self-contained HTML report of an output directory"),

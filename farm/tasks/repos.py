@@ -359,7 +359,8 @@ class IncompleteTree(TaskSourceError):
         return (
             f"repository {self.what}: the tree of {role} {self.commit[:12]} is incomplete in {self.repo}: "
             f"{len(self.missing)} object(s) missing: {'; '.join(self.missing[:20])}{more}{self.detail}. "
-            "The mirror lacks objects (e.g. made with large blobs left out): fetch them into it, or use a complete mirror"
+            "The mirror lacks objects (e.g. made with large blobs left out): fetch them into it, fill them from a "
+            "release's files (`farm fill-mirror MIRROR SDIST`), or use a complete mirror"
         )
 
 
