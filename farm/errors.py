@@ -7,6 +7,8 @@ rollout pipeline). Each phase has its own timeout type so the status is exact.
 
 from __future__ import annotations
 
+import errno
+
 
 class FarmError(Exception):
     """Base of every farm error.
@@ -170,6 +172,22 @@ class SetupCommandFailed(SetupError):
         super().__init__(message)
         self.report = report
         self.deterministic = deterministic
+
+
+# a full disk, in the words of the tools that meet it (bash, git, pip, uv's Rust "os error 28")
+_DISK_FULL = ("No space left on device", "os error 28", "[Errno 28]")
+
+
+def says_disk_full(text: str) -> bool:
+    """Does this output say the disk filled? The machine's state, not the command's fault."""
+    return any(marker in text for marker in _DISK_FULL)
+
+
+def disk_full(what: str, detail: str) -> OSError:
+    """The error for a step that failed because the disk filled: a system error (a later try,
+    once there is room, may work), never recorded as the task's own failure."""
+    return OSError(errno.ENOSPC, f"No space left on device: {what} (nothing recorded; it runs again once there is room): "
+                                 f"{detail[-300:]}")  # fmt: skip
 
 
 # --- container images (farm.images) -----------------------------------------

@@ -32,7 +32,7 @@ from pathlib import Path
 from farm.envs.identity import EnvIdentity, setup_commit
 from farm.envs.layers import keep_untracked, seal_layer
 from farm.envs.store import EnvRecord, EnvStore, tree_size
-from farm.errors import TaskError
+from farm.errors import TaskError, disk_full, says_disk_full
 from farm.sandboxes.base import Sandbox, SandboxSpec
 from farm.sandboxes.views import SnapshotView, ViewLayer
 from farm.tasks.model import GitSource, Task
@@ -61,6 +61,14 @@ def build_spec(
         ro_binds=[python.ro_bind] if python.ro_bind else [],
         view=view,
     )
+
+
+def _unless_disk_full(record: EnvRecord, what: str) -> EnvRecord:
+    """The record to publish; a build that failed because the disk filled is none: it raises
+    (``farm.errors.disk_full``), so nothing sticks and the next ask builds it again."""
+    if not record.ok and (says_disk_full(record.reason) or any(step.disk_full for step in record.setup.steps)):
+        raise disk_full(what, record.log_tail() or record.reason)
+    return record
 
 
 def _failed(common: dict, reason: str, t0: float, setup: SetupReport | None = None) -> EnvRecord:
@@ -128,7 +136,7 @@ async def build_env(
             under = [Path(layer.path) for layer in store.view_layers(base)]
             deleted = await asyncio.to_thread(seal_layer, tree, mode, under)
             record = record.model_copy(update={"deleted": deleted, "build_s": time.monotonic() - t0})
-        return await _publish(store, staging, record)
+        return await _publish(store, staging, _unless_disk_full(record, f"environment {ident.key[:12]} for task {task.id}"))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -179,6 +187,7 @@ async def build_base(
         if record.ok and not paths:
             log.warning("base environment %s for task %s: its setup created nothing in the workdir (it must install "
                         "there, e.g. a venv in the workdir)", ident.key[:12], task.id)  # fmt: skip
+        record = _unless_disk_full(record, f"base environment {ident.key[:12]} for task {task.id}")
         return await _publish(store, staging, record.model_copy(update={"build_s": time.monotonic() - t0}))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from farm.errors import CommitNotFound, RepositoryNotFound, TaskError, TaskSourceError
+from farm.errors import CommitNotFound, RepositoryNotFound, TaskError, TaskSourceError, disk_full, says_disk_full
 from farm.tasks.model import GitSource
 
 log = logging.getLogger(__name__)
@@ -260,6 +260,8 @@ class RepoCache:
                 code, out = await _run(["git", *args], cwd=ws, timeout=t, stdin=stdin)
             except TimeoutError:
                 raise _GitTimeout(f"repository {what}: 'git {args[0]}' timed out after {t:g} s") from None
+            if code != 0 and says_disk_full(out):  # not the mirror's fault: no "cannot pack its history" either
+                raise disk_full(f"repository {what}: 'git {' '.join(args[:3])}' while building a workspace", out)
             if code != 0:
                 raise TaskError(f"repository {what}: 'git {' '.join(args[:3])}' failed: {out}")
             return out

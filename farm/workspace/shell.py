@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from farm.errors import SandboxTimeout
+from farm.errors import SandboxTimeout, says_disk_full
 from farm.sandboxes.base import ExecResult, Sandbox
 from farm.tasks.repos import GIT_IDENTITY  # noqa: F401 - re-exported: one identity for host and sandbox git
 
@@ -46,8 +46,14 @@ class CommandReport(BaseModel):
     def failed_for_good(self) -> bool:
         """It ended with an error of its own (an exit status below 128): the same command
         fails the same way again. Not a timeout, nor a kill by a signal (128 + its number,
-        e.g. a memory limit's SIGKILL), which a machine under load or short of memory causes."""
-        return not self.timed_out and self.exit_code is not None and 0 < self.exit_code < 128
+        e.g. a memory limit's SIGKILL), which a machine under load or short of memory causes;
+        nor an error because the disk filled (``disk_full``)."""
+        return not self.timed_out and self.exit_code is not None and 0 < self.exit_code < 128 and not self.disk_full
+
+    @property
+    def disk_full(self) -> bool:
+        """It failed, and its output says the disk filled (the machine's state, not the command's)."""
+        return not self.ok and says_disk_full(self.stdout_tail + self.stderr_tail)
 
     def describe(self) -> str:
         cmd = self.command if len(self.command) <= 120 else self.command[:117] + "..."

@@ -5,6 +5,7 @@ reap and gc. Tasks here need no network: empty workspaces, setup writing files."
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -127,6 +128,24 @@ async def test_a_failed_build_is_recorded_once_and_read_back(world):
     with pytest.raises(EnvBuildFailed):
         await again.view_for(bad)
     assert len(again.built) == 1
+
+
+async def test_a_build_the_full_disk_failed_is_not_recorded(world):
+    """The disk filling mid-build is the machine's state, not the environment's: a system error
+    (OSError ENOSPC) for every waiter, nothing recorded, and the next ask builds it again."""
+    p = world["provider"]()
+    full = task("full", setup=["echo 'error: Failed to install: numba' >&2; echo 'cause: failed to copy file: "
+                               "No space left on device (os error 28)' >&2; exit 2"])  # fmt: skip
+    errors = await asyncio.gather(*[p.view_for(full) for _ in range(2)], return_exceptions=True)
+    assert all(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in errors), errors
+    assert f"environment {p._ids['full'].key[:12]} for task full" in str(errors[0]) and "numba" in str(errors[0])
+    assert p.store.record(p._ids["full"].key) is None  # no failure sticks (`farm envs rm --failed` not needed)
+    assert not list(Path(world["envs"].cache_dir).glob(".build/*"))
+    again = world["provider"]()
+    with pytest.raises(OSError):
+        await again.view_for(full)
+    builds = [s for s in world["made"] if s.labels["purpose"] == "env-build"]
+    assert len(builds) == 2  # once for the two waiters together, and again when asked again
 
 
 async def test_a_cancelled_waiter_does_not_cancel_the_build(world):

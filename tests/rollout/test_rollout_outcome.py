@@ -220,3 +220,8 @@ def test_a_setup_step_fails_for_good_only_on_an_exit_of_its_own():
     assert not report(exit_code=None, timed_out=True).failed_for_good
     assert not report(exit_code=-9).failed_for_good
     assert not SetupReport(ok=True, steps=[CommandReport(command="true", exit_code=0)]).failed_for_good
+    # the disk filled: the machine's state, a later try may work (pip's, uv's, git's words)
+    for said in ("OSError: [Errno 28] No space left on device", "failed to copy file: (os error 28)",
+                 "fatal: unable to write new index file: No space left on device"):  # fmt: skip
+        assert not report(exit_code=1, stderr_tail=said).failed_for_good, said
+    assert report(exit_code=1, stdout_tail="tests of disk usage passed").failed_for_good
