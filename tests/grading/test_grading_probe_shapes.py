@@ -9,6 +9,7 @@ the grader loads it (``testkit.probe_run``), with this environment's plugins
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,25 @@ def test_every_test_shape_is_seen_running(tmp_path):
     assert found.test.endswith("::test_helper_that_equals_anything") and found.type.endswith("Anything")
     assert not rigged_by_diff(found, {"lib.py"}, str(tmp_path / "p"))
     assert rigged_by_diff(found, {"tests/test_shapes.py"}, str(tmp_path / "p"))
+
+
+def test_a_library_holding_what_it_was_given_is_not_the_code_reaching(tmp_path):
+    """gc.get_referents reaches only what its caller holds: pandas' copy check on a frame the code
+    under test set items of is the library's own doing; a direct call of the code still counts."""
+    libs = tmp_path / "site-packages"
+    libs.mkdir()
+    (libs / "frames.py").write_text("import gc\n\n\ndef setitem(d, k, v):\n    gc.get_referents(d)\n    d[k] = v\n")
+    code = LIB + "\n\ndef store(d):\n    import frames\n    frames.setitem(d, 'x', 1)\n    return d\n" \
+                 "\n\ndef look(d):\n    import gc\n    return gc.get_referents(d)\n"
+    project = _project(tmp_path / "p", code)
+    (project / "tests" / "test_store.py").write_text(
+        "import lib\n\n\ndef test_store():\n    assert lib.store({}) == {'x': 1}\n\n\n"
+        "def test_look():\n    assert lib.look({'a': 1})\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
+    res, probe = run_with_probe(project, ["tests/test_store.py"], scratch=tmp_path, env={**env, "PYTHONPATH": str(libs)})
+    assert res.returncode == 0, res.stdout[-3000:]
+    reaches = [(r.what, Path(r.origin).name, r.function) for r in probe.reaches]
+    assert reaches == [("gc.get_referents", "lib.py", "look")], reaches
 
 
 def test_ids_are_the_ones_pytest_prints_when_run_below_the_rootdir(tmp_path):

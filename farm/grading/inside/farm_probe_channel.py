@@ -211,6 +211,10 @@ def install_tripwires(emit, own, hooks, probe_dir, is_test_code, preloaded=froze
         """(walk the whole stack?, detail) when the event reaches for what the probe guards."""
         if event.startswith("ctypes."):
             return "ctypes", ""
+        if event == "gc.get_referents":
+            # reaches only what the caller already holds: a library's own (pandas checks a frame it
+            # was given for copies) is not the code's doing; only a direct call of the code counts
+            return False, ""
         if event in walks:
             return True, ""
         if event == "object.__getattr__":
