@@ -259,15 +259,20 @@ class EnvStore:
             return False
         for dep in self.dependents(key):
             self.remove(dep, force=True)
-        self._discard(d)
         self._ok.pop(key, None)
-        return True
+        return self._discard(d)
 
-    def _discard(self, d: Path) -> None:
+    def _discard(self, d: Path) -> bool:
+        """Remove ``d``: False when another remover (a gc of another build, another process)
+        took it first."""
         trash = self.root / ".build" / f"trash-{d.name}.{uuid.uuid4().hex[:8]}"
         trash.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(d, trash)  # gone from view at once; then deleted
+        try:
+            os.rename(d, trash)  # gone from view at once; then deleted
+        except FileNotFoundError:
+            return False
         shutil.rmtree(trash, ignore_errors=True)
+        return True
 
     def gc(self, max_size_bytes: int) -> list[str]:
         """Remove least-recently-used snapshots (failures first) until the cache holds at
