@@ -13,8 +13,9 @@ repository is a bare mirror named as farm looks it up (``<owner>__<name>.git``).
 - ``REQUESTS`` (``requests`` 2.31.0 as repo ``psf/requests``, version ``2.31``): a bug in
   ``CaseInsensitiveDict.__eq__`` and a test patch adding the test that catches it; no recipe
   file: farm's recipe book has SWE-bench's spec for psf/requests 2.31.
-- ``DJANGO`` (``Django`` 4.2.11 as ``django/django`` version ``4.2``): the book's own Django
-  recipe on a repository too large to mirror here (``scripts/validate_book.py --sdist``).
+- ``DJANGO`` (``Django`` 4.2.11 as ``django/django`` version ``4.2``; ``DJANGO_30``, ``DJANGO_32``
+  for 3.0 and 3.2) and ``SCIKIT_LEARN`` (1.3.2 as version ``1.3``): the book's own recipes on
+  repositories too large to mirror here (``scripts/validate_book.py --sdist``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,47 @@ DJANGO = SdistProject(
     new_test=(_TEXT, "class TestUtilsText(SimpleTestCase):\n",
               "    def test_capfirst(self):\n        self.assertEqual(text.capfirst('hello World'), 'Hello World')\n\n"),
     drop=("Django.egg-info",),
+)  # fmt: skip
+
+
+def _django_3(version: str, row_version: str) -> SdistProject:
+    """Django 3.0/3.2 (SWE-bench's spec: Python 3.6, tests/requirements/py3.txt, runtests.py): capfirst's
+    3.x body, the same bug and test as DJANGO."""
+    return SdistProject(
+        package="Django", version=version, repo="django/django", row_version=row_version,
+        bug_file="django/utils/text.py",
+        bug=("    return x and str(x)[0].upper() + str(x)[1:]\n", "    return x and str(x)[0].upper() + str(x)[1:].lower()\n"),
+        fail_to_pass=DJANGO.fail_to_pass,
+        pass_to_pass=["test_get_text_list (utils_tests.test_text.TestUtilsText)",
+                      "test_truncate_chars (utils_tests.test_text.TestUtilsText)",
+                      "test_wrap (utils_tests.test_text.TestUtilsText)",
+                      "test_slugify (utils_tests.test_text.TestUtilsText)"],
+        statement=DJANGO.statement, log_parser="parse_log_django", new_test=DJANGO.new_test, drop=("Django.egg-info",),
+    )  # fmt: skip
+
+
+DJANGO_30 = _django_3("3.0.14", "3.0")
+DJANGO_32 = _django_3("3.2.25", "3.2")
+
+# scikit-learn 1.3.2 as scikit-learn/scikit-learn version 1.3 (SWE-bench's spec: Python 3.9, pinned numpy/
+# scipy/cython, the extensions built in place by pip --no-build-isolation): a bug in gen_batches' last
+# batch and the test that catches it. Its sdist (1.3) is fetched from the index's link: pip download
+# would build its metadata, which needs its build dependencies.
+_SK_UTILS = "sklearn/utils/tests/test_utils.py"
+SCIKIT_LEARN = SdistProject(
+    package="scikit-learn", version="1.3.2", repo="scikit-learn/scikit-learn", row_version="1.3",
+    bug_file="sklearn/utils/__init__.py",
+    bug=("        yield slice(start, n)\n", "        yield slice(start, n - 1)\n"),
+    fail_to_pass=[f"{_SK_UTILS}::test_gen_batches_last"],
+    pass_to_pass=[f"{_SK_UTILS}::test_make_rng", f"{_SK_UTILS}::test_safe_mask", f"{_SK_UTILS}::test_column_or_1d",
+                  f"{_SK_UTILS}::test_resample"],
+    statement="`sklearn.utils.gen_batches` drops the last sample: `list(gen_batches(7, 3))` ends with "
+    "`slice(6, 6)` instead of `slice(6, 7)`. The last batch should reach `n`.",
+    log_parser="parse_log_scikit",
+    new_test=(_SK_UTILS, "    mask = safe_mask(X_csr, mask)\n    assert X_csr[mask].shape[0] == 3\n",
+              "\n\ndef test_gen_batches_last():\n    from sklearn.utils import gen_batches\n\n"
+              "    assert list(gen_batches(7, 3)) == [slice(0, 3), slice(3, 6), slice(6, 7)]\n"),
+    drop=("scikit_learn.egg-info",),
 )  # fmt: skip
 
 # The inflection task's facts under their historical names (users of this module import them).
