@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm.errors import TaskError
+from farm.tasks.repos import missing_ids, name_paths
 
 
 @dataclass
@@ -46,14 +47,9 @@ def missing_blobs(mirror: Path, commits: Sequence[str] = ()) -> dict[str, list[s
     """The objects reachable from ``commits`` (default: every ref's history) that ``mirror``
     lacks, with the paths they have in those commits' trees (none when every ref was looked at:
     git names no path for an object it lacks, and walking every tree of a history is slow)."""
-    out = _git(mirror, "rev-list", "--objects", "--missing=print", *(commits or ["--all"]))
-    missing: dict[str, list[str]] = {ln[1:].strip(): [] for ln in out.splitlines() if ln.startswith("?")}
+    missing = missing_ids(_git(mirror, "rev-list", "--objects", "--missing=print", *(commits or ["--all"])))
     for commit in commits if missing else ():
-        for entry in _git(mirror, "ls-tree", "-r", "-z", commit).split("\0"):
-            meta, _, path = entry.partition("\t")
-            oid = meta.split(" ")[-1] if meta else ""
-            if oid in missing and path not in missing[oid]:
-                missing[oid].append(path)
+        name_paths(missing, _git(mirror, "ls-tree", "-r", "-z", commit))
     return missing
 
 

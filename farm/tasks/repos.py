@@ -317,14 +317,10 @@ class RepoCache:
         )
         if code != 0:
             raise TaskError(f"cannot list the tree of {sha[:12]} in {repo}: {out[-500:]}")
-        missing = {line[1:].strip(): [] for line in out.splitlines() if line.startswith("?")}
+        missing = missing_ids(out)
         if missing:
             _, listing = await _run(["git", "ls-tree", "-r", "-t", "-z", sha], cwd=repo, timeout=self.git_timeout_s, tail=None)
-            for entry in listing.split("\0"):
-                meta, _, path = entry.partition("\t")
-                oid = meta.split(" ")[-1] if meta else ""
-                if oid in missing:
-                    missing[oid].append(path)
+            name_paths(missing, listing)
         return missing
 
     async def _complete_tree(self, repo: Path, sha: str, promisor: str | None, what: str, history_error: str) -> None:
@@ -379,6 +375,20 @@ class _GitTimeout(TaskError):
 
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://") or (":" in url.split("/", 1)[0] and "@" in url)
+
+
+def missing_ids(rev_list: str) -> dict[str, list[str]]:
+    """The objects ``git rev-list --objects --missing=print`` says are missing: {id: []}."""
+    return {line[1:].strip(): [] for line in rev_list.splitlines() if line.startswith("?")}
+
+
+def name_paths(missing: dict[str, list[str]], listing: str) -> None:
+    """Add to each missing id the paths ``git ls-tree -r -z`` gives it (once each)."""
+    for entry in listing.split("\0"):
+        meta, _, path = entry.partition("\t")
+        oid = meta.split(" ")[-1] if meta else ""
+        if oid in missing and path not in missing[oid]:
+            missing[oid].append(path)
 
 
 IN_USE_S = 600.0  # a tarball used this recently may be unpacking into a sandbox: never evicted
