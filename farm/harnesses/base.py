@@ -28,7 +28,6 @@ import platform
 from farm.errors import HarnessInstallError, SandboxError
 from farm.harnesses.config import HarnessConfig
 from farm.harnesses.install import NpmPackage, ensure_package, ensure_tarball, pinned_package
-from farm.harnesses.probe import probe_script
 from farm.harnesses.plan import HarnessResult, HarnessRun, LaunchPlan, diff_excludes  # noqa: F401 - re-exported
 from farm.harnesses.runner import run_plan
 from farm.sandboxes.base import Sandbox
@@ -183,16 +182,14 @@ class Harness(ABC):
             **self.config_files(run, scratch),
         }
         dirs = sorted({home, *(os.path.dirname(p) for p in files)})
-        # the scratch dir, the check that the CLI is executable where the sandbox sees it and one
-        # ask of the gateway, in one command (each command a sandbox runs is a jail's start, and
-        # with the gateway's port relayed, a relay's): a gateway that did not answer is asked
-        # again, patiently, at the launch (runner.run_plan)
-        probe = probe_script(run.gateway_url, min(self.config.probe_timeout_s, 5.0)) if run.gateway_url else ""
-        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or "", probe, *dirs], timeout=60)
+        # the scratch dir and the check that the CLI is executable where the sandbox sees it, in
+        # one command (each command a sandbox runs is a jail's start). It needs no gateway: a
+        # rollout runs it before the session's socket is served, so its jail starts no relay;
+        # the gateway is asked by the launch's own command, before the CLI (runner.run_plan)
+        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or "", *dirs], timeout=60)
         if prep.exit_code not in (0, _NOT_EXECUTABLE):
             raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
         binary = seen if seen and prep.exit_code == 0 else await self._unseen(sandbox)
-        answered = prep.exit_code == 0 and _ANSWERED in prep.stdout.split()
         await sandbox.write_files(files)  # one host job for them all (local)
         env = {"HOME": home, **run.env, **self.environment(run, scratch), **self.config.extra_env}
         return LaunchPlan(
@@ -208,7 +205,6 @@ class Harness(ABC):
             files_written=sorted(files),
             gateway_url=run.gateway_url,
             budget_s=run.budget_s,
-            gateway_answered=answered,
         )
 
     # --- launch --------------------------------------------------------------------
@@ -228,14 +224,10 @@ class Harness(ABC):
 
 
 # configure's one command: $1 the scratch dir (made anew), $2 the CLI's path ("" to skip its
-# check), $3 the gateway's probe script ("" for none: it prints _ANSWERED when the gateway
-# answered), the rest the directories to make
+# check), the rest the directories to make
 _NOT_EXECUTABLE = 97
-_ANSWERED = "farm-gateway-answered"
-_PREPARE = (
-    f'rm -rf "$1" && mkdir -p "${{@:4}}" || exit 1; [ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}; '
-    f'if [ -n "$3" ] && ( eval "$3" ) >/dev/null 2>&1; then echo {_ANSWERED}; fi'
-)
+_PREPARE = f'rm -rf "$1" && mkdir -p "${{@:3}}" || exit 1; [ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}'
+
 
 
 async def _is_executable(sandbox: Sandbox, path: str) -> bool:

@@ -62,9 +62,6 @@ class LaunchPlan(BaseModel):
     files_written: list[str] = Field(description="absolute sandbox paths farm wrote for this run")
     gateway_url: str
     budget_s: float
-    gateway_answered: bool = Field(
-        default=False, description="the gateway answered a probe from the sandbox at configure: the launch skips its first"
-    )
 
     def shell_command(self) -> str:
         """The command line, for logs (no secrets: those are in env only)."""

@@ -1,5 +1,11 @@
 """Run a configured CLI: probe, start, supervise within the budget, kill, collect, classify.
 
+The CLI's own command asks the gateway first (``_WRAPPER``: its probe, patiently, until
+``probe_timeout_s``), then execs the CLI: one jail and one port relay for both, where a
+probe of its own was another jailed command. A gateway that never answered ends the wrapper
+with ``_UNREACHABLE`` and the reason on the wrapper's own stderr, which farm reads from the
+command's pipe: the CLI, once exec'd, writes only to its files, so it cannot fake that end.
+
 Supervision races three things: the CLI's exit, its budget (the sandbox kills the
 whole process tree), and a watchdog that every ``watch_interval_s`` reads the tail of
 the CLI's JSON stream for a retry loop and probes the gateway from inside the sandbox.
@@ -14,19 +20,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 
 from farm.errors import SandboxError, SandboxTimeout
 from farm.harnesses.plan import HarnessEnd, HarnessHooks, HarnessResult, LaunchPlan, diff_excludes
 from farm.harnesses.events import last_line, parse_json_lines, tail
-from farm.harnesses.probe import probe_gateway
+from farm.harnesses.probe import probe_gateway, probe_script
 from farm.sandboxes.base import BackgroundProcess, Sandbox
 
 log = logging.getLogger(__name__)
 
-# stdin from the instruction file, stdout/stderr to files (partial output survives a kill).
-_WRAPPER = 'in=$1 out=$2 err=$3; shift 3; export FARM_LOGIN_PATH="$PATH"; exec "$@" <"$in" >"$out" 2>"$err"'
+# $4: the gateway's probe script ("" for none), tried every 0.5 s until $5 s have passed ($SECONDS
+# counts whole seconds: up to one more; each attempt waits for an answer until its own timeout); then the CLI, stdin from the instruction
+# file, stdout/stderr to files (partial output survives a kill)
+_UNREACHABLE = 86
+_UNREACHABLE_TAG = "farm: gateway unreachable: "
+_WRAPPER = (
+    'in=$1 out=$2 err=$3 probe=$4 patience=$5; shift 5; export FARM_LOGIN_PATH="$PATH"; '
+    'if [ -n "$probe" ]; then end=$((SECONDS + patience)); '
+    'until why=$(eval "$probe" 2>&1 >/dev/null); do '
+    f'[ "$SECONDS" -le "$end" ] || {{ printf "{_UNREACHABLE_TAG}%s\\n" "${{why##*$\'\\n\'}}" >&2; exit {_UNREACHABLE}; }}; '
+    "sleep 0.5; done; fi; "
+    'exec "$@" <"$in" >"$out" 2>"$err"'
+)
 _STREAM_TAIL_BYTES = 256 * 1024
 _KILL_GRACE_S = 30.0
 
@@ -34,28 +52,39 @@ _KILL_GRACE_S = 30.0
 class _Ended:
     """How supervision ended."""
 
-    def __init__(self, exit_code: int | None = None, timed_out: bool = False, stuck: str | None = None) -> None:
+    def __init__(self, exit_code: int | None = None, timed_out: bool = False, stuck: str | None = None,
+                 stderr: str = "") -> None:
         self.exit_code, self.timed_out, self.stuck = exit_code, timed_out, stuck
+        self.stderr = stderr  # the wrapper's own (the CLI's goes to its file)
+
+    def unreachable(self) -> str | None:
+        """Why the wrapper never started the CLI: the gateway did not answer its probe."""
+        if self.exit_code != _UNREACHABLE:
+            return None
+        for line in self.stderr.splitlines():
+            if line.startswith(_UNREACHABLE_TAG):
+                return line[len(_UNREACHABLE_TAG):].strip() or "no answer"
+        return None
 
 
 async def run_plan(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, *,
                    session_idle_s: Callable[[], float] | None = None) -> HarnessResult:
     cfg = harness.config
     t0 = time.monotonic()
-    unreachable = None
-    if not plan.gateway_answered:  # configure's command asked once; one that did not answer is asked again
-        unreachable = await probe_gateway(sandbox, plan.gateway_url, timeout_s=cfg.probe_timeout_s)
-    if unreachable is not None:
-        return _result(
-            harness, plan, t0, HarnessEnd.GATEWAY_UNREACHABLE,
-            f"gateway {plan.gateway_url} unreachable from the sandbox: {unreachable}; CLI not started",
-        )  # fmt: skip
-    wrapped = ["bash", "-c", _WRAPPER, "farm-harness", plan.stdin_path, plan.stdout_path, plan.stderr_path, *plan.argv]
+    probe = probe_script(plan.gateway_url, cfg.probe_timeout_s) if plan.gateway_url else ""
+    wrapped = ["bash", "-c", _WRAPPER, "farm-harness", plan.stdin_path, plan.stdout_path, plan.stderr_path,
+               probe, str(math.ceil(cfg.probe_timeout_s)), *plan.argv]  # fmt: skip
     proc = await sandbox.start(wrapped, cwd=plan.cwd, env=plan.env)
     try:
         ended = await _supervise(harness, sandbox, plan, proc, session_idle_s)
     finally:
         await proc.kill()  # idempotent; also on cancellation
+    unreachable = ended.unreachable()
+    if unreachable is not None:
+        return _result(
+            harness, plan, t0, HarnessEnd.GATEWAY_UNREACHABLE,
+            f"gateway {plan.gateway_url} unreachable from the sandbox: {unreachable}; CLI not started",
+        )  # fmt: skip
     stdout = await _read_text(sandbox, plan.stdout_path)
     stderr = await _read_text(sandbox, plan.stderr_path)
     events, other = parse_json_lines(stdout)
@@ -88,7 +117,8 @@ async def _supervise(harness: HarnessHooks, sandbox: Sandbox, plan: LaunchPlan, 
         done, _ = await asyncio.wait(tasks, timeout=plan.budget_s + _KILL_GRACE_S, return_when=asyncio.FIRST_COMPLETED)
         if waiter in done:
             try:
-                return _Ended(exit_code=waiter.result().exit_code)
+                res = waiter.result()
+                return _Ended(exit_code=res.exit_code, stderr=res.stderr)
             except SandboxTimeout:
                 return _Ended(timed_out=True)
         if watcher is not None and watcher in done:

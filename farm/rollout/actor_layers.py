@@ -168,7 +168,8 @@ class ActorLayers:
         return sb
 
     async def prepare(self, sandbox: Sandbox, spec: RolloutSpec) -> Any:
-        return await prepare_workspace(sandbox, spec.task, self.runtime)
+        # the scratch dir is left to the capture's command: on a snapshot's view no command runs here
+        return await prepare_workspace(sandbox, spec.task, self.runtime, make_scratch=False)
 
     async def open_session(self, spec: RolloutSpec) -> str:
         handle = self.gateway.open_session(spec.rollout_id, max_turns=self.cfg.rollout.max_turns,
@@ -179,7 +180,7 @@ class ActorLayers:
     async def run_agent(
         self, sandbox: Sandbox, spec: RolloutSpec, secret: str, budget_s: float, workspace: Any
     ) -> AgentEnd:
-        gateway_url = await self._connect(sandbox, secret)
+        gateway_url, socket = await self._isolate(sandbox)
         self.gateway.set_deadline(self._secrets[secret], time.monotonic() + budget_s)
         run = HarnessRun(
             instruction=spec.task.instruction,
@@ -190,11 +191,22 @@ class ActorLayers:
             budget_s=budget_s,
             env=self._agent_env(spec.task),
         )
-        session = self._secrets[secret]
-        running = self.harness.run(sandbox, run, session_idle_s=lambda: self.gateway.session_idle_s(session))
+        running = self._run_harness(sandbox, run, secret, socket)
         end = await self._until_stuck(self._followed(running, sandbox, spec), sandbox, secret)
         self._excludes[spec.rollout_id] = list(end.diff_excludes)
         return end
+
+    async def _run_harness(self, sandbox: Sandbox, run: HarnessRun, secret: str, socket: str | None) -> Any:
+        """The harness's install, configure and launch, with the session's socket served in
+        between: configure's command needs no gateway, and a jail relays only a port whose
+        socket is there (``farm.sandboxes.local_net``), so it starts no relay; the launch's
+        command asks the gateway before the CLI."""
+        session = self._secrets[secret]
+        await self.harness.install()
+        plan = await self.harness.configure(sandbox, run)
+        if socket is not None:
+            await self.gateway.serve_session_socket(session, socket)
+        return await self.harness.launch(sandbox, plan, session_idle_s=lambda: self.gateway.session_idle_s(session))
 
     async def _followed(self, running: Any, sandbox: Sandbox, spec: RolloutSpec) -> Any:
         """``running`` (the harness run), its CLI's stdout lines told to the rollout's
@@ -255,20 +267,20 @@ class ActorLayers:
                 task.cancel()  # the runner kills the CLI's process tree on the way out
                 await asyncio.gather(task, return_exceptions=True)
 
-    async def _connect(self, sandbox: Sandbox, secret: str) -> str:
+    async def _isolate(self, sandbox: Sandbox) -> tuple[str, str | None]:
         """Cut the agent sandbox off every network but its own gateway session: the network
-        latch, then the gateway's port relayed to a unix socket that serves only this
-        session. Returns the gateway URL as the sandbox sees it (E2B, or a local sandbox on
-        the host network: the gateway's URL as it is)."""
+        latch, then the gateway's port relayed to a unix socket (the caller serves only this
+        session there). Returns the gateway URL as the sandbox sees it (E2B, or a local
+        sandbox on the host network: the gateway's URL as it is) and the socket's path (None:
+        no relay)."""
         await sandbox.isolate_network()
         port = urlsplit(self.gateway_url).port
         if port is None:
-            return self.gateway_url
+            return self.gateway_url, None
         path = await sandbox.forward_port(port)
         if path is None:
-            return self.gateway_url
-        await self.gateway.serve_session_socket(self._secrets[secret], path)
-        return f"http://127.0.0.1:{port}"
+            return self.gateway_url, None
+        return f"http://127.0.0.1:{port}", path
 
     def _agent_env(self, task: Any) -> dict[str, str]:
         """The task's interpreter first on the agent's PATH, as the grader has it.

@@ -71,8 +71,11 @@ async def capture_diff(
     base = shlex.quote(workspace.baseline_commit)
     # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
     # size in the same jailed command: a sandbox exec fewer)
+    # the scratch dir is made here when the rollout left it to this command (a snapshot's
+    # workspace runs none before it: ``prepare_workspace(make_scratch=False)``), a jail's start fewer
+    made = f"[ -d {shlex.quote(scratch)} ] || mkdir -p -- {shlex.quote(scratch)}"
     script = (
-        f"set -e\n{stage_script(index, base, specs)}\n"
+        f"set -e\n{made}\n{stage_script(index, base, specs)}\n"
         f"git diff --cached {_DIFF_OPTS} {base} > {out}\n"
         f"printf '%s\\0' \"$(stat -c %s {out})\"\n"
         f"git diff --cached --name-only --no-renames -z {base}\n"

@@ -148,6 +148,37 @@ async def test_gateway_unreachable_before_launch(sandbox, gateway) -> None:
     assert not (await sandbox.exec(["test", "-e", f"{sandbox.root}/repo/started"])).ok
 
 
+async def test_the_launch_waits_for_a_gateway_still_starting(sandbox) -> None:
+    """The CLI's command asks the gateway again until probe_timeout_s: one that starts
+    listening a moment late is reached and the CLI runs."""
+    h = await prepared(sandbox, "touch started\n", probe_timeout_s=8)
+    port = free_port()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    running = asyncio.ensure_future(h.run(sandbox, make_run(sandbox, f"http://127.0.0.1:{port}")))
+    await asyncio.sleep(1.5)  # refused meanwhile
+    server = await asyncio.start_server(answer, "127.0.0.1", port)
+    try:
+        res = await asyncio.wait_for(running, 60)
+    finally:
+        server.close()
+    assert res.end is HarnessEnd.FINISHED, res.reason
+    assert (await sandbox.exec(["test", "-e", f"{sandbox.root}/repo/started"])).ok
+
+
+async def test_a_cli_cannot_pass_for_an_unreachable_gateway(sandbox, gateway) -> None:
+    """The wrapper's own stderr says the gateway was unreachable; a CLI that prints the same
+    words and exits with the same code is a CLI that exited (its stderr is its file)."""
+    h = await prepared(sandbox, "echo 'farm: gateway unreachable: nope' >&2\nexit 86\n")
+    res = await h.run(sandbox, make_run(sandbox, gateway.base_url))
+    assert res.end is HarnessEnd.EXITED and res.exit_code == 86, res.reason
+
+
 async def test_gateway_lost_during_run_stops_the_cli(sandbox, gateway) -> None:
     marker = f"{4000 + uuid.uuid4().int % 1000}.5"
     h = await prepared(sandbox, f"sleep {marker}\n", watch_interval_s=0.3, max_failed_probes=2, probe_timeout_s=1)
@@ -200,9 +231,10 @@ async def test_cancelled_launch_kills_the_cli(sandbox, gateway) -> None:
 
 
 async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sandbox, gateway, monkeypatch) -> None:
-    """Each command a sandbox runs is a jail's start: configure makes its scratch dir, checks
-    the CLI where the sandbox sees it and asks the gateway once, in one command; a CLI that is
-    not executable there is still bin_path's precise error."""
+    """Each command a sandbox runs is a jail's start: configure makes its scratch dir and checks
+    the CLI where the sandbox sees it in one command, and the launch asks the gateway in the
+    CLI's own command (no probe of its own); a CLI that is not executable there is still
+    bin_path's precise error."""
     from farm.errors import HarnessInstallError
 
     run = make_run(sandbox, gateway.base_url)
@@ -218,13 +250,10 @@ async def test_configure_runs_one_command_and_still_finds_a_cli_it_cannot_run(sa
 
     monkeypatch.setattr(sandbox, "exec", counted)
     plan = await h.configure(sandbox, run)
-    assert len(ran) == 1, ran
-    assert plan.binary == script and plan.gateway_answered  # the launch skips its first probe
-    dead = await h.configure(sandbox, make_run(sandbox, f"http://127.0.0.1:{free_port()}"))
-    assert not dead.gateway_answered  # asked again, patiently, at the launch
+    assert len(ran) == 1 and plan.binary == script, ran
     ran.clear()
-    res = await h.run(sandbox, run)  # the CLI (a script) ends at once; no second probe before it
-    assert res.exit_code == 0 and len(ran) == 1, ran
+    res = await h.run(sandbox, run)  # the CLI (a script) ends at once; the probe ran in its command
+    assert res.exit_code == 0 and res.end is HarnessEnd.FINISHED and len(ran) == 1, ran
     await real_exec(["chmod", "-x", script])
     with pytest.raises(HarnessInstallError, match="bin_path .* is not executable"):
         await h.configure(sandbox, run)

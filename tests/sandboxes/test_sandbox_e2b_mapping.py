@@ -338,6 +338,7 @@ async def test_an_e2b_sandbox_reaches_its_own_actors_gateway_by_its_public_url()
         layers = ActorLayers(cfg, "http://engine")
         layers.gateway_url = public_url(fill_url(cfg.gateway.public_url, node_id=node), port)
         sb, fake = make()
-        urls.append(await layers._connect(sb, "secret"))
-        assert fake.commands.calls == []  # no port forwarding, no relay in the VM
+        url, socket = await layers._isolate(sb)
+        urls.append(url)
+        assert socket is None and fake.commands.calls == []  # no port forwarding, no relay in the VM
     assert urls == ["https://gw-node-a.example.com:41001", "https://gw-node-b.example.com:41002"]

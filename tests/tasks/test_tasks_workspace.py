@@ -96,6 +96,9 @@ async def test_capture_sees_every_change_whatever_the_repos_own_index_says(demo,
         assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
         await sh(sb, "echo junk > .git/index", ws.workdir)
         assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
+        # a rollout leaves the scratch dir to the capture (prepare_workspace(make_scratch=False))
+        await sh(sb, f"rm -rf {ws.scratch}", sb.root)
+        assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
 
 
 async def test_capture_fails_cleanly_when_the_repo_is_gone(demo, runtime, new_sandbox) -> None:
