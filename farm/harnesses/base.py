@@ -226,7 +226,10 @@ class Harness(ABC):
 # configure's one command: $1 the scratch dir (made anew), $2 the CLI's path ("" to skip its
 # check), the rest the directories to make
 _NOT_EXECUTABLE = 97
-_PREPARE = f'rm -rf "$1" && mkdir -p "${{@:3}}" || exit 1; [ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}'
+_PREPARE = (  # (rm is a process: run only when there is something to remove)
+    'if [ -e "$1" ] || [ -L "$1" ]; then rm -rf "$1" || exit 1; fi; mkdir -p "${@:3}" || exit 1; '
+    f'[ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}'
+)
 
 
 

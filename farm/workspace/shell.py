@@ -164,8 +164,11 @@ def stage_script(index: str, tree: str, pathspecs: str = ".") -> str:
     skip-worktree (``git add`` would skip those files and hide their changes). Any of
     these: ``tree`` alone, every file hashed, as before."""
     git = f"GIT_INDEX_FILE={index} git {_STAT_CHECK}"
+    # a plain checkout's index is .git/index: asked of git (a process) only for a worktree or
+    # a gitfile; the scratch index is there only when this ran before (rm is a process too)
     return (
-        f"own=$(git rev-parse --git-path index 2>/dev/null) || own=; rm -f {index}; "
+        "if [ -d .git ]; then own=.git/index; else own=$(git rev-parse --git-path index 2>/dev/null) || own=; fi; "
+        f"[ ! -e {index} ] || rm -f {index}; "
         f'{{ [ -n "$own" ] && cp -p -- "$own" {index} 2>/dev/null && '
         f'touch -d "@$(stat -c %Y {index})" {index} && '
         f"{git} read-tree -m {tree} 2>/dev/null && ! {git} ls-files -v | grep -q '^[[:lower:]S]'; }} || "

@@ -99,6 +99,10 @@ async def test_capture_sees_every_change_whatever_the_repos_own_index_says(demo,
         # a rollout leaves the scratch dir to the capture (prepare_workspace(make_scratch=False))
         await sh(sb, f"rm -rf {ws.scratch}", sb.root)
         assert (await capture_diff(sb, ws)).files == ["pyproject.toml", "slugs.py"]
+        # a gitfile (a worktree, a separate git dir): its index is found by git, not at .git/index
+        await sh(sb, "mv .git ../sep.git && echo 'gitdir: ../sep.git' > .git && rm ../sep.git/index && git reset -q && "
+                     "git checkout -q -- slugs.py", ws.workdir)
+        assert (await capture_diff(sb, ws)).files == ["pyproject.toml"]
 
 
 async def test_capture_fails_cleanly_when_the_repo_is_gone(demo, runtime, new_sandbox) -> None:
