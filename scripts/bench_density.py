@@ -10,6 +10,8 @@ runs the same CLIs on the same tasks with no farm: each in a copy of the environ
 tree, pointed at the engine's own endpoint (the same scripted worker behind a protocol
 front, as SGLang serves the OpenAI protocols itself), then the test command run in place.
 Both talk to the scripted oracle worker with a GPU-like turn time: ``--turn-s`` (+-20 %).
+A demo rollout has 4 model turns; ``--reads N`` gives each N more (the oracle reads code
+first), for the length of a real agent's rollout.
 
 ``--n`` slots run rollouts back to back for ``--duration-s`` (then finish what runs), on
 ``--tasks`` demo tasks (one environment each, built before the clock starts). The capacity
@@ -123,7 +125,8 @@ async def main(args: argparse.Namespace) -> None:
     tokenizer = resolve_tokenizer(cfg.engine.tokenizer, cfg.engine.tokenizer_cache_dir)
     proc, url = await start_scripted_worker(
         dict(policy="oracle", tokenizer=tokenizer, tasks_path=tasks_path, tool_format="hermes",
-             model_name=cfg.engine.model_name, latency=LatencyConfig(ttft_s=args.turn_s, jitter=0.2)),
+             model_name=cfg.engine.model_name, latency=LatencyConfig(ttft_s=args.turn_s, jitter=0.2),
+             oracle_reads=args.reads),
         log_dir=work, name="scripted-0", timeout=120)
     bare_proc = None
     farm_mode = args.modes[-1]
@@ -132,7 +135,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         if args.baseline == "bare":
             bare_proc, bare_url = await start_endpoint(tokenizer=tokenizer, tasks_path=tasks_path, turn_s=args.turn_s,
-                                                       model_name=cfg.engine.model_name, work=work)
+                                                       model_name=cfg.engine.model_name, work=work, reads=args.reads)
             trees, tasks, prefixes = await prepared_trees(cfg, args, url)
         for mode in args.modes[:-1]:  # the other farm modes, at --n only
             results[mode] = await run_farm(args, work, url, proc.pid or 0, mode == "pool", args.n)
@@ -175,6 +178,9 @@ if __name__ == "__main__":
     ap.add_argument("--n", type=int, default=16, help="slots of the farm run the last line reports")
     ap.add_argument("--turn-s", type=float, default=10.0, help="model time per turn (the worker's ttft)")
     ap.add_argument("--duration-s", type=float, default=120.0, help="slots start rollouts for this long, per run")
+    ap.add_argument("--reads", type=int, default=0, metavar="N",
+                    help="N more model turns a rollout (the oracle reads code before its fix): a demo rollout has "
+                         "4 turns, a real agent's 20-50; what a rollout pays once weighs on fewer turns here")
     ap.add_argument("--tasks", type=int, default=4, help="demo tasks (environments) used: the first N")
     ap.add_argument("--task", action="append", default=[], metavar="ID", help="these demo tasks instead")
     ap.add_argument("--pool-size", type=int, default=None,

@@ -59,7 +59,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     tokenizer = load_tokenizer(args.tokenizer, None)
     tasks = load_tasks_jsonl(args.tasks_path)
-    worker = ScriptedWorker(tokenizer, OraclePolicy(tasks, tool_format=args.tool_format), WorkerSettings(
+    worker = ScriptedWorker(tokenizer, OraclePolicy(tasks, tool_format=args.tool_format, reads=args.reads), WorkerSettings(
         model_name=args.model_name, latency=LatencyConfig(ttft_s=args.turn_s, jitter=args.jitter)))
     renderer = PromptRenderer(tokenizer)
     fmt = get_format(args.tool_format)
@@ -130,13 +130,13 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 async def start_endpoint(*, tokenizer: str, tasks_path: str, turn_s: float, model_name: str, work: Path,
-                         tool_format: str = "hermes") -> tuple[asyncio.subprocess.Process, str]:
+                         tool_format: str = "hermes", reads: int = 0) -> tuple[asyncio.subprocess.Process, str]:
     ready = work / "bare-endpoint.ready"
     log = open(work / "bare-endpoint.log", "wb")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "serve", "--tokenizer", tokenizer, "--tasks-path", tasks_path,
         "--turn-s", str(turn_s), "--model-name", model_name, "--tool-format", tool_format,
-        "--ready-file", str(ready), stdout=log, stderr=log, cwd=str(Path(__file__).parent))
+        "--ready-file", str(ready), "--reads", str(reads), stdout=log, stderr=log, cwd=str(Path(__file__).parent))
     for _ in range(1200):
         if ready.exists() and ready.read_text():
             return proc, ready.read_text()
@@ -269,4 +269,5 @@ if __name__ == "__main__":
     ap.add_argument("--model-name", default="farm-policy")
     ap.add_argument("--tool-format", default="hermes")
     ap.add_argument("--ready-file", required=True)
+    ap.add_argument("--reads", type=int, default=0, help="the oracle's extra reading turns")
     asyncio.run(serve(ap.parse_args()))

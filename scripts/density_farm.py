@@ -39,7 +39,7 @@ def config(args: argparse.Namespace, work: Path, pool: bool, n: int) -> FarmConf
         # live sandboxes: every rollout's own, the grading ones, the pool's
         f"rollout.sandbox_create_concurrency={2 * n + 8 * pool_size(args, n) + 8}",
         f"rollout.sandbox_create_rate={max(4.0, n / 2)}",
-        f"rollout.concurrency={n}", "rollout.max_turns=30", "rollout.timeout_s=900",
+        f"rollout.concurrency={n}", f"rollout.max_turns={30 + args.reads}", "rollout.timeout_s=900",
         f"sandbox.pool.size={pool_size(args, n) if pool else 0}",
         f"sandbox.pool.max_environments={2 * args.tasks}",  # agent + grading spec per environment
         "sandbox.pool.refill_concurrency=2",

@@ -32,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True, help="0 = any free port (see --ready-file)")
     p.add_argument("--ready-file", default=None, help="write the base URL here once listening")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--oracle-reads", type=int, default=0, metavar="N",
+                   help="oracle: N more model turns of reading before the fix (a real agent's rollout length)")
     p.add_argument("--tool-format", choices=["hermes", "qwen3_coder"], default="hermes")
     p.add_argument("--model-name", default="farm-policy")
     p.add_argument("--worker-id", default="scripted-0")
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         worker = build_worker(
             policy=args.policy, tokenizer=args.tokenizer, settings=settings,
             tokenizer_cache_dir=args.tokenizer_cache_dir, tasks_path=args.tasks, replay_path=args.replay,
-            replies_path=args.replies, tool_format=args.tool_format, scorer=scorer,
+            replies_path=args.replies, tool_format=args.tool_format, scorer=scorer, oracle_reads=args.oracle_reads,
         )
     except ValueError as exc:  # an unusable model or policy input: say which, do not serve
         print(f"farm engine serve: {exc}", file=sys.stderr)

@@ -43,6 +43,7 @@ def scripted_worker_argv(
     moe: MoEShape | None = None,
     model_path: str | None = None,
     torch_threads: int = 1,
+    oracle_reads: int = 0,
     python: str = sys.executable,
 ) -> list[str]:
     """``python -m farm engine serve ...`` for one worker."""
@@ -66,6 +67,8 @@ def scripted_worker_argv(
         argv += ["--moe", f"{moe.layers},{moe.top_k},{moe.experts}"]
     if model_path:
         argv += ["--model", model_path, "--torch-threads", str(torch_threads)]
+    if oracle_reads:
+        argv += ["--oracle-reads", str(oracle_reads)]
     return argv
 
 

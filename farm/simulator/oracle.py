@@ -4,7 +4,9 @@ It reads the rendered prompt back (:mod:`farm.simulator.prompt`), recognises the
 task by its instruction text and the harness's shell tool by the tool schemas, and
 works through the task one model turn per completed tool round-trip:
 
-1. look at the repository: two *parallel* calls (``git status``, ``ls``);
+1. look at the repository: two *parallel* calls (``git status``, ``ls``), then ``reads``
+   more turns of reading (the log, a file the fix touches, a search: 0 by default), so a
+   benchmark can give its rollouts the length of a real agent's;
 2. apply the gold patch (written to a file, then ``git apply``, ``patch`` as fallback)
    or run the solution commands;
 3. run the task's test command;
@@ -19,6 +21,8 @@ short ``<think>`` block, so the gateway's parser reads them back like a real mod
 from __future__ import annotations
 
 import random
+import re
+import shlex
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -84,13 +88,23 @@ def _last_line(text: str | None) -> str:
     return _one_line(lines[-1], 200) if lines else ""
 
 
+def _read_command(task: Task, i: int) -> str:
+    """The ``i``-th reading turn: the files the gold patch touches in turn, then the log and a search."""
+    files = re.findall(r"^\+\+\+ b/(\S+)", task.gold_patch or "", re.M)
+    kinds = [f"sed -n '1,80p' {shlex.quote(f)}" for f in files] + ["git log --oneline -10", "grep -rn 'def ' . | head -40"]
+    return kinds[i % len(kinds)]
+
+
 class OraclePolicy:
     name = "oracle"
 
-    def __init__(self, tasks: Iterable[Task], *, seed: int = 0, tool_format: str = "hermes") -> None:
+    def __init__(self, tasks: Iterable[Task], *, seed: int = 0, tool_format: str = "hermes", reads: int = 0) -> None:
+        if reads < 0:
+            raise ValueError(f"oracle reads must be >= 0, got {reads}")
         self.index = TaskIndex(tasks)
         self.seed = seed
         self.format = get_format(tool_format)
+        self.reads = reads
 
     # -- decisions -------------------------------------------------------------
     def _locate(self, parsed: ParsedPrompt) -> tuple[Task | None, int]:
@@ -104,9 +118,8 @@ class OraclePolicy:
                 return task, done
         return None, 0
 
-    @staticmethod
-    def plan(task: Task) -> list[str]:
-        steps = ["look"]
+    def plan(self, task: Task) -> list[str]:
+        steps = ["look", *(f"read.{i}" for i in range(self.reads))]
         if task.gold_patch or task.solution_commands:
             steps.append("apply")
         if task.test_command:
@@ -121,6 +134,9 @@ class OraclePolicy:
                 [shell.call(f"{cid}_0", "git status", "Show working tree status"),
                  shell.call(f"{cid}_1", "ls", "List files in current directory")],
             )
+        if step.startswith("read."):
+            return "Let me read more before I change anything.", [shell.call(cid, _read_command(task, int(step[5:])),
+                                                                                "Read the code")]
         if step == "apply":
             if task.gold_patch:
                 cmd = (heredoc(PATCH_FILE, task.gold_patch)

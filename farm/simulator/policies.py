@@ -23,6 +23,7 @@ def make_policy(
     replay_path: str | Path | None = None,
     replies_path: str | Path | None = None,
     replies: Sequence[str | PolicyReply] | None = None,
+    oracle_reads: int = 0,
 ) -> Policy:
     """The policy called ``name`` (``oracle`` | ``noop`` | ``replay`` | ``scripted`` | ``shell`` |
     ``loop`` | ``ramble`` | ``choose``)."""
@@ -33,7 +34,7 @@ def make_policy(
         from farm.simulator.tasks import load_tasks_jsonl
 
         tasks = load_tasks_jsonl(tasks_path) if tasks_path else []
-        return OraclePolicy(tasks, seed=seed, tool_format=tool_format)
+        return OraclePolicy(tasks, seed=seed, tool_format=tool_format, reads=oracle_reads)
     if name == "noop":
         # a policy's module loads only when a config chooses it
         from farm.simulator.noop import NoopPolicy

@@ -25,6 +25,7 @@ def build_worker(
     replies_path: str | None = None,
     tool_format: str = "hermes",
     scorer: Scorer | None = None,
+    oracle_reads: int = 0,
 ) -> ScriptedWorker:
     """``scorer``: the model that samples choices and scores every token (None: made-up logprobs)."""
     path = resolve_tokenizer(tokenizer, tokenizer_cache_dir)
@@ -33,7 +34,7 @@ def build_worker(
         raise ValueError(f"the model at {scorer.path} has {scorer.vocab_size} embeddings, the tokenizer "
                          f"{len(tok)} tokens")
     pol = make_policy(policy, seed=settings.seed, tool_format=tool_format, tasks_path=tasks_path,
-                      replay_path=replay_path, replies_path=replies_path)
+                      replay_path=replay_path, replies_path=replies_path, oracle_reads=oracle_reads)
     if not settings.tokenizer_path:
         settings = settings.model_copy(update={"tokenizer_path": path})
     return ScriptedWorker(tok, pol, settings, scorer=scorer)

@@ -94,6 +94,31 @@ def test_oracle_solves_task_with_each_cli_vocabulary(harness, repo_and_task, hf_
         assert seen_calls[0][0].arguments["description"]
 
 
+def test_oracle_reads_first_when_asked(repo_and_task, hf_tokenizer):
+    """``reads``: that many more turns, each one reading call (the patched file, the log, a
+    search, in turn) between the look and the fix; the fix and the test as before."""
+    repo, task = repo_and_task
+    policy = make_policy("oracle", oracle_reads=3, tasks_path=write_tasks_jsonl([task], repo.parent / "t.jsonl"))
+    parser, tools = get_format("hermes"), chat_tools("codex")
+    messages = [{"role": "user", "content": INSTRUCTION}]
+    commands = []
+    for turn in range(10):
+        parsed = parser.parse(ask(policy, hf_tokenizer, render(hf_tokenizer, messages, tools)), tools=tools)
+        if not parsed.tool_calls:
+            break
+        commands.append([c.arguments["cmd"] for c in parsed.tool_calls])
+        calls = [{"id": f"c{turn}{i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                 for i, c in enumerate(parsed.tool_calls)]  # fmt: skip
+        messages.append({"role": "assistant", "content": parsed.content, "tool_calls": calls})
+        messages += [{"role": "tool", "tool_call_id": call["id"], "content": run_tool(c, repo)}
+                     for c, call in zip(parsed.tool_calls, calls)]  # fmt: skip
+    assert turn == 6, commands  # look, 3 reads, apply, test, then a final answer
+    assert commands[1:4] == [["sed -n '1,80p' calc.py"], ["git log --oneline -10"], ["grep -rn 'def ' . | head -40"]]
+    assert "return a + b" in (repo / "calc.py").read_text() and "1 passed" in parsed.content
+    with pytest.raises(ValueError, match="reads must be >= 0"):
+        OraclePolicy([task], reads=-1)
+
+
 def test_oracle_qwen3_coder_format_and_thinking_prefix(repo_and_task, hf_tokenizer):
     _, task = repo_and_task
     policy = OraclePolicy([task], tool_format="qwen3_coder")
