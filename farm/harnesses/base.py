@@ -232,7 +232,6 @@ _PREPARE = (  # (rm is a process: run only when there is something to remove)
 )
 
 
-
 async def _is_executable(sandbox: Sandbox, path: str) -> bool:
     res = await sandbox.exec(["test", "-x", path], timeout=30)
     return res.exit_code == 0

@@ -33,8 +33,8 @@ from farm.sandboxes.base import BackgroundProcess, Sandbox
 log = logging.getLogger(__name__)
 
 # $4: the gateway's probe script ("" for none), tried every 0.5 s until $5 s have passed ($SECONDS
-# counts whole seconds: up to one more; each attempt waits for an answer until its own timeout); then the CLI, stdin from the instruction
-# file, stdout/stderr to files (partial output survives a kill)
+# counts whole seconds: up to one more; each attempt waits for an answer until its own timeout);
+# then the CLI, stdin from the instruction file, stdout/stderr to files (partial output survives a kill)
 _UNREACHABLE = 86
 _UNREACHABLE_TAG = "farm: gateway unreachable: "
 _WRAPPER = (

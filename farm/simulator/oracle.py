@@ -5,7 +5,7 @@ task by its instruction text and the harness's shell tool by the tool schemas, a
 works through the task one model turn per completed tool round-trip:
 
 1. look at the repository: two *parallel* calls (``git status``, ``ls``), then ``reads``
-   more turns of reading (the log, a file the fix touches, a search: 0 by default), so a
+   more turns of reading (the files the fix touches, the log, a search: 0 by default), so a
    benchmark can give its rollouts the length of a real agent's;
 2. apply the gold patch (written to a file, then ``git apply``, ``patch`` as fallback)
    or run the solution commands;
