@@ -171,9 +171,15 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
     def _make_dirs(self) -> None:
         # The cgroup, then labels.json (atomically, naming the cgroup), then the rest: a
         # crash mid-create leaves an empty directory or one that ``reap`` recognises.
-        for parent in (self._base_dir, str(self.dir.parent)):
-            os.makedirs(parent, mode=0o700, exist_ok=True)
-        self.dir.mkdir(mode=0o700)
+        for attempt in range(3):
+            for parent in (self._base_dir, str(self.dir.parent)):
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            try:
+                self.dir.mkdir(mode=0o700)
+                break
+            except FileNotFoundError:  # the run's last other sandbox removed the run dir just then (_remove_from_host)
+                if attempt == 2:
+                    raise
         if self._isolated:
             limits = self._cfg.limits
             self._cgroup = SandboxCgroup.create(

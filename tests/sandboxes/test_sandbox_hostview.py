@@ -18,6 +18,7 @@ from farm.sandboxes.base import SandboxSpec
 from farm.sandboxes.config import LocalLimits, SandboxConfig
 from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.local import reap
+from testkit.waits import async_wait_until
 
 
 def _cfg(base: SandboxConfig, **local: object) -> SandboxConfig:
@@ -202,11 +203,12 @@ async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_bel
         assert dog.walks == walks and sb.breaches == [], "writes under the limit were walked"
         big = await sb.start("sh -c 'dd if=/dev/zero of=big bs=1M count=40 status=none; touch done2'; sleep 60")
         await _until(lambda: os.path.exists(f"{sb.root}/done2"))
-        for _ in range(50):  # the inner sh, ended but not yet reaped, counts in neither itself nor its parent
+        async def walked() -> bool:
             await dog.check()
-            if dog.walks > walks:
-                break
-            await asyncio.sleep(0.1)
+            return dog.walks > walks
+
+        # the inner sh, ended but not yet reaped, counts in neither itself nor its parent: a few rounds
+        await async_wait_until(walked, timeout_s=5, interval_s=0.1, what="writes over the limit walked")
         assert dog.walks == walks + 1, "writes over the limit were not walked"
         assert [b for b in sb.breaches if b.startswith("disk:")], "writes over the limit were not stopped"
         assert (await big.wait(30)).exit_code != 0 and (await small.wait(30)).exit_code != 0
@@ -265,3 +267,25 @@ def test_a_view_is_mounted_and_unmounted_without_forking_mount(tmp_path: Path, m
     assert (layer / "f").read_text() == "below" and (tmp_path / "view" / "upper" / "f").read_text() == "above"
     assert views.unmount_under(tmp_path / "view") == [str(merged)]
     assert views.mounts_under(tmp_path / "view") == []
+
+
+async def test_a_sandbox_is_made_while_its_runs_last_other_sandbox_removes_the_run_dir(local_cfg: SandboxConfig,
+                                                                                        monkeypatch) -> None:
+    """A sandbox closing removes its run's directory once it is empty; one being made in that
+    run at that moment finds its parent gone between making it and making its own directory
+    (``farm validate-tasks`` met it: a system error on a valid task). It makes the parent again."""
+    import shutil
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+    removed: list[str] = []
+
+    def mkdir(self: Path, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - Path.mkdir's
+        if self.parent.name == "race" and not removed:
+            removed.append(str(self.parent))
+            shutil.rmtree(self.parent)  # the other sandbox's close, just after this one made the run dir
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    async with await create_sandbox(local_cfg, SandboxSpec(labels={"run_id": "race"})) as sb:
+        assert removed and (await sb.exec(["true"])).ok
