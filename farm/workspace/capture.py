@@ -69,11 +69,11 @@ async def capture_diff(
     out = shlex.quote(posixpath.join(scratch, "model.diff"))
     specs = " ".join(shlex.quote(s) for s in [".", *exclude_pathspecs([*CACHE_GLOBS, *exclude])])
     base = shlex.quote(workspace.baseline_commit)
-    # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
-    # size in the same jailed command: a sandbox exec fewer)
     # the scratch dir is made here when the rollout left it to this command (a snapshot's
     # workspace runs none before it: ``prepare_workspace(make_scratch=False)``), a jail's start fewer
     made = f"[ -d {shlex.quote(scratch)} ] || mkdir -p -- {shlex.quote(scratch)}"
+    # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
+    # size in the same jailed command: a sandbox exec fewer)
     script = (
         f"set -e\n{made}\n{stage_script(index, base, specs)}\n"
         f"git diff --cached {_DIFF_OPTS} {base} > {out}\n"
