@@ -225,7 +225,6 @@ def cpu_report(led: Any, rollouts: int, turns: int) -> dict:
         "farm_callbacks_ms_per_turn": dict(list(per_turn(led.farm_callbacks).items())[:20]),
         "farm_commands_ms_per_rollout": {k: round(1000 * v / max(1, rollouts), 1) for k, v in
                                          sorted(led.farm_commands.items(), key=lambda kv: -kv[1])[:12]},
-        "jail_start_ms_p50": round(1000 * pct(led.jail_starts, 0.5), 1),
         "jailed_commands_per_rollout": round(led.jailed_commands / max(1, rollouts), 1),
         "overlapped_commands": led.overlapped,
         "uncounted_sandboxes": led.uncounted_sandboxes,

@@ -3,9 +3,9 @@
 - **sandboxes**: each local sandbox's cgroup counts the CPU of every process its commands
   start, those that exited included (``LocalSandbox.cpu``, nanoseconds); per command, what
   that count grew by while it ran (its jail included). Agent sandboxes split into the CLI's
-  command and farm's own commands there (the create probe, the workspace, the harness's
+  command and farm's own commands there (the workspace, the harness's
   files and gateway probe, the diff's capture); grading sandboxes into the task's test
-  command and grading's own commands (the create probe, the steps' script).
+  command and grading's own commands (the steps' script).
 - **inside the CLI's and the test command's**: the jail's own processes (the outer
   ``bwrap``, the namespace's init that set up its mounts, the ``socat`` relaying the
   gateway port) stay up, idle, for as long as the command runs, so a reading of their
@@ -328,7 +328,6 @@ class Ledger:
     farm_threads: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its thread jobs by function
     farm_callbacks: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its loop callbacks, owner:task
     farm_commands: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its jailed commands, by name
-    jail_starts: list[float] = field(default_factory=list)  # each sandbox's create probe: a jailed `true`
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
     uncounted_sandboxes: int = 0  # no CPU count (no cgroup here)
@@ -417,8 +416,6 @@ class NodeLedger:
             if cmd.key <= first:  # ran before the window
                 continue
             led.jailed_commands += 1
-            if cmd.key == 1 and cmd.describe == "true":
-                led.jail_starts.append(cmd.cpu_s)
             led.overlapped += 0 if cmd.alone else 1
             kind = self._kind(cmd.describe)
             long = self._long.pop((id(sb), cmd.key), None) if kind != "other" else None

@@ -123,7 +123,8 @@ async def grade_in_sandbox(
     # Everything up to the test command is one jailed script (farm.grading.steps): the
     # files go in from outside, the steps run in order and stop where a step fails.
     script = StepScript(keep_bytes=4 * max(runtime.config.output_tail_chars, 2000) + 4)
-    script.add("scratch", f"mkdir -p -- {shlex.quote(ws.scratch)}", then="|| exit 0")
+    scratch = shlex.quote(ws.scratch)  # there when the script's files are (written with their parents): no mkdir
+    script.add("scratch", f"[ -d {scratch} ] || mkdir -p -- {scratch}", then="|| exit 0")
     if ws.baseline_commit != ws.base_commit:
         # Grading layout: HEAD = index = work tree = the post-setup snapshot.
         script.add("reset", f"git reset -q {shlex.quote(ws.baseline_commit)}", budget_s=STEP_BUDGET_S, then="|| exit 0")

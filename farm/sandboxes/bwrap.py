@@ -1,4 +1,5 @@
-"""Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure).
+"""Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure),
+and the pipe bwrap reports its jail on.
 
 Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs root:
   1. the minimal host view (``farm.sandboxes.hostview``: system runtime, selected /etc,
@@ -16,6 +17,7 @@ read-only: the view's upper is the sandbox's own).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -85,11 +87,14 @@ def bwrap_argv(
     unshare_user: bool,
     unshare_net: bool,
     gid: int | None = None,
+    status_fd: int | None = None,
 ) -> list[str]:
     """The full bwrap command running ``argv`` (already wrapped in the rlimit prefix). A
     ``view`` mounted at ``/`` (a container image) is the jail's root instead of bwrap's empty
     tmpfs: the host's system is not shown, the root stays writable (the view's upper is the
-    sandbox's own), and ``host.system`` holds what the host adds to it."""
+    sandbox's own), and ``host.system`` holds what the host adds to it. ``status_fd``: bwrap
+    writes its JSON status there (an ``exit-code`` line only once the jail was made and the
+    command ran; the command itself does not see the fd)."""
     image = view is not None and view[1] == "/"
     args = [
         bwrap,
@@ -107,6 +112,8 @@ def bwrap_argv(
             args += ["--uid", str(uid), "--gid", str(uid if gid is None else gid)]
     if unshare_net:
         args += ["--unshare-net"]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
     # When farm runs as root, bwrap would keep every capability in the sandbox.
     args += ["--cap-drop", "ALL"]
     if image:
@@ -148,3 +155,37 @@ def forwarder_prefix(socat: str, ports: Sequence[int], *, grep: str = "grep", sl
         )
     lines.append('exec "$@"')
     return ["/bin/sh", "-c", "\n".join(lines), "farm-forward"]
+
+
+class JailStatus:
+    """A pipe for bwrap's ``--json-status-fd``: it says whether the jail was made. bwrap
+    writes ``exit-code`` only once its namespaces and mounts were made and the command ran;
+    a jail that could not be made (user namespaces disabled, a mount refused) exits 1
+    without it. Read after the command exited: bwrap wrote before it exited, so the read
+    does not wait."""
+
+    def __init__(self) -> None:
+        self._read_end, self.fd = os.pipe()  # self.fd: the end the command inherits
+        os.set_blocking(self._read_end, False)
+
+    def spawned(self) -> None:
+        """The command holds its own copy now: close ours (else the pipe never ends)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def jail_made(self) -> bool:
+        data = b""
+        try:
+            while chunk := os.read(self._read_end, 4096):
+                data += chunk
+        except BlockingIOError:
+            pass
+        return b'"exit-code"' in data
+
+    def close(self) -> None:
+        self.spawned()
+        if self._read_end >= 0:
+            os.close(self._read_end)
+            self._read_end = -1
+

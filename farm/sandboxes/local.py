@@ -33,7 +33,7 @@ from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError
 from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
-from farm.sandboxes.bwrap import HostMounts, bwrap_argv, forwarder_prefix, prlimit_prefix
+from farm.sandboxes.bwrap import HostMounts, JailStatus, bwrap_argv, forwarder_prefix, prlimit_prefix
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
 from farm.sandboxes.hostetc import staged_etc
@@ -120,12 +120,13 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             full_interval_s=cfg.limits.disk_full_check_s,
         )
         self._writes_counted = False  # what its processes write is counted (_make_dirs decides)
+        self._jail_proven = False  # a command of its ran in its jail (or it has none and `true` ran)
 
     @classmethod
     async def create(
         cls, cfg: LocalSandboxConfig, spec: SandboxSpec, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     ) -> LocalSandbox:
-        """Make the sandbox's directories and check that its jail works."""
+        """Make the sandbox's directories (its first command checks that its jail works)."""
         sb = cls(cfg, spec, max_output_bytes=max_output_bytes)
         if not sb._isolated:
             log.warning(
@@ -140,16 +141,28 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         try:
             await asyncio.to_thread(sb._make_dirs)
             sb._watchdog.start()
-            probe = await sb.exec(["true"], timeout=60)
-            if probe.exit_code != 0:
-                raise SandboxError(
-                    f"local sandbox cannot run commands (exit {probe.exit_code}): {probe.stderr.strip()[-2000:]} "
-                    "(if user namespaces are disabled here, try sandbox.local.unshare_user: false)"
-                )
+            if not sb._isolated:
+                await sb._probe()
         except BaseException:
             await sb.close()
             raise
         return sb
+
+    async def _probe(self) -> None:
+        """Run `true`: the jail works, or a SandboxError says why. A jailed sandbox's first
+        exec() is its own probe (bwrap's status says whether its jail was made, ``exec``),
+        and `true` runs only when it was not: a jail costs ~10 ms of CPU, and three a
+        rollout were spent on `true` alone."""
+        result = await self._exec(["true"], None, None, 60, None, probe=True)
+        if result.exit_code != 0:
+            raise self._jail_failed(result)
+        self._jail_proven = True
+
+    def _jail_failed(self, result: ExecResult) -> SandboxError:
+        return SandboxError(
+            f"local sandbox cannot run commands (exit {result.exit_code}): {result.stderr.strip()[-2000:]} "
+            "(if user namespaces are disabled here, try sandbox.local.unshare_user: false)"
+        )
 
     # --- setup ---------------------------------------------------------------
     def _find_bwrap(self) -> str:
@@ -317,7 +330,12 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         return merged
 
     async def _spawn(
-        self, cmd: str | list[str], cwd: str | None, env: Mapping[str, str] | None, user: str | None
+        self,
+        cmd: str | list[str],
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        user: str | None,
+        status: JailStatus | None = None,
     ) -> HostProcess:
         if self._closed:
             raise SandboxClosed(f"sandbox {self.id} is closed")
@@ -353,6 +371,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
                 gid=(self._image_ids(user, self._cfg.unshare_user) or (None, None))[1],
                 unshare_user=self._cfg.unshare_user,
                 unshare_net=isolated,
+                status_fd=status.fd if status is not None else None,
             )
             if self._cgroup is not None:
                 full = [*self._cgroup.enter_prefix(), *full]
@@ -373,7 +392,10 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             kill_grace_s=self._cfg.kill_grace_s,
             on_exit=self._exited,
             jailed=self._isolated,
+            pass_fds=(status.fd,) if status is not None else (),
         )
+        if status is not None:
+            status.spawned()
         self._procs.add(proc)
         self._watchdog.wake()  # an idle sandbox's watchdog sleeps until a command starts
         self.cpu.started(proc.pid, proc.describe, at=at)
@@ -399,15 +421,40 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         timeout: float | None = 60.0,
         user: str | None = None,
     ) -> ExecResult:
-        proc = await self._spawn(cmd, cwd, env, user)
+        return await self._exec(cmd, cwd, env, timeout, user)
+
+    async def _exec(
+        self,
+        cmd: str | list[str],
+        cwd: str | None,
+        env: dict[str, str] | None,
+        timeout: float | None,
+        user: str | None,
+        *,
+        probe: bool = False,
+    ) -> ExecResult:
+        # Until a command has run in the jail, each reports whether the jail was made: a jail
+        # that could not be (user namespaces disabled, a mount refused) is the sandbox's
+        # failure (SandboxError), not the command's exit 1.
+        status = JailStatus() if self._isolated and not self._jail_proven else None
         try:
-            result = await proc.wait(timeout)
+            proc = await self._spawn(cmd, cwd, env, user, status)
+            try:
+                result = await proc.wait(timeout)
+            finally:
+                if proc.running:  # cancelled: never leave the tree behind
+                    await proc.kill()
+            if self._closed:
+                raise SandboxClosed(f"sandbox {self.id} was closed while {_describe(cmd)!r} ran")
+            if status is not None and result.exit_code >= 0:  # (a kill says nothing of the jail)
+                if status.jail_made():
+                    self._jail_proven = True
+                elif not probe:  # its jail, or its own part of it (a cwd not there)? `true` tells
+                    await self._probe()
+            return result
         finally:
-            if proc.running:  # cancelled: never leave the tree behind
-                await proc.kill()
-        if self._closed:
-            raise SandboxClosed(f"sandbox {self.id} was closed while {_describe(cmd)!r} ran")
-        return result
+            if status is not None:
+                status.close()
 
     async def start(
         self,
@@ -417,6 +464,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         env: dict[str, str] | None = None,
         user: str | None = None,
     ) -> HostProcess:
+        if not self._jail_proven:  # a long command's exit is no prompt answer: prove the jail first
+            await self._probe()
         return await self._spawn(cmd, cwd, env, user)
 
     # --- lifecycle -------------------------------------------------------------

@@ -184,6 +184,7 @@ class HostProcess:
         kill_grace_s: float,
         on_exit: Callable[[HostProcess], None] | None = None,
         jailed: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> HostProcess:
         loop = asyncio.get_running_loop()
         childwatch.install()  # its exit heard on the loop (a pidfd), not by a thread per command
@@ -197,6 +198,7 @@ class HostProcess:
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         except OSError as exc:
             raise SandboxError(f"cannot start {describe!r}: {exc}") from exc

@@ -135,6 +135,7 @@ async def test_the_disk_is_summed_only_when_something_wrote(local_cfg: SandboxCo
     cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600, disk_full_check_s=3600))
     async with await create_sandbox(cfg, SandboxSpec()) as sb:
         dog = sb._watchdog
+        assert (await sb.exec(["true"])).ok  # its jail proven: start() runs no probe first
         await dog.check()
         walks = dog.walks
         await dog.check()
@@ -195,6 +196,7 @@ async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_bel
         if not sb._writes_counted:
             pytest.skip("no cgroup or no disk file system here: every round walks")
         dog = sb._watchdog
+        assert (await sb.exec(["true"])).ok  # its jail proven: start() runs no probe first
         await dog.check()
         walks = dog.walks
         small = await sb.start("sh -c 'dd if=/dev/zero of=small bs=1M count=10 status=none; touch done'; sleep 60")
@@ -215,6 +217,7 @@ async def test_a_running_writer_is_stopped_by_its_write_counts_without_walks_bel
     cfg = _cfg(local_cfg, limits=LocalLimits(disk_bytes=40 << 20, disk_check_s=3600, disk_full_check_s=0.2))
     async with await create_sandbox(cfg, SandboxSpec()) as sb:
         dog = sb._watchdog
+        assert (await sb.exec(["true"])).ok  # its jail proven: start() runs no probe first
         await dog.check()
         proc = await sb.start("fallocate -l 60M big && touch done; sleep 60")
         await _until(lambda: os.path.exists(f"{sb.root}/done"))

@@ -247,6 +247,25 @@ async def test_missing_bwrap_is_a_clear_error(local_cfg: SandboxConfig) -> None:
         await create_sandbox(_cfg(local_cfg, bwrap_path="/nonexistent/bwrap"), SandboxSpec())
 
 
+async def test_the_first_command_proves_the_jail(local_cfg: SandboxConfig) -> None:
+    """No `true` runs at create: the first command's bwrap status says the jail was made. A
+    jail that cannot be made (here its root bind's source is gone) is the sandbox's error,
+    not the command's exit 1; a first command that fails in its own part of the jail (a cwd
+    that is not there) or by itself is its result, and the jail is proven by a `true`."""
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        assert not list(sb.cpu.commands)  # no probe ran
+        shutil.rmtree(sb.root)
+        with pytest.raises(SandboxError, match="local sandbox cannot run commands .*Can't find source path"):
+            await sb.exec("echo hi")
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        res = await sb.exec("echo hi", cwd="no/such/dir")
+        assert res.exit_code == 1 and "chdir" in res.stderr and sb._jail_proven
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        res = await sb.exec("exit 1")
+        assert res.exit_code == 1 and sb._jail_proven
+        assert (await sb.exec("echo hi")).stdout == "hi\n"
+
+
 async def test_isolation_none_is_explicit_and_warns(
     local_cfg: SandboxConfig, caplog: pytest.LogCaptureFixture
 ) -> None:

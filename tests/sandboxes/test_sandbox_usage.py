@@ -103,12 +103,13 @@ async def test_a_real_sandbox_counts_its_commands_cpu(local_cfg: SandboxConfig) 
         if not counts_here(sb):
             pytest.skip("cgroup v1 without cpuacct: the CPU is not counted")
         assert sb.cpu.counted
+        assert (await sb.exec(["true"])).exit_code == 0  # a jail's start (and its proof: exec)
         assert (await sb.exec(BUSY)).exit_code == 0
         bg = await sb.start(["sleep", "1"])
         assert (await sb.exec(["true"])).exit_code == 0  # beside the sleep
         await bg.wait(30)
         probe, busy, true, sleep = list(sb.cpu.commands)
-        assert probe.describe == "true" and probe.alone and probe.key == 1  # the create's check: a jail's start
+        assert probe.describe == "true" and probe.alone and probe.key == 1
         assert busy.describe == BUSY and busy.alone
         assert busy.cpu_s > 0.2 and busy.cpu_s > 5 * probe.cpu_s  # the loop's CPU, not only its jail's
         assert not true.alone and not sleep.alone
