@@ -66,13 +66,16 @@ class StepResults:
         return found
 
 
-_PRELUDE = r"""__D=$(mktemp -d) || exit 97
-trap 'rm -rf -- "$__D"' EXIT
+# A step's output goes to two files named after the script's boundary (new each script) in
+# the sandbox's own /tmp, emptied at the end: no mktemp, no rm (each a process in the jail,
+# ~2.5 ms of CPU a rollout each).
+_PRELUDE = r"""__O="${TMPDIR:-/tmp}/.$__B.o" __E="${TMPDIR:-/tmp}/.$__B.e"
+trap ': >"$__O"; : >"$__E"' EXIT
 step() {
   local __t0=${EPOCHREALTIME:-0} __rc
-  ( eval "$2" ) >"$__D/o" 2>"$__D/e" </dev/null; __rc=$?
+  ( eval "$2" ) >"$__O" 2>"$__E" </dev/null; __rc=$?
   printf '\n%s %s %s %s %s\n' "$__B" "$1" "$__rc" "$__t0" "${EPOCHREALTIME:-0}"
-  [ ! -s "$__D/o" ] || tail -c "$__K" -- "$__D/o"; printf '\n%s\n' "$__B"; [ ! -s "$__D/e" ] || tail -c "$__K" -- "$__D/e"
+  [ ! -s "$__O" ] || tail -c "$__K" -- "$__O"; printf '\n%s\n' "$__B"; [ ! -s "$__E" ] || tail -c "$__K" -- "$__E"
   return $__rc
 }
 """
