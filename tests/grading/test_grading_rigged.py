@@ -57,6 +57,21 @@ def test_comparisons_that_answer_no_bool_and_those_made_after_the_class_are_name
     assert _flags("class P:\n    pass\n\n\nP.__hash__ = object.__hash__\n") == []
 
 
+def test_only_the_added_lines_spans_are_read_and_a_decorator_is_its_nodes():
+    """The findings are read only in the nodes holding an added line (not a walk of the whole
+    file), and a decorator above a class or function belongs to it: an added one is read."""
+    body = "class Big:\n" + "".join(f"    def m{i}(self):\n        return {i}\n" for i in range(200))
+    rigged = "@register(type('R', (int,), {'__eq__': lambda s, o: True}))\n"
+    plain = "class Q:\n    pass\n"
+    for above in ("", body):
+        assert comparison_flags({"lib.py": above + rigged + plain}, _added(rigged, above)) == [
+            "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+    base = body + "class A(int):\n    pass\n\n\n"  # a builtin subclass far from the added line
+    assert comparison_flags({"lib.py": base + "A.__eq__ = lambda s, o: True\n"},
+                            _added("A.__eq__ = lambda s, o: True\n", base)) == [
+        "static:always_equal", "static:builtin_comparison"]  # fmt: skip
+
+
 def test_honest_comparisons_raise_no_static_finding():
     honest = [
         "class P:\n    def __eq__(self, other):\n        if not isinstance(other, P):\n            return NotImplemented\n"
