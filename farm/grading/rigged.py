@@ -65,7 +65,9 @@ def comparison_flags(files: Mapping[str, str], added: Mapping[str, set[int]]) ->
     found: set[str] = set()
     for path, text in files.items():
         lines = added.get(path)
-        if not lines:
+        # every finding names a comparison or __hash__ (a member, a key, an attribute): a file
+        # naming none holds none, and is not parsed (~20 ms on a 2,600-line file)
+        if not lines or not any(name in text for name in COMPARISONS | {"__hash__"}):
             continue
         try:
             tree = ast.parse(text)
