@@ -18,6 +18,7 @@ read-only: the view's upper is the sandbox's own).
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -189,3 +190,17 @@ class JailStatus:
             os.close(self._read_end)
             self._read_end = -1
 
+
+_FOUND: dict[tuple[str, str], str] = {}
+
+
+def find_host_program(name: str) -> str | None:
+    """``shutil.which`` on the host's PATH, remembered once found: making a sandbox looked
+    for bwrap and prlimit along PATH (a stat a directory each) every time."""
+    key = (name, os.environ.get("PATH", os.defpath))
+    if key not in _FOUND:
+        found = shutil.which(name)
+        if found is None:
+            return None
+        _FOUND[key] = found
+    return _FOUND[key]

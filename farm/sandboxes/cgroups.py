@@ -175,8 +175,8 @@ class SandboxCgroup:
         return cls(1, dirs, memory_bytes, pids)
 
     # --- using ----------------------------------------------------------------
-    @property
-    def procs_files(self) -> list[str]:
+    @functools.cached_property
+    def procs_files(self) -> list[str]:  # (read by every spawn and every watchdog round: made once)
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
     def enter_prefix(self) -> list[str]:

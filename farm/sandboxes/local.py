@@ -33,7 +33,14 @@ from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError
 from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
-from farm.sandboxes.bwrap import HostMounts, JailStatus, bwrap_argv, forwarder_prefix, prlimit_prefix
+from farm.sandboxes.bwrap import (
+    HostMounts,
+    JailStatus,
+    bwrap_argv,
+    find_host_program,
+    forwarder_prefix,
+    prlimit_prefix,
+)
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
 from farm.sandboxes.hostetc import staged_etc
@@ -166,7 +173,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
 
     # --- setup ---------------------------------------------------------------
     def _find_bwrap(self) -> str:
-        found = shutil.which(self._cfg.bwrap_path)
+        found = find_host_program(self._cfg.bwrap_path)
         if found is None:
             raise SandboxError(
                 f"bubblewrap ({self._cfg.bwrap_path!r}) not found: install the 'bubblewrap' package "
@@ -176,7 +183,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         return found
 
     def _find_prlimit(self) -> str | None:
-        found = shutil.which("prlimit")
+        found = find_host_program("prlimit")
         if found is None:
             raise SandboxError("prlimit not found (it ships with util-linux): install 'util-linux'")
         return found
