@@ -128,6 +128,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         )
         self._writes_counted = False  # what its processes write is counted (_make_dirs decides)
         self._jail_proven = False  # a command of its ran in its jail (or it has none and `true` ran)
+        self._spawned = False  # a command was started (entered its cgroup)
 
     @classmethod
     async def create(
@@ -313,7 +314,8 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
     @property
     def breaches(self) -> list[str]:
         """Every limit this sandbox's processes ran into, as precise reasons ([] if none)."""
-        found = self._cgroup.breaches() if self._cgroup is not None else []
+        # (a cgroup no command ever entered has nothing to say: a pooled sandbox, asked at each take)
+        found = self._cgroup.breaches() if self._cgroup is not None and self._spawned else []
         return found + list(self._watchdog.breaches.values())
 
     async def _kill_processes(self) -> None:
@@ -390,6 +392,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         if not self._writes_counted:
             self._watchdog.wrote()
         at = self.cpu.reading()  # before the spawn: the command's whole count is its own
+        self._spawned = True
         proc = await HostProcess.spawn(
             full,
             env=host_env,
