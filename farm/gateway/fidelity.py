@@ -72,7 +72,7 @@ def measure_turn(tree: TurnTree, turn_id: str, renderer: Any, tools: list[dict[s
     if rec.response is not None:
         history = history[:-1]
     seen = np.asarray(tree.prompt_ids(turn_id), dtype=np.int32)
-    fresh = np.asarray(renderer.full_prompt(history, tools), dtype=np.int32)
+    fresh = renderer.prompt_ids(history, tools)
     chain = tree.chain(turn_id)
     outputs = [(a, b) for r, a, b in chain_layout(chain)[0] if r.turn_id != turn_id and b <= len(seen)]
     tool_texts = [str(m.get("content") or "") for m in history if m.get("role") == "tool"]

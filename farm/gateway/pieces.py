@@ -51,9 +51,11 @@ class PieceCache:
         self._lock = threading.Lock()  # the render thread and the event loop both encode
         self.hits = self.misses = 0
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, as_array: bool = False) -> list[int] | array:
         """``text``'s ids: each special token's id, each piece between them from the cache
-        or tokenized now (the pieces missing, in one batch)."""
+        or tokenized now (the pieces missing, in one batch). ``as_array``: an ``array("i")``
+        (the kept pieces copied as memory, not as Python ints: a whole render of tens of
+        thousands of ids is a list built and then turned into an array again otherwise)."""
         parts: list[str | int] = []
         pos = 0
         for m in self.pattern.finditer(text):
@@ -84,13 +86,13 @@ class PieceCache:
                     if len(p) >= MIN_CHARS:
                         self.misses += 1
                         self._keep(p, ids)
-        out: list[int] = []
+        out = array("i")
         for p in parts:
             if isinstance(p, int):
                 out.append(p)
             else:
-                out.extend(found[p])
-        return out
+                out.extend(found[p] if isinstance(found[p], array) else array("i", found[p]))
+        return out if as_array else out.tolist()
 
     def _keep(self, piece: str, ids: Sequence[int]) -> None:
         if piece in self._kept or len(piece) > self._max_chars // 2:  # one piece never flushes the rest

@@ -32,6 +32,8 @@ import json
 import logging
 from typing import Any, Sequence
 
+import numpy as np
+
 from farm.errors import GatewayRequestError
 from farm.gateway.canonical import Message
 from farm.gateway.pieces import PieceCache
@@ -204,18 +206,23 @@ class PromptRenderer:
 
     def full_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None,
                     limit: int | None = None) -> list[int]:
-        """The whole conversation + generation prompt (the O(history) path). With the Rust
-        backend it tokenizes via ``encode_batch``, which releases the GIL (the gateway runs
-        full renders on a thread; the event loop keeps going meanwhile). A text that
+        """``prompt_ids`` as a list."""
+        return self.prompt_ids(messages, tools, limit).tolist()
+
+    def prompt_ids(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None,
+                   limit: int | None = None) -> np.ndarray:
+        """The whole conversation + generation prompt (the O(history) path), int32. With the
+        Rust backend it tokenizes via ``encode_batch``, which releases the GIL (the gateway
+        runs full renders on a thread; the event loop keeps going meanwhile). A text that
         cannot fit in ``limit`` tokens raises ``PromptTooLong`` before it is tokenized."""
         (messages, tools), found = self.specials.mark(messages, tools)
         text = self.render_text(messages, tools, generation=True)
         self.check_length(text, limit)
-        return self.specials.encode(text, found, self._encode_long)
+        return np.asarray(self.specials.encode(text, found, self._encode_long), dtype=np.int32)
 
-    def _encode_long(self, text: str) -> list[int]:
+    def _encode_long(self, text: str) -> Sequence[int]:
         if self.pieces is not None:
-            return self.pieces.encode(text)
+            return self.pieces.encode(text, as_array=True)  # (np.asarray reads it as memory)
         if self._backend is not None:
             return self._backend.encode_batch([text], add_special_tokens=False)[0].ids
         return self.encode(text)

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 
 from farm.engine.client import EngineClient, GenerateRequest, GenerateResult
 from farm.errors import EngineError, EngineRejected, EngineTimeout, GatewayRequestError
@@ -104,9 +105,9 @@ class TurnService:
         try:
             self._check(session, req)
             if not self.renderer.thread_safe:
-                return len(self.renderer.full_prompt(req.messages, req.tools, limit))
+                return len(self.renderer.prompt_ids(req.messages, req.tools, limit))
             loop = asyncio.get_running_loop()
-            return len(await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt, req.messages,
+            return len(await loop.run_in_executor(self._render_pool(), self.renderer.prompt_ids, req.messages,
                                                   req.tools, limit))  # fmt: skip
         except PromptTooLong:
             session.stats.too_long_refusals += 1
@@ -150,12 +151,12 @@ class TurnService:
             self._limits(pending)
         return pending
 
-    def render(self, pending: PendingTurn, ids: list[int] | None = None) -> PendingTurn:
+    def render(self, pending: PendingTurn, ids: np.ndarray | None = None) -> PendingTurn:
         """Finish a pending full render (inline unless ``ids`` are given), then apply limits."""
         if pending.plan.needs_render and pending.immediate is None:
             t0 = time.perf_counter()
             if ids is None:
-                ids = self.renderer.full_prompt(pending.req.messages, pending.req.tools,
+                ids = self.renderer.prompt_ids(pending.req.messages, pending.req.tools,
                                                 pending.session.max_context_tokens)  # fmt: skip
             pending.plan.set_prompt(ids)
             pending.timings["render_ms"] = (time.perf_counter() - t0) * 1e3
@@ -171,7 +172,7 @@ class TurnService:
             if pending.plan.needs_render and pending.immediate is None:
                 if self.renderer.thread_safe:
                     loop = asyncio.get_running_loop()
-                    ids = await loop.run_in_executor(self._render_pool(), self.renderer.full_prompt,
+                    ids = await loop.run_in_executor(self._render_pool(), self.renderer.prompt_ids,
                                                      req.messages, req.tools,
                                                      session.max_context_tokens)  # fmt: skip
                     self.render(pending, ids)
