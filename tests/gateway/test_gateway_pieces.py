@@ -3,6 +3,8 @@ encoding, first time and from the cache, and a tokenizer that could differ is re
 
 from __future__ import annotations
 
+import numpy as np
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
@@ -36,8 +38,9 @@ def test_a_whole_render_by_pieces_is_the_one_string_encoding_and_repeats_from_th
     assert first == whole(r, msgs, TOOLS)
     misses = r.pieces.misses
     assert misses >= 2 and r.pieces.hits == 0  # the system prompt with its tools, the user text, the result
-    again = r.full_prompt(msgs, TOOLS)
-    assert again == first and r.pieces.misses == misses and r.pieces.hits == misses
+    again = r.prompt_ids(msgs, TOOLS)  # what the gateway takes: int32, built from the kept pieces
+    assert again.dtype == np.int32 and again.tolist() == first
+    assert r.pieces.misses == misses and r.pieces.hits == misses
     # another rollout: the same system prompt and tools, its own instruction
     other = conversation(LONG, "another task entirely " * 30, "x" * 10)
     assert r.full_prompt(other, TOOLS) == whole(r, other, TOOLS)
@@ -56,6 +59,7 @@ def test_by_pieces_equals_whole_on_any_text(hf_tokenizer):
         want = r._backend.encode(text, add_special_tokens=False).ids
         assert r.pieces.encode(text) == want
         assert r.pieces.encode(text) == want  # from the cache where a piece was long enough
+        assert r.pieces.encode(text, as_array=True).tolist() == want
 
     check()
 
