@@ -91,7 +91,7 @@ class PieceCache:
             if isinstance(p, int):
                 out.append(p)
             else:
-                out.extend(found[p] if isinstance(found[p], array) else array("i", found[p]))
+                out.extend(found[p])  # (a kept array's memory copied whole; a fresh list converted)
         return out if as_array else out.tolist()
 
     def _keep(self, piece: str, ids: Sequence[int]) -> None:

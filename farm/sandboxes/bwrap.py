@@ -1,5 +1,5 @@
-"""Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure),
-and the pipe bwrap reports its jail on.
+"""Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure);
+the pipe bwrap reports its jail on, and where the host's programs for them are.
 
 Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs root:
   1. the minimal host view (``farm.sandboxes.hostview``: system runtime, selected /etc,
