@@ -177,12 +177,14 @@ async def grade_in_sandbox(
 async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: Workspace,
                           policy: GradingConfig) -> Probe | Witness | None:  # fmt: skip
     """The steps after the diff and the surface restore, before the task's own commands:
-    SWE: the test patch's files reset, the test patch, a stale report removed, the probe;
+    SWE: the test patch, a stale report removed, the probe;
     generic: the verifiers' witness, the reward file removed (``farm.grading.reward``)."""
     if task.kind != "swe":
         return await add_reward_steps(script, sandbox, task, ws)
     if task.test_patch:
-        add_restore(script, "test_files", touched_paths(task.test_patch), scratch=ws.scratch)
+        # No restore of the test patch's files first (SWE-bench's harness checks them out):
+        # in a fresh sandbox only the diff changed them, and every one it touched is a surface
+        # file the "surface" restore has put back (``surface_touches``: "test patch file").
         add_apply(script, "test", task.test_patch, scratch=ws.scratch)
     if task.test_report_file:
         script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")

@@ -97,14 +97,13 @@ async def test_a_grade_is_one_jailed_script_then_the_test_command(tasks_cfg, cou
     # the task's pytest takes seconds and is not what is counted here: a command that reports nothing
     task = load_tasks(tasks_cfg).by_id()["demo-wordfreq"].model_copy(update={"test_command": "echo no tests"})
     report, execs = await counted_grade(task, task.gold_patch)
-    # the steps (reset, git apply, restores, test patch, stale .pyc, probe chmod), then the tests
+    # the steps (reset, git apply, test patch, stale .pyc, probe chmod), then the tests
     assert len(execs) == 2, execs
     assert "farm-step-" in execs[0] and execs[1].endswith("echo no tests")
     # the files go in from outside in two calls: the probe's directory, then the steps' files
     probe_files, step_files = counted_grade.writes
     assert any(p.endswith("/key") for p in probe_files) and any(p.endswith("/config.json") for p in probe_files)
-    assert sorted(p.rsplit("/", 1)[1] for p in step_files) == ["model.diff", "model.paths", "test.diff", "test.paths",
-                                                                "test_files.paths"]  # fmt: skip
+    assert sorted(p.rsplit("/", 1)[1] for p in step_files) == ["model.diff", "model.paths", "test.diff", "test.paths"]
     assert report.patch.strategy == "git_apply" and [a.command for a in report.patch.attempts] == ["git_apply"]
     assert report.status is GradeStatus.UNRESOLVED and "FAIL_TO_PASS not passing" in report.reason
     assert report.test_surface == {} and report.test.stdout_tail == "no tests\n"

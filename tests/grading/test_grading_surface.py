@@ -121,3 +121,23 @@ def test_surface_classification() -> None:
     # a task's own surface replaces the default
     custom = {t.path for t in surface_touches(diff, test_patch=None, patterns=["setup.py", "pkg/*"])}
     assert custom == {"setup.py", "pkg/tests/helpers.py"}
+
+
+def test_every_test_patch_file_the_diff_touches_is_put_back() -> None:
+    """The grader runs no restore of the test patch's files of its own: in a fresh sandbox only
+    the diff changed them, and each one it touched (edited, deleted, renamed away, under a
+    task's own surface that does not name it) is a surface touch the surface restore resets."""
+    test_patch = _new_file("checks/spec_a.py", "a = 1\n") + (
+        "diff --git a/checks/spec_b.py b/checks/spec_b.py\n--- a/checks/spec_b.py\n+++ b/checks/spec_b.py\n"
+        "@@ -1 +1 @@\n-b = 1\n+b = 2\n"
+    )
+    diff = (
+        "diff --git a/checks/spec_a.py b/checks/spec_a.py\ndeleted file mode 100644\n--- a/checks/spec_a.py\n"
+        "+++ /dev/null\n@@ -1 +0,0 @@\n-a = 0\n"
+        "diff --git a/checks/spec_b.py b/lib/moved.py\nsimilarity index 100%\nrename from checks/spec_b.py\n"
+        "rename to lib/moved.py\n"
+        + _new_file("lib/code.py", "x = 1\n")
+    )
+    for patterns in (None, ["nothing/*"]):
+        got = {t.path: t.why for t in surface_touches(diff, test_patch=test_patch, patterns=patterns)}
+        assert got == {"checks/spec_a.py": "test patch file", "checks/spec_b.py": "test patch file"}, patterns
