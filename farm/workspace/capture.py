@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from farm.errors import PatchApplyError, SandboxTimeout
 from farm.sandboxes.base import Sandbox
-from farm.tasks.patches import CACHE_GLOBS
+from farm.tasks.patches import CACHE_GLOBS, touched_paths
 from farm.workspace.shell import git_script, stage_script
 from farm.workspace.prepare import Workspace
 
@@ -72,13 +72,15 @@ async def capture_diff(
     # the scratch dir is made here when the rollout left it to this command (a snapshot's
     # workspace runs none before it: ``prepare_workspace(make_scratch=False)``), a jail's start fewer
     made = f"[ -d {shlex.quote(scratch)} ] || mkdir -p -- {shlex.quote(scratch)}"
-    # stdout: the diff's size in bytes, NUL, then the changed paths, NUL-separated (the
-    # size in the same jailed command: a sandbox exec fewer)
+    # stdout: the diff's size in bytes, NUL, then, for a diff over ``max_bytes`` only, the
+    # changed paths, NUL-separated (the size in the same jailed command: a sandbox exec
+    # fewer). A diff within the limit is read whole, and its paths are its headers' (one
+    # git process fewer: with --no-renames each header names one path, git-quoted).
     script = (
         f"set -e\n{made}\n{stage_script(index, base, specs)}\n"
         f"git diff --cached {_DIFF_OPTS} {base} > {out}\n"
-        f"printf '%s\\0' \"$(stat -c %s {out})\"\n"
-        f"git diff --cached --name-only --no-renames -z {base}\n"
+        f"size=$(stat -c %s {out}); printf '%s\\0' \"$size\"\n"
+        f"[ \"$size\" -le {int(max_bytes)} ] || git diff --cached --name-only --no-renames -z {base}\n"
     )
     try:
         res = await git_script(sandbox, script, cwd=workspace.workdir, timeout=timeout)
@@ -96,6 +98,5 @@ async def capture_diff(
             patch=head.stdout, bytes=size, files=files, too_large=True, duration_s=time.monotonic() - t0
         )
     data = await sandbox.read_file(posixpath.join(scratch, "model.diff"))
-    return CapturedDiff(
-        patch=data.decode("utf-8", errors="replace"), bytes=size, files=files, duration_s=time.monotonic() - t0
-    )
+    patch = data.decode("utf-8", errors="replace")
+    return CapturedDiff(patch=patch, bytes=size, files=touched_paths(patch), duration_s=time.monotonic() - t0)

@@ -70,12 +70,22 @@ async def test_capture_diff_new_deleted_committed_and_excluded(demo, runtime, ne
         assert "notes.txt" in await sh(sb, "git status --porcelain", ws.workdir)
         small = await capture_diff(sb, ws, exclude=["CLAUDE.md", ".claude/**"], max_bytes=200)
         assert small.too_large and small.bytes == diff.bytes and len(small.patch) <= diff.bytes
+        assert small.files == diff.files  # git's own list for a diff not read whole, the headers' for one read
         # without a .gitignore, what a test run leaves (bytecode, runner caches) is still not the agent's work
         await sh(sb, "git rm -q .gitignore && mkdir -p tests/__pycache__ .pytest_cache/v x.egg-info && "
                      "echo b > tests/__pycache__/t.cpython-311-pytest-8.pyc && echo {} > .pytest_cache/v/lastfailed && "
                      "echo m > x.egg-info/PKG-INFO && echo c > .coverage", ws.workdir)  # fmt: skip
         bare = await capture_diff(sb, ws, exclude=["CLAUDE.md", ".claude/**"])
         assert sorted(bare.files) == [".gitignore", "notes.txt", "pyproject.toml", "slugs.py"], bare.files
+        # a diff's paths are its headers': odd names (quoted by git, " b/" inside one), a mode
+        # change alone, a symlink, an empty file, bytes: the same list as git's own
+        await sh(sb, "printf 'x' > 'a b/c b/d' 2>/dev/null || { mkdir -p 'a b/c b' && printf x > 'a b/c b/d'; }; "
+                     "printf y > \"$(printf 'tab\\there')\" && printf z > 'quo\"te' && printf w > 'caf\u00e9.txt' && "
+                     "ln -s slugs.py link && : > empty && printf '\\0\\1' > blob.bin && chmod +x tests/test_slugs.py", ws.workdir)
+        odd = await capture_diff(sb, ws, exclude=["CLAUDE.md", ".claude/**"])
+        git_says = await sh(sb, f"GIT_INDEX_FILE={ws.scratch}/capture.index git diff --cached --name-only --no-renames -z "
+                                f"{ws.baseline_commit}", ws.workdir)  # fmt: skip
+        assert odd.files == [p for p in git_says.split("\0") if p] and len(odd.files) == len(bare.files) + 8, odd.files
 
 
 async def test_capture_sees_every_change_whatever_the_repos_own_index_says(demo, runtime, new_sandbox) -> None:
