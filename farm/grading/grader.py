@@ -227,7 +227,6 @@ async def _grade_swe(sandbox: Sandbox, task: Task, ws: Workspace, runtime: TaskR
                      policy: GradingConfig, attempt: Attempt, steps: StepResults, probe: Probe | None) -> dict:
     cfg = runtime.config
     if task.test_patch:
-        check_restores(steps, "test_files")
         tp: PatchReport = patch_report(steps, "test", task.test_patch)
         if tp.strategy is None:
             why = tp.attempts[-1].stderr_tail.strip()[-300:] if tp.attempts else ""
