@@ -54,8 +54,11 @@ class Witness:
         script = shlex.quote(f"{self.directory}/{SCRIPT}")
         opts = f" --watch {shlex.quote(watch)}" if watch else ""
         report = shlex.quote(self.report_path)
-        return (f'rm -f {report}\nif __farm_w=$(command -v python3) && [ -f {script} ]; then\n'
-                f'  exec "$__farm_w" -S -E -s {script} {shlex.quote(self.directory)}{opts} -- bash -c {shlex.quote(command)}\n'
+        # (no process where none is needed: ``rm`` only for an earlier run's report, python3
+        # looked up by bash's builtin, not in a subshell)
+        return (f'if [ -e {report} ] || [ -L {report} ]; then rm -f {report}; fi\n'
+                f'if command -v python3 >/dev/null 2>&1 && [ -f {script} ]; then\n'
+                f'  exec python3 -S -E -s {script} {shlex.quote(self.directory)}{opts} -- bash -c {shlex.quote(command)}\n'
                 f"fi\n{command}")  # fmt: skip
 
 
