@@ -92,3 +92,47 @@ def test_without_a_key_the_command_runs_as_it_is(tmp_path):
     res = subprocess.run([sys.executable, str(directory / SCRIPT), str(directory), "--", "sh", "-c", "echo ran; exit 4"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 4 and res.stdout == "ran\n" and not (directory / "report.jsonl").exists()
+
+
+def test_the_witness_writes_and_reads_json_as_the_json_module_does(tmp_path):
+    """The witness starts without the json and socket modules (their imports were a third of
+    its start): its records must still be the text json.dumps(sort_keys=True) makes, and what
+    it reads, what json.loads reads."""
+    import importlib.util
+
+    path = tmp_path / SCRIPT
+    path.write_text(inside_source(SCRIPT))
+    spec = importlib.util.spec_from_file_location("farm_witness_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "_json" in vars(mod) and mod.socket.__name__ == "_socket"  # the C halves, where there are
+    odd = ["", "plain", 'quo"te \\ back', "tab\tnl\ncr\r\x00\x1f\x7f", "caf\u00e9 \u2603 \U0001f600", "\ufffd", "a" * 5000]
+    records = [
+        {"e": "start", "pid": 12, "child": 13, "shielded": True, "watch": None, "inotify": False, "t": 0},
+        {"e": "line", "c": 1, "ok": False, "b": odd[2] + odd[3], "t": 7},
+        {"e": "file", "what": ["close_write", "modify"], "t": 1 << 40},
+        {"e": "reward_written", "c": 2, "v": 0.25, "error": odd[4]},
+        {"e": "reward_written", "c": 2, "v": float("inf")},
+        {"e": "reward_written", "c": 2, "v": -1e-300},
+        {"e": "end", "open": [], "z": [1, 2, 3], "a": -7},
+        {"sig": secrets.token_hex(32)},
+        *({"b": s, "e": "hello"} for s in odd),
+    ]
+    for rec in records:
+        assert mod._dumps(rec) == json.dumps(rec, sort_keys=True), rec
+    for text in [json.dumps(r) for r in records] + [' {"hello": "probe", "h0": "ab"} ', "[1, 2]", "3", '"s"', "null",
+                                                    "NaN", "-Infinity", '{"reward": 1e400}']:  # fmt: skip
+        got, want = mod._loads(text), json.loads(text)
+        assert got == want or (got != got and want != want), text
+    for bad in ["", " ", "{", '{"a": 1} x', '{"a": 1}{', "[1,]", '"unterminated', "{'single': 1}", "nan", "\x00"]:
+        try:
+            json.loads(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"json accepts {bad!r}")
+        try:
+            mod._loads(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"the witness accepts {bad!r}")
