@@ -37,10 +37,12 @@ try:
     import _json
     import _socket as socket
 
+    # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys, allow_nan):
+    # json.dumps(obj, sort_keys=True)'s own encoder
     _ENCODE = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ": ", ", ", True, False, True)
 
-    class _Context:
-        strict, object_hook, object_pairs_hook, memo = True, None, None, {}
+    class _Context:  # what json.loads's scanner reads of its decoder
+        strict, object_hook, object_pairs_hook = True, None, None
         parse_float, parse_int = float, int
         parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
 
