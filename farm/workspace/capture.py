@@ -91,9 +91,10 @@ async def capture_diff(
     size_field, _, names = res.stdout.partition("\0")
     if not size_field.strip().isdigit():
         raise PatchApplyError(f"cannot capture the diff: unexpected output {res.stdout[:200]!r}")
-    size, files = int(size_field), [f for f in names.split("\0") if f]
-    if size > max_bytes:
+    size = int(size_field)
+    if size > max_bytes:  # (git's list of paths came only for this case)
         head = await sandbox.exec(["head", "-c", str(min(max_bytes, 64 << 10)), posixpath.join(scratch, "model.diff")], timeout=60)
+        files = [f for f in names.split("\0") if f]
         return CapturedDiff(
             patch=head.stdout, bytes=size, files=files, too_large=True, duration_s=time.monotonic() - t0
         )
