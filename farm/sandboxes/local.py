@@ -163,14 +163,11 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         rollout were spent on `true` alone."""
         result = await self._exec(["true"], None, None, 60, None, probe=True)
         if result.exit_code != 0:
-            raise self._jail_failed(result)
+            raise SandboxError(
+                f"local sandbox cannot run commands (exit {result.exit_code}): {result.stderr.strip()[-2000:]} "
+                "(if user namespaces are disabled here, try sandbox.local.unshare_user: false)"
+            )
         self._jail_proven = True
-
-    def _jail_failed(self, result: ExecResult) -> SandboxError:
-        return SandboxError(
-            f"local sandbox cannot run commands (exit {result.exit_code}): {result.stderr.strip()[-2000:]} "
-            "(if user namespaces are disabled here, try sandbox.local.unshare_user: false)"
-        )
 
     # --- setup ---------------------------------------------------------------
     def _find_bwrap(self) -> str:
