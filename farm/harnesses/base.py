@@ -181,12 +181,13 @@ class Harness(ABC):
             f"{home}/.bash_profile": LOGIN_PROFILE,
             **self.config_files(run, scratch),
         }
-        dirs = sorted({home, *(os.path.dirname(p) for p in files)})
-        # the scratch dir and the check that the CLI is executable where the sandbox sees it, in
-        # one command (each command a sandbox runs is a jail's start). It needs no gateway: a
-        # rollout runs it before the session's socket is served, so its jail starts no relay;
-        # the gateway is asked by the launch's own command, before the CLI (runner.run_plan)
-        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or "", *dirs], timeout=60)
+        # the scratch dir emptied and the check that the CLI is executable where the sandbox sees
+        # it, in one command (each command a sandbox runs is a jail's start). Its directories are
+        # made by the writes (``write_files`` makes a file's parents), and every one holds a file
+        # (HOME its .bash_profile): no mkdir, a process fewer. It needs no gateway: a rollout runs
+        # it before the session's socket is served, so its jail starts no relay; the gateway is
+        # asked by the launch's own command, before the CLI (runner.run_plan)
+        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or ""], timeout=60)
         if prep.exit_code not in (0, _NOT_EXECUTABLE):
             raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
         binary = seen if seen and prep.exit_code == 0 else await self._unseen(sandbox)
@@ -223,11 +224,12 @@ class Harness(ABC):
         return await self.launch(sandbox, plan, session_idle_s=session_idle_s)
 
 
-# configure's one command: $1 the scratch dir (made anew), $2 the CLI's path ("" to skip its
-# check), the rest the directories to make
+# configure's one command: $1 the scratch dir (removed when a run before left it: the writes
+# make it anew), $2 the CLI's path ("" to skip its check). Bash's builtins only, but for an rm
+# that runs only when there is something to remove.
 _NOT_EXECUTABLE = 97
-_PREPARE = (  # (rm is a process: run only when there is something to remove)
-    'if [ -e "$1" ] || [ -L "$1" ]; then rm -rf "$1" || exit 1; fi; mkdir -p "${@:3}" || exit 1; '
+_PREPARE = (
+    'if [ -e "$1" ] || [ -L "$1" ]; then rm -rf "$1" || exit 1; fi; '
     f'[ -z "$2" ] || [ -x "$2" ] || exit {_NOT_EXECUTABLE}'
 )
 
