@@ -186,8 +186,9 @@ async def _add_task_steps(script: StepScript, sandbox: Sandbox, task: Task, ws: 
         # in a fresh sandbox only the diff changed them, and every one it touched is a surface
         # file the "surface" restore has put back (``surface_touches``: "test patch file").
         add_apply(script, "test", task.test_patch, scratch=ws.scratch)
-    if task.test_report_file:
-        script.add("report.remove", f"rm -f -- {shlex.quote(posixpath.join(ws.workdir, task.test_report_file))}")
+    if task.test_report_file:  # (rm is a process: run only when a report is there)
+        report = shlex.quote(posixpath.join(ws.workdir, task.test_report_file))
+        script.add("report.remove", f"if [ -e {report} ] || [ -L {report} ]; then rm -f -- {report}; fi")
     if not policy.probe:
         return None
     tests = [*task.fail_to_pass, *task.pass_to_pass, *task.expected_test_statuses]
