@@ -17,7 +17,8 @@ first), for the length of a real agent's rollout.
 ``--tasks`` demo tasks (one environment each, built before the clock starts). The capacity
 is found by stepping the slots (``--steps``, and ``--n``): at each step farm and bare run
 one after the other in this process; ``capacity_at_90`` is the most slots at which
-``slot_utilization`` >= 0.9 (stepping stops for a mode after its first step below).
+``slot_utilization`` >= 0.9 (stepping stops for a mode after its first step below; the gap
+between its last step above and that one is then halved down to ``--resolution`` slots).
 ``--modes``: farm ``cold`` (every sandbox created when asked) and/or ``pool``
 (``sandbox.pool``); the last one listed is the one stepped and on the last line.
 
@@ -44,7 +45,7 @@ Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=�
 farm_cpu_ms_per_turn=… capacity_at_90=… bare_capacity_at_90=… capacity_ratio=…
 farm_cpu_share=… farm_turn_path_ms_per_turn=… farm_once_ms_per_rollout=…`` (the farm figures
 from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s turns, 120 s,
-pool, bare baseline, steps 8..64: ~40 min);
+pool, bare baseline, steps 8..64 then halved to 4 slots: ~50 min);
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 """
 
@@ -63,7 +64,7 @@ from typing import Any
 from density_bare import BareRollouts, served_turns, start_endpoint
 from density_farm import config, prepared_trees, run_farm
 from density_ledger import tree_s
-from density_slots import occupancy, pct, slots
+from density_slots import narrow, occupancy, pct, slots
 from farm.config import load_config
 from farm.engine.config import LatencyConfig
 from farm.engine.launchers import start_scripted_worker
@@ -140,23 +141,32 @@ async def main(args: argparse.Namespace) -> None:
         for mode in args.modes[:-1]:  # the other farm modes, at --n only
             results[mode] = await run_farm(args, work, url, proc.pid or 0, mode == "pool", args.n)
             show(f"{mode} n={args.n}", results[mode])
-        steps = sorted({*args.steps, args.n})
-        going = {"farm": True, "bare": args.baseline == "bare"}
-        for n in steps:
-            if n > args.n and not any(going.values()):
-                break
-            if going["farm"] or n == args.n:
+        async def step(who: str, n: int) -> bool:
+            """One run of ``who`` at ``n`` slots; True when it keeps >= 0.9 of its slots busy."""
+            if who == "farm":
                 r = await run_farm(args, work, url, proc.pid or 0, farm_mode == "pool", n)
                 show(f"{farm_mode} n={n}", r)
                 if n == args.n:
                     results[farm_mode] = r
-                going["farm"] = going["farm"] and r["slot_utilization"] >= 0.9
-                capacity["farm"] = n if going["farm"] else capacity.get("farm", 0)
-            if going["bare"]:
-                b = await run_bare(args, work, bare_url, bare_proc.pid, n, trees, tasks, prefixes)
-                show(f"bare n={n}", b)
-                going["bare"] = b["slot_utilization"] >= 0.9
-                capacity["bare"] = n if going["bare"] else capacity.get("bare", 0)
+            else:
+                r = await run_bare(args, work, bare_url, bare_proc.pid, n, trees, tasks, prefixes)
+                show(f"bare n={n}", r)
+            return r["slot_utilization"] >= 0.9
+
+        steps = sorted({*args.steps, args.n})
+        going = {"farm": True, "bare": args.baseline == "bare"}
+        failed: dict[str, int] = {}  # each one's first step below 0.9
+        for n in steps:
+            if n > args.n and not any(going.values()):
+                break
+            for who in ("farm", "bare"):
+                if going[who] or (who == "farm" and n == args.n):
+                    ok = await step(who, n)
+                    if going[who] and not ok:
+                        failed[who] = n
+                    going[who] = going[who] and ok
+                    capacity[who] = n if going[who] else capacity.get(who, 0)
+        await narrow(capacity, failed, args.resolution, step)  # the gaps the steps left, halved
     finally:
         await proc.astop()
         if bare_proc is not None and bare_proc.returncode is None:
@@ -191,6 +201,9 @@ if __name__ == "__main__":
     ap.add_argument("--baseline", default="bare", choices=["bare", "none"], help="the bare CLIs beside farm")
     ap.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",") if x] if s != "none" else [],
                     default=[8, 16, 24, 32, 48, 64], help="slot counts stepped for capacity_at_90 ('none': --n only)")
+    ap.add_argument("--resolution", type=int, default=4,
+                    help="after stepping, halve the gap between the last step kept busy and the first not, down "
+                         "to this many slots (farm and bare alike; 0: the steps alone)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a farm config override for the farm runs (e.g. grading.probe=false)")
     ap.add_argument("--cache-dir", default=None, help="where builtin tokenizers are built (engine.tokenizer_cache_dir)")

@@ -1,9 +1,11 @@
-"""Slots for ``bench_density.py``: rollouts run back to back in each, and how busy they kept the slots."""
+"""Slots for ``bench_density.py``: rollouts run back to back in each, how busy they kept the slots,
+and the most slots kept busy (``narrow``)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -49,3 +51,18 @@ def occupancy(records: list[dict[str, Any]], n: int, t0: float, t1: float) -> tu
             if name == "agent":
                 busy += overlap(a, b, t0, t1)
     return round(running / window, 1), round(busy / (n * window), 3)
+
+
+async def narrow(capacity: dict[str, int], failed: dict[str, int], resolution: int,
+                 busy: Callable[[str, int], Awaitable[bool]]) -> None:
+    """Between each one's last slot count kept busy (``capacity``, 0: none) and its first not
+    (``failed``), halve the gap down to ``resolution`` slots: ``busy(who, n)`` runs ``who`` at
+    ``n`` slots. Turn about (each one's run beside the other's, as the steps were); updates both
+    dicts in place. Stepping by 8 left the ratio of two capacities a quarter apart per step."""
+    while wide := [w for w in failed if failed[w] - capacity.get(w, 0) > resolution > 0]:
+        for who in wide:
+            mid = (capacity.get(who, 0) + failed[who]) // 2
+            if await busy(who, mid):
+                capacity[who] = mid
+            else:
+                failed[who] = mid

@@ -40,3 +40,37 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
     owners = next(line for line in out if line.startswith("  cpu_s_per_rollout=") and "agent.cli" in line)
     for owner in ("agent.cli", "agent.tools", "agent.jail", "grading.test", "farm.process", "engine"):
         assert f"'{owner}': " in owners, owners
+
+
+def test_capacity_is_narrowed_between_the_steps_turn_about() -> None:
+    """After the steps (8, 16, 24, 32, 48), each one's gap between its last busy count and its
+    first not is halved down to the resolution, farm's and bare's runs taking turns."""
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("density_slots", ROOT / "scripts" / "density_slots.py")
+    assert spec is not None and spec.loader is not None
+    slots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slots)
+    narrow = slots.narrow
+
+    limits = {"farm": 29, "bare": 41}  # the most slots each keeps busy
+    ran: list[tuple[str, int]] = []
+
+    async def busy(who: str, n: int) -> bool:
+        ran.append((who, n))
+        return n <= limits[who]
+
+    capacity, failed = {"farm": 24, "bare": 32}, {"farm": 32, "bare": 48}
+    asyncio.run(narrow(capacity, failed, 4, busy))
+    assert capacity == {"farm": 28, "bare": 40} and failed == {"farm": 32, "bare": 44}
+    assert ran == [("farm", 28), ("bare", 40), ("bare", 44)]
+    # finer: down to a slot; none kept busy at all: from 0; resolution 0: the steps alone
+    capacity, failed = {"farm": 24}, {"farm": 32}
+    asyncio.run(narrow(capacity, failed, 1, busy))
+    assert capacity == {"farm": 29} and failed == {"farm": 30}
+    capacity, failed, ran[:] = {}, {"farm": 8}, []
+    asyncio.run(narrow(capacity, failed, 4, lambda who, n: asyncio.sleep(0, False)))
+    assert capacity == {} and failed == {"farm": 4}
+    asyncio.run(narrow(capacity := {"farm": 24}, failed := {"farm": 48}, 0, busy))
+    assert capacity == {"farm": 24} and ran == []
