@@ -53,24 +53,42 @@ class HostMounts:
         return cls(tuple(system), tuple(ro_bind_mounts(ro_binds)))
 
 
-def prlimit_prefix(prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
-    """``prlimit --nofile=N:N ... --`` for the configured per-process limits.
-
+def _rlimits(limits: LocalLimits, memory_per_process: bool) -> list[tuple[str, int]]:
+    """(prlimit's name, value) of each per-process limit set, RLIMIT_CORE 0 last.
     ``memory_per_process``: no cgroup holds the sandbox's memory, so ``memory_bytes``
-    becomes each process's RLIMIT_DATA (the weaker fallback).
-    """
-    opts: list[str] = []
-    for flag, value in (
-        ("--data", limits.memory_bytes if memory_per_process else None),
-        ("--nofile", limits.nofile),
-        ("--nproc", limits.nproc),
-        ("--fsize", limits.file_size_bytes),
-        ("--cpu", limits.cpu_seconds),
-    ):
-        if value is not None:
-            opts.append(f"{flag}={value}:{value}")
-    opts.append("--core=0:0")
-    return [prlimit, *opts, "--"]
+    becomes each process's RLIMIT_DATA (the weaker fallback)."""
+    pairs = (
+        ("data", limits.memory_bytes if memory_per_process else None),
+        ("nofile", limits.nofile),
+        ("nproc", limits.nproc),
+        ("fsize", limits.file_size_bytes),
+        ("cpu", limits.cpu_seconds),
+    )
+    return [(name, value) for name, value in pairs if value is not None] + [("core", 0)]
+
+
+def prlimit_prefix(prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
+    """``prlimit --nofile=N:N ... --`` for the configured per-process limits (soft = hard)."""
+    return [prlimit, *(f"--{name}={value}:{value}" for name, value in _rlimits(limits, memory_per_process)), "--"]
+
+
+# bash's ulimit options for prlimit's names, and the unit of each (bash counts data and file
+# sizes in KiB: rounded down, a limit never looser than configured)
+_ULIMIT = {"data": ("-d", 1024), "nofile": ("-n", 1), "nproc": ("-u", 1), "fsize": ("-f", 1024), "cpu": ("-t", 1),
+           "core": ("-c", 1)}
+_BASH = ("bash", "/bin/bash", "/usr/bin/bash")
+
+
+def with_rlimits(argv: list[str], prlimit: str, limits: LocalLimits, *, memory_per_process: bool) -> list[str]:
+    """``argv`` under the configured per-process limits (soft = hard). A ``bash -c`` script
+    (every command farm runs itself, the CLI's launch included) sets them with bash's own
+    ``ulimit`` as its first line: the same limits without prlimit's exec, about a millisecond
+    of CPU a command. Anything else runs under ``prlimit`` (``prlimit_prefix``). Either way
+    they are set inside the jail, where RLIMIT_NPROC counts the jail's own user namespace."""
+    if len(argv) >= 3 and argv[0] in _BASH and argv[1] == "-c":
+        opts = [f"{_ULIMIT[name][0]} {value // _ULIMIT[name][1]}" for name, value in _rlimits(limits, memory_per_process)]
+        return [argv[0], "-c", f"ulimit {' '.join(opts)} || exit 1\n{argv[2]}", *argv[3:]]
+    return [*prlimit_prefix(prlimit, limits, memory_per_process=memory_per_process), *argv]
 
 
 def bwrap_argv(

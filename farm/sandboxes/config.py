@@ -31,8 +31,8 @@ class LocalLimits(BaseModel):
     and after farm writes into it (overshoot bound: write speed x ``disk_check_s``;
     RLIMIT_FSIZE still caps each file). The sandbox's lifetime is ``SandboxSpec.timeout_s``. A breach kills
     the processes concerned and is recorded as the rollout's ``limit_exceeded`` reason.
-    Per-process rlimits (``prlimit``): ``nofile``, ``nproc``, ``file_size_bytes``,
-    ``cpu_seconds``. ``None`` leaves a limit unset.
+    Per-process rlimits (``prlimit``; a bash script sets them with bash's ``ulimit``): ``nofile``,
+    ``nproc``, ``file_size_bytes``, ``cpu_seconds``. ``None`` leaves a limit unset.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -39,7 +39,7 @@ from farm.sandboxes.bwrap import (
     bwrap_argv,
     find_host_program,
     forwarder_prefix,
-    prlimit_prefix,
+    with_rlimits,
 )
 from farm.sandboxes.cgroups import SandboxCgroup
 from farm.sandboxes.config import LocalSandboxConfig
@@ -351,8 +351,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         workdir = os.path.normpath(os.path.join(self.root, cwd or self.root))
         inner_env = self._env(env)
         prlimit = self._in_jail(self._prlimit) if self._prlimit else None
-        rlimits = prlimit_prefix(prlimit, self._cfg.limits, memory_per_process=self._cgroup is None) if prlimit else []
-        limited = [*rlimits, *argv]
+        limited = with_rlimits(argv, prlimit, self._cfg.limits, memory_per_process=self._cgroup is None) if prlimit else argv
         if self._isolated:
             assert self._bwrap is not None
             isolated = self._net_isolated()

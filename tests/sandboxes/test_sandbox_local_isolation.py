@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import shutil
 import tempfile
 import sys
@@ -131,6 +132,12 @@ async def test_rlimits_applied_and_enforced(local_cfg: SandboxConfig) -> None:
     async with await create_sandbox(_cfg(local_cfg, limits=limits), SandboxSpec()) as sb:
         res = await sb.exec("ulimit -n; ulimit -u; ulimit -f; ulimit -c")
         assert res.stdout.split() == ["256", "100", str(2 * 1024), "0"]
+        # a bash script sets them with bash's ulimit, any other command runs under prlimit:
+        # the same limits either way, soft and hard
+        show = "import resource as r; print([r.getrlimit(getattr(r, 'RLIMIT_' + n)) for n in ('NOFILE', 'NPROC', 'FSIZE', 'CORE')])"
+        want = f"{[(256, 256), (100, 100), (2 << 20, 2 << 20), (0, 0)]}\n"
+        assert (await sb.exec(["python3", "-c", show])).stdout == want
+        assert (await sb.exec(f"python3 -c {shlex.quote(show)}")).stdout == want
         # memory is the whole sandbox's (cgroup), not a per-process RLIMIT_DATA
         assert (await sb.exec("ulimit -d")).stdout.strip() == "unlimited"
         assert (await sb.exec(["node", "-e", "console.log(6*7)"])).stdout == "42\n"
