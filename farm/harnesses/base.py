@@ -60,6 +60,7 @@ class Harness(ABC):
         self._npm = npm
         self._host_binary: Path | None = None
         self._install_lock = asyncio.Lock()
+        self._shown: set[tuple[str, str | None, str]] = set()  # (sandbox kind, image, path): found executable
 
     # --- per-CLI hooks -----------------------------------------------------------
     @abstractmethod
@@ -181,17 +182,21 @@ class Harness(ABC):
             f"{home}/.bash_profile": LOGIN_PROFILE,
             **self.config_files(run, scratch),
         }
-        # the scratch dir emptied and the check that the CLI is executable where the sandbox sees
-        # it, in one command (each command a sandbox runs is a jail's start). Its directories are
-        # made by the writes (``write_files`` makes a file's parents), and every one holds a file
-        # (HOME its .bash_profile): no mkdir, a process fewer. It needs no gateway: a rollout runs
-        # it before the session's socket is served, so its jail starts no relay; the gateway is
-        # asked by the launch's own command, before the CLI (runner.run_plan)
-        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or ""], timeout=60)
-        if prep.exit_code not in (0, _NOT_EXECUTABLE):
-            raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
-        binary = seen if seen and prep.exit_code == 0 else await self._unseen(sandbox)
-        await sandbox.write_files(files)  # one host job for them all (local)
+        # A host program a sandbox shows read-only (``host_program``: a local sandbox) cannot
+        # change in there: found executable in one sandbox of a kind, it is in the next. Then no
+        # command runs here (each command a sandbox runs is a jail's start): the scratch dir is
+        # emptied and the files written from outside, and the CLI's own command is the sandbox's
+        # first (its jail proven when it ends: ``farm.sandboxes.bwrap.FirstCommand``).
+        shown = (type(sandbox).__name__, getattr(sandbox, "image", None), seen or "")
+        anew = getattr(sandbox, "write_files_anew", None)
+        if shown in self._shown and anew is not None:
+            await anew(scratch, files)  # one host job (local)
+            binary = str(seen)
+        else:
+            binary = await self._prepare(sandbox, scratch, seen)
+            if binary == seen and not self.config.bin_path and getattr(sandbox, "host_program", None) is not None:
+                self._shown.add(shown)
+            await sandbox.write_files(files)  # one host job for them all (local)
         env = {"HOME": home, **run.env, **self.environment(run, scratch), **self.config.extra_env}
         return LaunchPlan(
             harness=self.name,
@@ -207,6 +212,18 @@ class Harness(ABC):
             gateway_url=run.gateway_url,
             budget_s=run.budget_s,
         )
+
+    async def _prepare(self, sandbox: Sandbox, scratch: str, seen: str | None) -> str:
+        """The scratch dir emptied and the CLI checked executable where the sandbox sees it, in
+        one command; the CLI's path (uploaded when it is not there). The scratch's directories
+        are made by the writes after it (``write_files`` makes a file's parents, and each holds a
+        file: HOME its .bash_profile). It needs no gateway: a rollout runs it before the
+        session's socket is served, so its jail starts no relay; the gateway is asked by the
+        launch's own command, before the CLI (runner.run_plan)."""
+        prep = await sandbox.exec(["bash", "-c", _PREPARE, "farm", scratch, seen or ""], timeout=60)
+        if prep.exit_code not in (0, _NOT_EXECUTABLE):
+            raise SandboxError(f"cannot prepare harness scratch dir {scratch}: {prep.stderr.strip()[-500:]}")
+        return seen if seen and prep.exit_code == 0 else await self._unseen(sandbox)
 
     # --- launch --------------------------------------------------------------------
     async def launch(self, sandbox: Sandbox, plan: LaunchPlan, *,

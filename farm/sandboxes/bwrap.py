@@ -1,5 +1,6 @@
-"""Command lines for the local backend: the bubblewrap jail and the rlimit wrapper (pure);
-the pipe bwrap reports its jail on, and where the host's programs for them are.
+"""Command lines for the local backend: the bubblewrap jail and the rlimits (pure); the pipe
+bwrap reports its jail on (and a first long command read through it when it ends), and where
+the host's programs for them are.
 
 Mount order matters (later mounts cover earlier ones), on bwrap's empty tmpfs root:
   1. the minimal host view (``farm.sandboxes.hostview``: system runtime, selected /etc,
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from farm.sandboxes.config import LocalLimits
 from farm.sandboxes.hostrt import RT_MOUNT
@@ -207,6 +209,50 @@ class JailStatus:
         if self._read_end >= 0:
             os.close(self._read_end)
             self._read_end = -1
+
+
+class FirstCommand:
+    """A long command started before any command proved the sandbox's jail (``start``): when
+    it ends by itself, its jail's status is read as an exec's first command's is, and a jail
+    that was not made is ``prove``'s error (``SandboxError``), not the command's exit 1. So
+    the jail needs no `true` of its own before it (a jail's start, ~7 ms of CPU): a rollout's
+    CLI can be its sandbox's first command. A kill says nothing of the jail. The rest is the
+    process's (``BackgroundProcess``)."""
+
+    def __init__(self, proc: Any, status: JailStatus, *, proven: Callable[[], None],
+                 prove: Callable[[], Awaitable[None]]) -> None:
+        self._proc, self._proven, self._prove = proc, proven, prove
+        self._status: JailStatus | None = status  # None once read (or the process killed)
+
+    async def wait(self, timeout: float | None = None) -> Any:
+        try:
+            result = await self._proc.wait(timeout)
+        except BaseException:  # timed out (killed), cancelled
+            self._close()
+            raise
+        status, self._status = self._status, None
+        if status is not None:
+            made = status.jail_made() if result.exit_code >= 0 else None
+            status.close()
+            if made:
+                self._proven()
+            elif made is False:  # its jail, or its own part of it (a cwd not there)? `true` tells
+                await self._prove()
+        return result
+
+    async def kill(self) -> None:
+        try:
+            await self._proc.kill()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._status is not None:
+            self._status.close()
+            self._status = None
+
+    def __getattr__(self, name: str) -> Any:  # pid, running, describe
+        return getattr(self._proc, name)
 
 
 _FOUND: dict[tuple[str, str], str] = {}

@@ -34,6 +34,7 @@ from pathlib import Path
 from farm.errors import SandboxClosed, SandboxError
 from farm.sandboxes.base import ClosingContext, ExecResult, SandboxSpec
 from farm.sandboxes.bwrap import (
+    FirstCommand,
     HostMounts,
     JailStatus,
     bwrap_argv,
@@ -469,10 +470,22 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         user: str | None = None,
-    ) -> HostProcess:
-        if not self._jail_proven:  # a long command's exit is no prompt answer: prove the jail first
-            await self._probe()
-        return await self._spawn(cmd, cwd, env, user)
+    ) -> HostProcess | FirstCommand:
+        # before a command proved the jail, this one proves it when it ends (``FirstCommand``),
+        # as an exec's does: no `true` of its own first
+        status = JailStatus() if self._isolated and not self._jail_proven else None
+        try:
+            proc = await self._spawn(cmd, cwd, env, user, status)
+        except BaseException:
+            if status is not None:
+                status.close()
+            raise
+        if status is None:
+            return proc
+        return FirstCommand(proc, status, proven=self._proved, prove=self._probe)
+
+    def _proved(self) -> None:
+        self._jail_proven = True
 
     # --- lifecycle -------------------------------------------------------------
     @property

@@ -68,17 +68,46 @@ class LocalFiles:
         items = list(files.items())
 
         def write() -> None:
-            for path, data in items:
-                target = self.host_path(path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data.encode() if isinstance(data, str) else data)
+            self._write(items)
 
         try:
             await asyncio.to_thread(write)
         finally:
             self._watchdog.wrote()
+
+    async def write_files_anew(self, directory: str, files: Mapping[str, str | bytes]) -> None:
+        """``directory`` removed with what a run before left in it (a symlink there removed
+        itself, never followed), then ``files`` written as ``write_files`` does, in the same
+        worker-thread job: what a command's ``rm -rf`` did, without the command (a jail's start)."""
+        self._check_open()
+        parent, name = os.path.split(os.path.normpath(directory))
+        items = list(files.items())
+
+        def write() -> None:
+            if name in ("", ".", ".."):  # ("..": a relative path above the root, normalised)
+                raise SandboxError(f"{directory}: not a directory to remove in sandbox {self.id}")
+            gone = self.host_path(parent) / name  # its parent resolved and checked; itself not followed
+            try:
+                if gone.is_dir() and not gone.is_symlink():
+                    shutil.rmtree(gone)
+                elif gone.is_symlink() or gone.exists():
+                    gone.unlink()
+            except OSError as exc:
+                raise SandboxError(f"cannot remove {directory} in sandbox {self.id}: {exc}") from exc
+            self._write(items)
+
+        try:
+            await asyncio.to_thread(write)
+        finally:
+            self._watchdog.wrote()
+
+    def _write(self, items: list[tuple[str, str | bytes]]) -> None:
+        for path, data in items:
+            target = self.host_path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode() if isinstance(data, str) else data)
 
     async def read_file(self, path: str) -> bytes:
         return await self._read(path, None)

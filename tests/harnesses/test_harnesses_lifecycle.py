@@ -267,19 +267,52 @@ async def test_bin_path_missing_is_an_install_error(sandbox) -> None:
         await h.provision(sandbox)
 
 
-async def test_upload_when_the_sandbox_cannot_see_the_cache(sandbox, gateway, tmp_path: Path) -> None:
-    """A cache entry under /tmp is invisible inside a local sandbox (private /tmp), like the
-    host cache from an E2B sandbox: the CLI's package is uploaded as a tarball and run."""
-    pkg = pinned_package("claude_code")
-    prefix = tmp_path / "npm-cache" / pkg.dirname
+def fake_claude_cache(tmp_path: Path) -> Path:
+    """A host npm cache holding the pinned Claude Code package, whose CLI prints where it ran from."""
+    if os.uname().machine not in ("x86_64", "amd64"):
+        pytest.skip("the fake platform package is x64")
+    prefix = tmp_path / "npm-cache" / pinned_package("claude_code").dirname
     native = prefix / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64"
     native.mkdir(parents=True)
     (native / "package.json").write_text('{"name": "@anthropic-ai/claude-code-linux-x64"}')
     (native / "claude").write_text('#!/bin/bash\necho "{\\"type\\":\\"result\\",\\"result\\":\\"ran from $0\\"}"\n')
     os.chmod(native / "claude", 0o755)
     (prefix / COMPLETE_MARKER).write_text("{}")
-    if os.uname().machine not in ("x86_64", "amd64"):
-        pytest.skip("the fake platform package is x64")
+    return prefix
+
+
+async def test_a_cli_the_sandbox_shows_is_checked_once_then_configure_runs_no_command(
+    sandbox_cfg, gateway, tmp_path: Path
+) -> None:
+    """A host CLI a local sandbox shows read-only cannot change in there: found executable by
+    configure's command in one sandbox, it is not checked again in the next of its kind.
+    There configure runs no command (the scratch dir emptied and written from outside), and
+    the CLI's own command is the sandbox's first: its jail proven when it ends."""
+    from farm.sandboxes.base import SandboxSpec
+    from farm.sandboxes.factory import open_sandbox
+
+    prefix = fake_claude_cache(tmp_path)
+    h = make_harness(HarnessConfig(name="claude_code", npm_cache_dir=str(prefix.parent)), npm="/bin/false")
+    native = prefix / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+    spec = SandboxSpec(labels={"run_id": "shown"}, ro_binds=[str(prefix)])
+    for first in (True, False):
+        async with open_sandbox(sandbox_cfg, spec) as sb:
+            stale = f"{h.scratch_dir(sb)}/stale.txt"
+            await sb.write_files({stale: "a run before", f"{sb.root}/repo/.keep": ""})  # from outside: no command
+            res = await h.run(sb, make_run(sb, gateway.base_url))
+            assert res.end is HarnessEnd.FINISHED and res.final_message == f"ran from {native}", res.reason
+            commands = [c.describe for c in sb.cpu.commands]
+            assert len(commands) == (2 if first else 1), commands  # configure's, then the CLI's
+            assert sb._jail_proven
+            with pytest.raises(Exception):
+                await sb.read_file(stale)  # a fresh scratch dir per configure, either way
+
+
+async def test_upload_when_the_sandbox_cannot_see_the_cache(sandbox, gateway, tmp_path: Path) -> None:
+    """A cache entry under /tmp is invisible inside a local sandbox (private /tmp), like the
+    host cache from an E2B sandbox: the CLI's package is uploaded as a tarball and run."""
+    pkg = pinned_package("claude_code")
+    fake_claude_cache(tmp_path)
     h = make_harness(HarnessConfig(name="claude_code", npm_cache_dir=str(tmp_path / "npm-cache")), npm="/bin/false")
     await sandbox.exec(["mkdir", "-p", f"{sandbox.root}/repo"])
     res = await h.run(sandbox, make_run(sandbox, gateway.base_url))

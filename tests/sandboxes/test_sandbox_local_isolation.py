@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shlex
@@ -47,6 +48,25 @@ async def test_cannot_write_outside_workspace(local_cfg: SandboxConfig) -> None:
         with pytest.raises(SandboxError, match="outside"):
             await sb.write_file("/etc/evil", "x")
         assert not (Path("/root") / "evil").exists()
+
+
+async def test_writing_a_directory_anew_removes_what_is_there_and_follows_no_link(local_cfg: SandboxConfig) -> None:
+    """``write_files_anew``: the directory's old content gone, the new files in; a symlink in
+    its place is removed itself, never what it points to; the sandbox's own areas are kept."""
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        await sb.write_files({"/tmp/d/old.txt": "old", "/tmp/d/sub/deep.txt": "old", "keep/kept.txt": "kept"})
+        await sb.write_files_anew("/tmp/d", {"/tmp/d/new.txt": "new"})
+        assert (await sb.exec("find /tmp/d | sort")).stdout.split() == ["/tmp/d", "/tmp/d/new.txt"]
+        await sb.exec(f"rm -r /tmp/d && ln -s {sb.root}/keep /tmp/d")
+        await sb.write_files_anew("/tmp/d", {"/tmp/d/new.txt": "new"})
+        assert (await sb.read_file("keep/kept.txt")) == b"kept"  # the link's target is untouched
+        assert (await sb.exec("test -d /tmp/d && ! test -L /tmp/d && cat /tmp/d/new.txt")).stdout == "new"
+        for area in (sb.root, "/tmp", sb.tmp, "..", "."):  # refused, or (a root under the host's /tmp) not the root
+            with contextlib.suppress(SandboxError):
+                await sb.write_files_anew(area, {})
+        with pytest.raises(SandboxError, match="not a directory to remove"):
+            await sb.write_files_anew("..", {})
+        assert (await sb.read_file("keep/kept.txt")) == b"kept" and (await sb.read_file("/tmp/d/new.txt")) == b"new"
 
 
 async def test_cannot_see_other_sandboxes(local_cfg: SandboxConfig) -> None:
@@ -271,6 +291,27 @@ async def test_the_first_command_proves_the_jail(local_cfg: SandboxConfig) -> No
         res = await sb.exec("exit 1")
         assert res.exit_code == 1 and sb._jail_proven
         assert (await sb.exec("echo hi")).stdout == "hi\n"
+
+
+async def test_a_started_first_command_proves_the_jail_when_it_ends(local_cfg: SandboxConfig) -> None:
+    """``start`` runs no `true` before a first command either: its jail's status is read when
+    it ends by itself, and a jail that was not made is the sandbox's error from ``wait``. A
+    kill says nothing of the jail: the next command proves it."""
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        proc = await sb.start("echo hi")
+        res = await proc.wait(30)
+        assert res.stdout == "hi\n" and sb._jail_proven and len(list(sb.cpu.commands)) == 1
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        shutil.rmtree(sb.root)
+        proc = await sb.start("echo hi")
+        with pytest.raises(SandboxError, match="local sandbox cannot run commands .*Can't find source path"):
+            await proc.wait(30)
+    async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
+        proc = await sb.start("sleep 600")
+        await proc.kill()
+        assert not sb._jail_proven
+        assert (await proc.wait(30)).exit_code < 0 and not sb._jail_proven
+        assert (await sb.exec("echo hi")).stdout == "hi\n" and sb._jail_proven
 
 
 async def test_isolation_none_is_explicit_and_warns(
