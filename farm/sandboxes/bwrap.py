@@ -212,15 +212,15 @@ class JailStatus:
 
 
 class FirstCommand:
-    """A long command started before any command proved the sandbox's jail (``start``): when
-    it ends by itself, its jail's status is read as an exec's first command's is, and a jail
-    that was not made is ``prove``'s error (``SandboxError``), not the command's exit 1. So
-    the jail needs no `true` of its own before it (a jail's start, ~7 ms of CPU): a rollout's
-    CLI can be its sandbox's first command. A kill says nothing of the jail. The rest is the
-    process's (``BackgroundProcess``)."""
+    """A command started before any command proved the sandbox's jail (an exec's or a long
+    one's, ``start``): when it ends by itself, its jail's status is read, and a jail that was
+    not made is ``prove``'s error (``SandboxError``), not the command's exit 1 (``prove``
+    None: the caller tells, by the exit code). So the jail needs no `true` of its own before
+    it (a jail's start, ~7 ms of CPU): a rollout's CLI can be its sandbox's first command. A
+    kill says nothing of the jail. The rest is the process's (``BackgroundProcess``)."""
 
     def __init__(self, proc: Any, status: JailStatus, *, proven: Callable[[], None],
-                 prove: Callable[[], Awaitable[None]]) -> None:
+                 prove: Callable[[], Awaitable[None]] | None) -> None:
         self._proc, self._proven, self._prove = proc, proven, prove
         self._status: JailStatus | None = status  # None once read (or the process killed)
 
@@ -236,8 +236,8 @@ class FirstCommand:
             status.close()
             if made:
                 self._proven()
-            elif made is False:  # its jail, or its own part of it (a cwd not there)? `true` tells
-                await self._prove()
+            elif made is False and self._prove is not None:
+                await self._prove()  # its jail, or its own part of it (a cwd not there)? `true` tells
         return result
 
     async def kill(self) -> None:

@@ -440,28 +440,15 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         *,
         probe: bool = False,
     ) -> ExecResult:
-        # Until a command has run in the jail, each reports whether the jail was made: a jail
-        # that could not be (user namespaces disabled, a mount refused) is the sandbox's
-        # failure (SandboxError), not the command's exit 1.
-        status = JailStatus() if self._isolated and not self._jail_proven else None
+        proc = await self._launch(cmd, cwd, env, user, probe=probe)
         try:
-            proc = await self._spawn(cmd, cwd, env, user, status)
-            try:
-                result = await proc.wait(timeout)
-            finally:
-                if proc.running:  # cancelled: never leave the tree behind
-                    await proc.kill()
-            if self._closed:
-                raise SandboxClosed(f"sandbox {self.id} was closed while {_describe(cmd)!r} ran")
-            if status is not None and result.exit_code >= 0:  # (a kill says nothing of the jail)
-                if status.jail_made():
-                    self._jail_proven = True
-                elif not probe:  # its jail, or its own part of it (a cwd not there)? `true` tells
-                    await self._probe()
-            return result
+            result = await proc.wait(timeout)
         finally:
-            if status is not None:
-                status.close()
+            if proc.running:  # cancelled: never leave the tree behind
+                await proc.kill()
+        if self._closed:
+            raise SandboxClosed(f"sandbox {self.id} was closed while {_describe(cmd)!r} ran")
+        return result
 
     async def start(
         self,
@@ -471,8 +458,16 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
         env: dict[str, str] | None = None,
         user: str | None = None,
     ) -> HostProcess | FirstCommand:
-        # before a command proved the jail, this one proves it when it ends (``FirstCommand``),
-        # as an exec's does: no `true` of its own first
+        return await self._launch(cmd, cwd, env, user)
+
+    async def _launch(
+        self, cmd: str | list[str], cwd: str | None, env: dict[str, str] | None, user: str | None, *, probe: bool = False
+    ) -> HostProcess | FirstCommand:
+        """The command spawned. Until a command has run in the jail, each reports whether the
+        jail was made (``FirstCommand``, read when it ends: an exec's or a long one's alike, no
+        `true` before it): a jail that could not be (user namespaces disabled, a mount refused)
+        is the sandbox's failure (SandboxError), not the command's exit 1. ``probe``: this is
+        the `true` that tells, which answers by its own exit code."""
         status = JailStatus() if self._isolated and not self._jail_proven else None
         try:
             proc = await self._spawn(cmd, cwd, env, user, status)
@@ -482,7 +477,7 @@ class LocalSandbox(LocalFiles, LocalNetwork, LocalImage, ClosingContext):
             raise
         if status is None:
             return proc
-        return FirstCommand(proc, status, proven=self._proved, prove=self._probe)
+        return FirstCommand(proc, status, proven=self._proved, prove=None if probe else self._probe)
 
     def _proved(self) -> None:
         self._jail_proven = True

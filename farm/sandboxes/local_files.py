@@ -81,11 +81,11 @@ class LocalFiles:
         worker-thread job: what a command's ``rm -rf`` did, without the command (a jail's start)."""
         self._check_open()
         parent, name = os.path.split(os.path.normpath(directory))
+        if name in ("", ".", ".."):  # ("..": a relative path above the root, normalised)
+            raise SandboxError(f"{directory}: not a directory to remove in sandbox {self.id}")
         items = list(files.items())
 
         def write() -> None:
-            if name in ("", ".", ".."):  # ("..": a relative path above the root, normalised)
-                raise SandboxError(f"{directory}: not a directory to remove in sandbox {self.id}")
             gone = self.host_path(parent) / name  # its parent resolved and checked; itself not followed
             try:
                 if gone.is_dir() and not gone.is_symlink():
