@@ -55,6 +55,7 @@ import argparse
 import asyncio
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -96,13 +97,15 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
     in_flight, util = occupancy(records, n, t0, t1)
     overheads = [r["end"] - r["start"] - r["result"]["timings"]["agent"] - r["result"]["timings"]["test"]
                  for r in records]
+    marks = [r["result"]["timings"] for r in records]
+    phases = {k: round(statistics.median(m[k] for m in marks), 3) for k in ("prep", "agent", "test")} if marks else {}
     owners = dict(bare.cpu)
     owners["engine"] = tree_s(endpoint_pid) - e0  # its protocol front included: the engine's own endpoint
     owners["bare.driver"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     return {
         "in_flight": in_flight, "slot_utilization": util,
         "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
-        "rollouts": len(records), "turns": turns,
+        "rollouts": len(records), "turns": turns, "phases_p50_s": phases,
         "resolved": sum(1 for r in records if r["result"]["resolved"]),
         "cli_exit_codes": sorted({r["result"]["exit_code"] for r in records}),
         "cpu_s_per_rollout": {k: round(v / max(1, len(records)), 3) for k, v in sorted(owners.items())},

@@ -375,7 +375,7 @@ class NodeLedger:
         for a in args:
             if isinstance(a, (str, Path)):
                 path = str(a)
-                for d, sb in self._dirs.items():
+                for d, sb in list(self._dirs.items()):  # (a worker thread: the loop adds and removes sandboxes)
                     if path == d or path.startswith(d + "/"):
                         return sb
         return None
