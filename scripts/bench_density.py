@@ -27,6 +27,9 @@ Figures per run:
 - ``in_flight``: rollouts running at once, time-averaged over the window;
 - ``slot_utilization``: the fraction of slot time the agent runs (the phase a GPU engine
   serves), over the window;
+- ``rollouts_per_min``: rollouts delivered per minute, each counted by the share of its run
+  inside the window (an agent phase a saturated node stretches still counts as busy above;
+  here a longer rollout is less delivered);
 - ``overhead_p50_s`` / ``overhead_p95_s``: per rollout, total minus the agent phase minus
   the test command (farm: create, prepare, session, capture, grading's own work; bare: the
   tree's copy);
@@ -65,7 +68,7 @@ from typing import Any
 from density_bare import BareRollouts, served_turns, start_endpoint
 from density_farm import config, prepared_trees, run_farm
 from density_ledger import tree_s
-from density_slots import narrow, occupancy, pct, slots
+from density_slots import finished_per_min, narrow, occupancy, pct, slots
 from farm.config import load_config
 from farm.engine.config import LatencyConfig
 from farm.engine.launchers import start_scripted_worker
@@ -103,7 +106,7 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
     owners["engine"] = tree_s(endpoint_pid) - e0  # its protocol front included: the engine's own endpoint
     owners["bare.driver"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     return {
-        "in_flight": in_flight, "slot_utilization": util,
+        "in_flight": in_flight, "slot_utilization": util, "rollouts_per_min": finished_per_min(records, t0, t1),
         "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
         "rollouts": len(records), "turns": turns, "phases_p50_s": phases,
         "resolved": sum(1 for r in records if r["result"]["resolved"]),

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from density_ledger import OWNER, NodeLedger
-from density_slots import occupancy, pct, slots
+from density_slots import finished_per_min, occupancy, pct, slots
 from farm.config import FarmConfig, load_config
 from farm.grading import grading_spec
 from farm.rollout.actor_layers import ActorLayers
@@ -187,7 +187,7 @@ def summarize_farm(records, n, t0, t1, sampler, base_rss) -> dict:
     farm_mb = statistics.median([(rss - base_rss) / MB for rss, _ in steady]) / in_flight if steady else float("nan")
     cli_mb = statistics.median([pss / MB for _, pss in steady]) / in_flight if steady else float("nan")
     return {
-        "in_flight": in_flight, "slot_utilization": util,
+        "in_flight": in_flight, "slot_utilization": util, "rollouts_per_min": finished_per_min(records, t0, t1),
         "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
         "rss_mb_per_rollout": round(farm_mb + cli_mb, 1), "create_p50_ms": round(pct(creates, 0.5), 1),
         "cli_mb": round(cli_mb, 1), "farm_mb": round(farm_mb, 1), "rollouts": len(records), "turns": turns,

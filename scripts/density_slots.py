@@ -40,6 +40,15 @@ async def slots(n: int, duration: float, one: Any) -> tuple[list[dict[str, Any]]
     return records, t0, deadline
 
 
+def finished_per_min(records: list[dict[str, Any]], t0: float, t1: float) -> float:
+    """Rollouts delivered per minute over [t0, t1], each counted by the share of its run that
+    lies in the window (a whole count would step with the rounds: 120 s hold two of 50 s or
+    three of 40 s). Slot utilization counts an agent phase as busy however long contention
+    stretches it; here a stretched rollout is a smaller share a second."""
+    done = sum(overlap(r["start"], r["end"], t0, t1) / (r["end"] - r["start"]) for r in records if r["end"] > r["start"])
+    return round(60.0 * done / (t1 - t0), 1)
+
+
 def occupancy(records: list[dict[str, Any]], n: int, t0: float, t1: float) -> tuple[float, float]:
     """(rollouts in flight, slot utilization) over [t0, t1]: agent phases count as busy."""
     window = t1 - t0

@@ -28,6 +28,7 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
     assert res.returncode == 0 and out, res.stderr[-3000:]
     fig = {k: float(v) for k, v in assert_last_line(out[-1], ROOT / "scripts" / "bench_density.py").items()}
     assert 0 < fig["in_flight"] <= 1.0 and 0 < fig["slot_utilization"] <= 1.0
+    assert all(re.search(r" rollouts_per_min=[0-9.]+ ", line) for line in out if line.startswith("bench_density["))
     assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
     # farm's CPU split: the gateway's per turn, the rest once a rollout (one rollout here)
     assert 0 < fig["farm_turn_path_ms_per_turn"] < fig["farm_cpu_ms_per_turn"] and fig["farm_once_ms_per_rollout"] > 0
@@ -42,17 +43,32 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
         assert f"'{owner}': " in owners, owners
 
 
-def test_capacity_is_narrowed_between_the_steps_turn_about() -> None:
-    """After the steps (8, 16, 24, 32, 48), each one's gap between its last busy count and its
-    first not is halved down to the resolution, farm's and bare's runs taking turns."""
-    import asyncio
+def _density_slots():  # noqa: ANN202 - the script's module
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("density_slots", ROOT / "scripts" / "density_slots.py")
     assert spec is not None and spec.loader is not None
     slots = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(slots)
-    narrow = slots.narrow
+    return slots
+
+
+def test_rollouts_per_min_counts_each_rollout_by_its_share_in_the_window() -> None:
+    """Busy slots are not delivered rollouts: a rollout counts by the part of its run inside
+    the window, so one that takes twice as long delivers half as much a minute."""
+    slots = _density_slots()
+    records = [{"start": 0.0, "end": 60.0}, {"start": 60.0, "end": 180.0}]
+    assert slots.finished_per_min(records, 0.0, 120.0) == 0.8  # 1 + 1/2 in two minutes (0.75)
+    records = [{"start": -30.0, "end": 30.0}, {"start": 0.0, "end": 240.0}]
+    assert slots.finished_per_min(records, 0.0, 120.0) == 0.5  # 1/2 + 1/2
+
+
+def test_capacity_is_narrowed_between_the_steps_turn_about() -> None:
+    """After the steps (8, 16, 24, 32, 48), each one's gap between its last busy count and its
+    first not is halved down to the resolution, farm's and bare's runs taking turns."""
+    import asyncio
+
+    narrow = _density_slots().narrow
 
     limits = {"farm": 29, "bare": 41}  # the most slots each keeps busy
     ran: list[tuple[str, int]] = []
