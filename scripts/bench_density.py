@@ -30,6 +30,9 @@ Figures per run:
 - ``rollouts_per_min``: rollouts delivered per minute, each counted by the share of its run
   inside the window (an agent phase a saturated node stretches still counts as busy above;
   here a longer rollout is less delivered);
+- ``loop_lag_p50_ms`` / ``p95`` / ``max`` (farm): how late farm's event loop wakes a 0.1 s
+  timer: every await on a child's exit, a pipe or a socket of every rollout waits that long
+  beyond its own work when the node's cores are taken;
 - ``overhead_p50_s`` / ``overhead_p95_s``: per rollout, total minus the agent phase minus
   the test command (farm: create, prepare, session, capture, grading's own work; bare: the
   tree's copy);

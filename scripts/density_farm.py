@@ -99,6 +99,27 @@ class Sampler:
                 pass
 
 
+class LoopLag:
+    """How late farm's event loop wakes a timer (every ``period`` s): what every await on a
+    child's exit, a pipe or a socket waits beyond its own work when callbacks queue up."""
+
+    def __init__(self, period: float = 0.1) -> None:
+        self.period = period
+        self.late_s: list[float] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        # (its own CPU, ten task steps a second, stays in farm's process figure: ~0.1 ms a second)
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            t = loop.time()
+            await asyncio.sleep(self.period)
+            self.late_s.append(loop.time() - t - self.period)
+
+    def figures(self) -> dict[str, float]:
+        return {f"loop_lag_{q}_ms": round(1000 * pct(self.late_s, v), 1) for q, v in (("p50", 0.5), ("p95", 0.95))} | {
+            "loop_lag_max_ms": round(1000 * max(self.late_s, default=float("nan")), 1)}
+
+
 # ---- farm --------------------------------------------------------------------------------------
 async def run_farm(args: argparse.Namespace, work: Path, engine_url: str, engine_pid: int, pool: bool,
                    n: int) -> dict:
@@ -141,16 +162,20 @@ async def run_farm(args: argparse.Namespace, work: Path, engine_url: str, engine
 
     stop = asyncio.Event()
     sampling = asyncio.ensure_future(sampler.run(stop))
+    lag = LoopLag()
     await ledger.loop_cpu.calibrate()
     ledger.start()
+    lagging = asyncio.ensure_future(lag.run(stop))
     records, t0, t1 = await slots(n, args.duration_s, one)
     stop.set()
     await sampling
+    await lagging
     led = await ledger.stop(exclude_s=sampler.cpu_s)
     pool_stats = vars(parts.pool.stats).copy()
     pieces = getattr(parts.gateway.renderer, "pieces", None)  # whole renders' pieces kept (farm.gateway.pieces)
     await parts.stop()
     out = summarize_farm(records, n, t0, t1, sampler, base_rss)
+    out.update(lag.figures())
     out.update(cpu_report(led, out["rollouts"], out["turns"]))
     out["pool"] = pool_stats
     if pieces is not None:

@@ -63,7 +63,7 @@ OWNER: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("d
 GATEWAY_TASKS = {"RequestHandler.start", "RequestHandler._handle_request", "TurnService.run"}
 GATEWAY_PROTOCOLS = {"RequestHandler", "ResponseHandler"}
 # the bench's own coroutines (its samplers, its slots' driver): their callbacks are not farm's
-BENCH_TASKS = ("NodeLedger.", "Sampler.", "slots", "run_farm", "main")
+BENCH_TASKS = ("NodeLedger.", "Sampler.", "LoopLag.", "slots", "run_farm", "main")
 
 
 # ---- /proc --------------------------------------------------------------------------------
