@@ -52,7 +52,9 @@ def sandbox_root(cfg) -> str:  # noqa: ANN001 - LocalSandboxConfig (no import cy
     return os.path.realpath(expanded)
 
 
-def _rmtree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
+    """``shutil.rmtree`` (a symlink removed, never followed), read-only directories made inside
+    the sandbox made writable first."""
     def onerror(func, p, _exc_info):  # noqa: ANN001 - shutil's callback signature
         # Read-only directories made inside the sandbox: make them writable, retry once.
         try:
@@ -76,7 +78,7 @@ def _remove_trees(paths: list[Path]) -> float:
     than the unlinks themselves and held its GIL (the gateway's) between them; ``rm`` does the
     same unlinks in its own process. ``--one-file-system``: never into a mount left there.
     What ``rm`` cannot remove (a read-only directory made inside the sandbox, farm not root)
-    the Python walk does (``_rmtree``: it makes such directories writable)."""
+    the Python walk does (``remove_tree``: it makes such directories writable)."""
     if not paths:
         return 0.0
     argv = [_RM, "-rf", "--one-file-system", "--", *map(str, paths)]
@@ -91,7 +93,7 @@ def _remove_trees(paths: list[Path]) -> float:
         log.debug("rm -rf could not run (%s): removing with the tree walk", exc)
     for path in paths:
         if path.is_dir() and not path.is_symlink():
-            _rmtree(path)
+            remove_tree(path)
         elif os.path.lexists(path):
             path.unlink()
     return cpu
@@ -106,7 +108,7 @@ def remove_sandbox_dir(sb_dir: Path) -> float:
 
     unmount_under(sb_dir)
     cpu = _remove_trees([child for child in sb_dir.iterdir() if child.name != LABELS_FILE])
-    _rmtree(sb_dir)
+    remove_tree(sb_dir)
     return cpu
 
 
@@ -178,7 +180,7 @@ async def reap(run_id: str, *, cfg) -> list[str]:  # noqa: ANN001 - LocalSandbox
         except (OSError, ValueError):
             # A sandbox killed mid-create (before its labels landed) ran no process yet.
             if {p.name for p in sb_dir.iterdir()} <= {f".{LABELS_FILE}.tmp"}:
-                await asyncio.to_thread(_rmtree, sb_dir)
+                await asyncio.to_thread(remove_tree, sb_dir)
             else:  # anything else without labels is not ours: leave it alone, but say so
                 log.warning("reap %s: %s has no readable %s; left in place", run_id, sb_dir, LABELS_FILE)
             continue

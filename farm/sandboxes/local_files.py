@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from farm.errors import SandboxClosed, SandboxError, SandboxFileNotFound
+from farm.sandboxes.local_dirs import remove_tree
 from farm.sandboxes.watchdog import Watchdog
 
 
@@ -65,13 +66,8 @@ class LocalFiles:
         """Every file in one worker-thread job, paths checked there (``host_path``: a
         realpath each, off the event loop); stops at the first that fails."""
         self._check_open()
-        items = list(files.items())
-
-        def write() -> None:
-            self._write(items)
-
         try:
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(self._write, list(files.items()))
         finally:
             self._watchdog.wrote()
 
@@ -89,7 +85,7 @@ class LocalFiles:
             gone = self.host_path(parent) / name  # its parent resolved and checked; itself not followed
             try:
                 if gone.is_dir() and not gone.is_symlink():
-                    shutil.rmtree(gone)
+                    remove_tree(gone)  # (a read-only directory the sandbox made in it too)
                 elif gone.is_symlink() or gone.exists():
                     gone.unlink()
             except OSError as exc:

@@ -55,6 +55,9 @@ async def test_writing_a_directory_anew_removes_what_is_there_and_follows_no_lin
     its place is removed itself, never what it points to; the sandbox's own areas are kept."""
     async with await create_sandbox(local_cfg, SandboxSpec()) as sb:
         await sb.write_files({"/tmp/d/old.txt": "old", "/tmp/d/sub/deep.txt": "old", "keep/kept.txt": "kept"})
+        # a read-only directory the sandbox made there (farm as root removes it anyway: the
+        # chmod that lets a non-root farm remove it is exercised only off root)
+        assert (await sb.exec("mkdir -p /tmp/d/ro/in && touch /tmp/d/ro/in/f && chmod 0500 /tmp/d/ro/in /tmp/d/ro")).ok
         await sb.write_files_anew("/tmp/d", {"/tmp/d/new.txt": "new"})
         assert (await sb.exec("find /tmp/d | sort")).stdout.split() == ["/tmp/d", "/tmp/d/new.txt"]
         await sb.exec(f"rm -r /tmp/d && ln -s {sb.root}/keep /tmp/d")

@@ -102,8 +102,8 @@ async def test_a_sandbox_dir_goes_even_where_rm_fails(local_cfg, monkeypatch) ->
     res = await sb.exec("mkdir -p ro/deep && echo x > ro/deep/f && chmod 0500 ro/deep ro")
     assert res.exit_code == 0, res.stderr
     monkeypatch.setattr(local_mod, "_RM", shutil.which("false"))
-    real_rmtree, walked = local_mod._rmtree, []
-    monkeypatch.setattr(local_mod, "_rmtree", lambda path: (walked.append(path), real_rmtree(path)))
+    real_rmtree, walked = local_mod.remove_tree, []
+    monkeypatch.setattr(local_mod, "remove_tree", lambda path: (walked.append(path), real_rmtree(path)))
     await sb.close()
     assert not sb.dir.exists()
     # the walk took the subtrees first: the labels file still went last
