@@ -5,6 +5,8 @@ grading of demo-wordfreq (whose bug none of these fixes) in real local sandboxes
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from farm.grading import GradeStatus, grade, grading_spec
@@ -164,3 +166,27 @@ def test_an_exit_in_a_file_that_already_exits_so_is_its_idiom():
         "static:early_exit"]
     os_exit = _append_to("src/sqlfluff/cli/commands.py", cli, "os._exit(0)\nsys._getframe(1)\n")
     assert static_flags(os_exit, set()) == ["static:early_exit", "static:frame_tricks"]  # only the file's own exit
+
+
+def test_the_probes_preloaded_paths_resolve_as_realpath_does(tmp_path, monkeypatch):
+    """The probe resolves each preloaded module's directory once (``_realpath``); every path
+    must still come out as ``os.path.realpath`` gives it: through a linked directory, to a
+    file that is itself a link, relative to the working directory, and for ``..``."""
+    from farm.grading.inside import farm_probe_channel as channel
+
+    (tmp_path / "real" / "pkg").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "real" / "pkg" / "mod.py").write_text("")
+    (tmp_path / "other" / "target.py").write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "pkg" / "alias.py").symlink_to(tmp_path / "other" / "target.py")
+    monkeypatch.chdir(tmp_path / "linked")
+    dirs: dict[str, str] = {}
+    paths = [str(tmp_path / "linked" / "pkg" / "mod.py"), str(tmp_path / "linked" / "pkg" / "alias.py"),
+             str(tmp_path / "real" / "pkg" / "mod.py"), "pkg/mod.py", "mod.py", "pkg/alias.py",
+             str(tmp_path / "linked" / "pkg" / ".."), str(tmp_path / "linked" / "pkg" / "missing.py"),
+             str(tmp_path / "linked" / "pkg") + "/"]
+    for path in paths:
+        assert channel._realpath(path, dirs) == os.path.realpath(path), path
+    assert channel._realpath(paths[1], dirs).endswith("other/target.py")
+    assert dirs[str(tmp_path / "linked" / "pkg")] == str(tmp_path / "real" / "pkg")  # resolved once, kept
