@@ -14,7 +14,12 @@ A demo rollout has 4 model turns; ``--reads N`` gives each N more (the oracle re
 first), for the length of a real agent's rollout.
 
 ``--n`` slots run rollouts back to back for ``--duration-s`` (then finish what runs), on
-``--tasks`` demo tasks (one environment each, built before the clock starts). The capacity
+``--tasks`` demo tasks (one environment each, built before the clock starts). The slots' first
+starts are spread over ``--stagger-s`` (default one rollout's model time) and the window opens
+once the last has started: a long run's slots are spread over a rollout's length (rollouts of
+different lengths drift apart), while slots started together end together, round after round
+(4 turns of 10 s +-20 % drift apart by a few seconds a round), and put every rollout's capture,
+grading and test command on the cores at the same moment; ``--stagger-s 0`` measures that. The capacity
 is found by stepping the slots (``--steps``, and ``--n``): at each step farm and bare run
 one after the other in this process; ``capacity_at_90`` is the most slots at which
 ``slot_utilization`` >= 0.9 (stepping stops for a mode after its first step below; the gap
@@ -97,7 +102,7 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
         phases += [("prep", t), ("agent", t + tm["prep"]), ("test", t + tm["prep"] + tm["agent"])]
         return res
 
-    records, t0, t1 = await slots(n, args.duration_s, one)
+    records, t0, t1 = await slots(n, args.duration_s, one, args.stagger_s)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     turns = await served_turns(url) - turns0
     in_flight, util = occupancy(records, n, t0, t1)
@@ -200,6 +205,10 @@ if __name__ == "__main__":
     ap.add_argument("--reads", type=int, default=0, metavar="N",
                     help="N more model turns a rollout (the oracle reads code before its fix): a demo rollout has "
                          "4 turns, a real agent's 20-50; what a rollout pays once weighs on fewer turns here")
+    ap.add_argument("--stagger-s", type=float, default=None,
+                    help="spread the slots' first starts over this many seconds, the window opening once the last "
+                         "has started (default: a rollout's model time, (4 + reads) x turn-s: the slots as a long "
+                         "run holds them; 0: all at once, every round's grading meeting on the cores)")
     ap.add_argument("--tasks", type=int, default=4, help="demo tasks (environments) used: the first N")
     ap.add_argument("--task", action="append", default=[], metavar="ID", help="these demo tasks instead")
     ap.add_argument("--pool-size", type=int, default=None,
@@ -223,6 +232,8 @@ if __name__ == "__main__":
         a.n, a.turn_s, a.duration_s, a.steps = 1, 1.0, 5.0, []
         a.task = a.task or ["demo-lrucache"]
     a.tasks = len(a.task) or a.tasks
+    if a.stagger_s is None:
+        a.stagger_s = (4 + a.reads) * a.turn_s
     asyncio.run(main(a))
     sys.stdout.flush()
     os._exit(0)  # leftover executor threads must not keep the process

@@ -166,7 +166,7 @@ async def run_farm(args: argparse.Namespace, work: Path, engine_url: str, engine
     await ledger.loop_cpu.calibrate()
     ledger.start()
     lagging = asyncio.ensure_future(lag.run(stop))
-    records, t0, t1 = await slots(n, args.duration_s, one)
+    records, t0, t1 = await slots(n, args.duration_s, one, args.stagger_s)
     stop.set()
     await sampling
     await lagging

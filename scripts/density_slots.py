@@ -20,15 +20,22 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def slots(n: int, duration: float, one: Any) -> tuple[list[dict[str, Any]], float, float]:
+async def slots(n: int, duration: float, one: Any, stagger: float = 0.0) -> tuple[list[dict[str, Any]], float, float]:
     """``n`` slots calling ``one(i, k, phases)`` back to back until the deadline; each record
-    holds start, end and the phase marks [(name, t)] the rollout reported."""
+    holds start, end and the phase marks [(name, t)] the rollout reported. Slot ``i`` starts
+    ``stagger`` x i / n seconds after the first, and the window (t0, t1) opens when the last
+    one has started and lasts ``duration``: with ``stagger`` a rollout's length, the slots are
+    spread over a rollout as a long run's are (rollouts of different lengths drift apart);
+    started together, they end together, and every rollout's capture, grading and test
+    command meet the others' on the node's cores at once, round after round."""
     records: list[dict[str, Any]] = []
-    t0 = time.monotonic()
+    start = time.monotonic()
+    t0 = start + stagger * (n - 1) / max(1, n)
     deadline = t0 + duration
 
     async def slot(i: int) -> None:
         k = 0
+        await asyncio.sleep(stagger * i / max(1, n))
         while time.monotonic() < deadline:
             phases: list[tuple[str, float]] = []
             start = time.monotonic()

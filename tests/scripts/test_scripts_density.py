@@ -92,3 +92,39 @@ def test_capacity_is_narrowed_between_the_steps_turn_about() -> None:
     assert capacity == {} and failed == {"farm": 4}
     asyncio.run(narrow(capacity := {"farm": 24}, failed := {"farm": 48}, 0, busy))
     assert capacity == {"farm": 24} and ran == []
+
+
+def test_staggered_slots_start_spread_over_a_rollout_and_the_window_opens_after() -> None:
+    """With a stagger the slots start one after another (slot 3 of 4 after slot 0's first
+    rollout has ended) and the window opens when the last has started; without one every slot
+    starts before any rollout ends. (Orders of events on one loop, not durations.)"""
+    import asyncio
+
+    slots = _density_slots()
+
+    async def one(i: int, k: int, phases: list) -> None:
+        await asyncio.sleep(0.05)  # the rollout: it takes a while
+
+    def first_runs(records: list[dict]) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        for r in sorted(records, key=lambda r: r["start"]):
+            out.setdefault(r["slot"], r)
+        return out
+
+    async def run(stagger: float) -> tuple[dict[int, dict], float, float]:
+        async def tagged(i: int, k: int, phases: list) -> int:
+            await one(i, k, phases)
+            return i
+
+        records, t0, t1 = await slots.slots(4, 0.2, tagged, stagger)
+        for r in records:
+            r["slot"] = r["result"]
+        return first_runs(records), t0, t1
+
+    firsts, t0, t1 = asyncio.run(run(0.4))
+    assert [firsts[i]["start"] for i in range(4)] == sorted(firsts[i]["start"] for i in range(4))
+    assert firsts[3]["start"] > firsts[0]["end"]  # spread: slot 3 waited 0.3 s, slot 0's rollout 0.05
+    assert t0 > firsts[0]["start"] and t1 - t0 == pytest.approx(0.2)
+    firsts, t0, t1 = asyncio.run(run(0.0))
+    assert max(firsts[i]["start"] for i in range(4)) < min(firsts[i]["end"] for i in range(4))
+    assert t0 <= firsts[0]["start"]  # the window opens with the first start
