@@ -58,6 +58,8 @@ farm_cpu_share=… farm_turn_path_ms_per_turn=… farm_once_ms_per_rollout=…``
 from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s turns, 120 s,
 pool, bare baseline, steps 8..64 then halved to 4 slots: ~50 min);
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
+Before it, ``bench_density[delivered]``: the most rollouts a minute each delivered over its runs,
+and their ratio; a capacity that held at the last step is said to be a lower bound.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ async def main(args: argparse.Namespace) -> None:
     farm_mode = args.modes[-1]
     results: dict[str, dict] = {}
     capacity: dict[str, int] = {}
+    delivered: dict[str, float] = {}  # each one's most rollouts a minute over its runs
     try:
         if args.baseline == "bare":
             bare_proc, bare_url = await start_endpoint(tokenizer=tokenizer, tasks_path=tasks_path, turn_s=args.turn_s,
@@ -165,6 +168,7 @@ async def main(args: argparse.Namespace) -> None:
             else:
                 r = await run_bare(args, work, bare_url, bare_proc.pid, n, trees, tasks, prefixes)
                 show(f"bare n={n}", r)
+            delivered[who] = max(delivered.get(who, 0.0), r["rollouts_per_min"])
             return r["slot_utilization"] >= 0.9
 
         steps = sorted({*args.steps, args.n})
@@ -187,6 +191,17 @@ async def main(args: argparse.Namespace) -> None:
             bare_proc.kill()
             await bare_proc.wait()
     final = results[farm_mode]
+    if args.baseline == "bare" and delivered.get("bare"):
+        # past its knee a node delivers no more whatever the slots (a saturated node's waiting
+        # lands in the agent phase, counted busy, or in the grading, counted idle): the most
+        # each delivered is the other measure of what a node holds
+        print(f"bench_density[delivered]: farm_max_rollouts_per_min={delivered.get('farm', 0.0)} "
+              f"bare_max_rollouts_per_min={delivered['bare']} "
+              f"ratio={round(delivered.get('farm', 0.0) / delivered['bare'], 2)}", flush=True)
+    for who in ("farm", "bare"):
+        if len(steps) > 1 and who in capacity and who not in failed and capacity[who] == max(steps):
+            print(f"bench_density[{who}]: kept >= 0.9 at the last step ({capacity[who]} slots): its capacity is at "
+                  f"least that (--steps for more)", flush=True)
     cap, bare_cap = capacity.get("farm", 0), capacity.get("bare", 0)
     ratio = round(cap / bare_cap, 2) if bare_cap else float("nan")
     line = {k: final[k] for k in ("in_flight", "slot_utilization", "overhead_p50_s", "farm_cpu_ms_per_turn")}

@@ -28,7 +28,10 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
     assert res.returncode == 0 and out, res.stderr[-3000:]
     fig = {k: float(v) for k, v in assert_last_line(out[-1], ROOT / "scripts" / "bench_density.py").items()}
     assert 0 < fig["in_flight"] <= 1.0 and 0 < fig["slot_utilization"] <= 1.0
-    assert all(re.search(r" rollouts_per_min=[0-9.]+ ", line) for line in out if line.startswith("bench_density["))
+    runs = [line for line in out if re.match(r"bench_density\[(pool|cold|bare) n=", line)]
+    assert runs and all(re.search(r" rollouts_per_min=[0-9.]+ ", line) for line in runs)
+    assert re.search(r"^bench_density\[delivered\]: farm_max_rollouts_per_min=[0-9.]+ bare_max_rollouts_per_min=[0-9.]+ "
+                     r"ratio=[0-9.]+$", res.stdout, re.M), res.stdout[-3000:]
     farm = next(line for line in out if line.startswith("bench_density[pool n=1]:"))
     assert re.search(r" loop_lag_p50_ms=[0-9.]+ loop_lag_p95_ms=[0-9.]+ loop_lag_max_ms=[0-9.]+ ", farm), farm
     assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
