@@ -59,7 +59,10 @@ from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s t
 pool, bare baseline, steps 8..64 then halved to 4 slots: ~50 min);
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 Before it, ``bench_density[delivered]``: the most rollouts a minute each delivered over its runs,
-and their ratio; a capacity that held at the last step is said to be a lower bound.
+and their ratio; a capacity that held at the last step is said to be a lower bound. Past a
+node's knee the utilization falls only where the waiting lands outside the agent phase (farm's
+grading; bare's is almost all agent phase, which counts as busy however stretched), so the
+delivered ratio is the firmer comparison there.
 """
 
 from __future__ import annotations
