@@ -216,6 +216,7 @@ def summarize_farm(records, n, t0, t1, sampler, base_rss) -> dict:
         "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
         "rss_mb_per_rollout": round(farm_mb + cli_mb, 1), "create_p50_ms": round(pct(creates, 0.5), 1),
         "cli_mb": round(cli_mb, 1), "farm_mb": round(farm_mb, 1), "rollouts": len(records), "turns": turns,
+        "resolved": sum(1 for r in records if r["result"].reward >= 1.0),  # as bare's: the task's tests passed
         "sampler_cpu_s": round(sampler.cpu_s, 2),  # the bench's own PSS sampling, left out of farm's
         "statuses": statuses, "reasons": reasons,
         "phases_p50_s": {k: round(statistics.median(v), 3) for k, v in phase_s.items()},

@@ -34,6 +34,7 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
                      r"ratio=[0-9.]+$", res.stdout, re.M), res.stdout[-3000:]
     farm = next(line for line in out if line.startswith("bench_density[pool n=1]:"))
     assert re.search(r" loop_lag_p50_ms=[0-9.]+ loop_lag_p95_ms=[0-9.]+ loop_lag_max_ms=[0-9.]+ ", farm), farm
+    assert " rollouts=1 " in farm and " resolved=1 " in farm, farm  # its one rollout's tests passed, as bare's
     assert fig["farm_cpu_ms_per_turn"] > 0 and 0 < fig["farm_cpu_share"] < 1
     # farm's CPU split: the gateway's per turn, the rest once a rollout (one rollout here)
     assert 0 < fig["farm_turn_path_ms_per_turn"] < fig["farm_cpu_ms_per_turn"] and fig["farm_once_ms_per_rollout"] > 0
