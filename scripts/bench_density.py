@@ -56,7 +56,7 @@ Last line: ``bench_density: in_flight=… slot_utilization=… overhead_p50_s=�
 farm_cpu_ms_per_turn=… capacity_at_90=… bare_capacity_at_90=… capacity_ratio=…
 farm_cpu_share=… farm_turn_path_ms_per_turn=… farm_once_ms_per_rollout=…`` (the farm figures
 from its run at ``--n``). Defaults are the issue's measurement (16 slots, 10 s turns, 120 s,
-pool, bare baseline, steps 8..64 then halved to 4 slots: ~50 min);
+pool, bare baseline, steps 8..64 then halved to 4 slots: ~50 min), the slots' starts spread;
 ``--quick`` is the suite's size (1 task, 2 slots, 1 s turns: a check that it runs).
 Before it, ``bench_density[delivered]``: the most rollouts a minute each delivered over its runs,
 and their ratio; a capacity that held at the last step is said to be a lower bound. Past a
