@@ -123,6 +123,8 @@ async def run_bare(args: argparse.Namespace, work: Path, url: str, endpoint_pid:
         "overhead_p50_s": round(pct(overheads, 0.5), 2), "overhead_p95_s": round(pct(overheads, 0.95), 2),
         "rollouts": len(records), "turns": turns, "phases_p50_s": phases,
         "resolved": sum(1 for r in records if r["result"]["resolved"]),
+        "reasons": {"unresolved": why} if (why := next((r["result"]["why"] for r in records if r["result"]["why"]), ""))
+        else {},  # the first unresolved rollout's test log, as farm's run shows its first failure
         "cli_exit_codes": sorted({r["result"]["exit_code"] for r in records}),
         "cpu_s_per_rollout": {k: round(v / max(1, len(records)), 3) for k, v in sorted(owners.items())},
     }

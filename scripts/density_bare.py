@@ -244,7 +244,8 @@ class BareRollouts:
             self.cpu["bare.tools"] += max(0.0, cli_cmd - cli[0])
             self.cpu["bare.test"] += groups["test"].cpu_s() or 0.0
             self.cpu["bare.prep"] += groups["prep"].cpu_s() or 0.0
-            return {"exit_code": code, "resolved": resolved, "timings": timings}
+            why = "" if resolved else f"task {task.id}, CLI exit {code}, test log: {text[-600:]}"
+            return {"exit_code": code, "resolved": resolved, "timings": timings, "why": why}
         finally:
             for g in groups.values():
                 g.remove()
