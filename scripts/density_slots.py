@@ -29,8 +29,8 @@ async def slots(n: int, duration: float, one: Any, stagger: float = 0.0) -> tupl
     started together, they end together, and every rollout's capture, grading and test
     command meet the others' on the node's cores at once, round after round."""
     records: list[dict[str, Any]] = []
-    start = time.monotonic()
-    t0 = start + stagger * (n - 1) / max(1, n)
+    first = time.monotonic()  # slot 0's start; the last slot's is the window's
+    t0 = first + stagger * (n - 1) / max(1, n)
     deadline = t0 + duration
 
     async def slot(i: int) -> None:

@@ -106,24 +106,17 @@ def test_staggered_slots_start_spread_over_a_rollout_and_the_window_opens_after(
 
     slots = _density_slots()
 
-    async def one(i: int, k: int, phases: list) -> None:
+    async def one(i: int, k: int, phases: list) -> int:
         await asyncio.sleep(0.05)  # the rollout: it takes a while
-
-    def first_runs(records: list[dict]) -> dict[int, dict]:
-        out: dict[int, dict] = {}
-        for r in sorted(records, key=lambda r: r["start"]):
-            out.setdefault(r["slot"], r)
-        return out
+        return i
 
     async def run(stagger: float) -> tuple[dict[int, dict], float, float]:
-        async def tagged(i: int, k: int, phases: list) -> int:
-            await one(i, k, phases)
-            return i
-
-        records, t0, t1 = await slots.slots(4, 0.2, tagged, stagger)
-        for r in records:
-            r["slot"] = r["result"]
-        return first_runs(records), t0, t1
+        """Each slot's first rollout (its record: ``result`` is the slot), the window."""
+        records, t0, t1 = await slots.slots(4, 0.2, one, stagger)
+        firsts: dict[int, dict] = {}
+        for r in sorted(records, key=lambda r: r["start"]):
+            firsts.setdefault(r["result"], r)
+        return firsts, t0, t1
 
     firsts, t0, t1 = asyncio.run(run(0.4))
     assert [firsts[i]["start"] for i in range(4)] == sorted(firsts[i]["start"] for i in range(4))
