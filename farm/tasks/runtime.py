@@ -23,6 +23,7 @@ from typing import Any
 from farm.errors import RequirementUnmet
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import ImageSource, Task
+from farm.tasks.pycache import warm_once
 from farm.tasks.repos import RepoCache
 
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
@@ -176,8 +177,16 @@ class TaskRuntime:
             raise RequirementUnmet(f"task {task.id} runs in the image {task.workspace.image}: local sandboxes run images from "
                             f"the environment store, which is off here ({self.no_images})")  # fmt: skip
         python = self.python_for(task)
+        await self._warmed(python)
         if python.ro_bind and python.ro_bind not in spec.ro_binds:
             update["ro_binds"] = [*spec.ro_binds, python.ro_bind]
         if self.envs is not None and spec.view is None:
             update["view"] = await self.envs.view_for(task)
         return spec.model_copy(update=update) if update else spec
+
+    async def _warmed(self, python: PythonChoice) -> None:
+        """pytest's plugin caches of a host interpreter written, once (``farm.tasks.pycache``):
+        the sandboxes that show it read-only would rewrite every plugin at every run."""
+        host = python.spec in HOST or python.ro_bind is not None  # not a path inside an image
+        if self.config.warm_pytest_caches and host and python.exe:
+            await warm_once(python.exe)

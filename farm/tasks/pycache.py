@@ -1,0 +1,90 @@
+"""pytest's caches of a host interpreter's plugins, written before its first sandbox.
+
+A local sandbox shows the task's interpreter read-only (a version found on this machine,
+or farm's own venv for ``tasks.python=auto``). pytest rewrites the asserts of every plugin
+it loads from an entry point (hypothesis, anyio, xdist, pytest-asyncio...) and keeps the
+result only as ``__pycache__/<module>.cpython-3X-pytest-<version>.pyc`` beside the module,
+written by the first run that may write there: in a sandbox, none. So every test run and
+every ``pytest`` an agent calls rewrites them all again, and that is most of a small
+test run's CPU: the demo task's graded test run takes 0.42 s CPU with these caches and
+1.0-1.1 s without them (hypothesis's ~80 modules rewritten each time); the bare CLIs of
+``bench_density --baseline bare``, run on the host, read the caches once a run wrote them,
+so without them farm's test runs and tools cost twice the bare ones'.
+
+:func:`warm_pytest_plugins` writes them once, on the host, where farm may write: the
+interpreter collects an empty directory (every entry-point plugin loaded, so rewritten and
+cached; no test, no conftest, no cache dir). pytest checks a cache against its module's
+mtime and size, so a stale one is rewritten as before. Best effort: an interpreter without
+pytest, a prefix farm cannot write (pytest then keeps the rewrite in memory), a timeout:
+logged, never an error. The plugins run there as they do in any pytest on this host: they
+are the host's own packages, which no sandbox can write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+
+log = logging.getLogger(__name__)
+
+_warmed: set[str] = set()  # interpreters whose warming ran in this process
+_warming: dict[str, asyncio.Future[bool]] = {}  # ... or runs now
+
+# pytest's exit codes meaning the collection ran: 0 = tests found (none here), 5 = none found
+_COLLECTED = (0, 5)
+_SCRIPT = (
+    "import sys\n"
+    "try:\n"
+    "    import pytest\n"
+    "except ImportError:\n"
+    "    sys.exit(5)\n"
+    "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', '--rootdir', sys.argv[1], sys.argv[1]]))\n"
+)
+# what would keep the plugins from loading, or the caches from being written
+_UNSET = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONDONTWRITEBYTECODE",
+          "PYTHONPYCACHEPREFIX", "PYTHONPATH", "PYTHONHOME")
+
+
+async def warm_once(exe: str) -> None:
+    """:func:`warm_pytest_plugins` for ``exe`` once a process, whoever asks first (the others
+    wait for it; an asker cancelled leaves it running)."""
+    if exe in _warmed:
+        return
+    run = _warming.get(exe)
+    if run is None or run.get_loop() is not asyncio.get_running_loop():  # (another loop's, never finished)
+        run = _warming[exe] = asyncio.ensure_future(warm_pytest_plugins(exe))
+
+        def ran(_: asyncio.Future[bool]) -> None:
+            _warmed.add(exe)
+            _warming.pop(exe, None)
+
+        run.add_done_callback(ran)
+    await asyncio.shield(run)
+
+
+async def warm_pytest_plugins(exe: str, *, timeout_s: float = 120.0) -> bool:
+    """Write pytest's rewritten-module caches of ``exe``'s entry-point plugins (see the
+    module doc). True when nothing is left to do (the collection ran, or no pytest)."""
+    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+    with tempfile.TemporaryDirectory(prefix="farm-pytest-warm-") as empty:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                exe, "-c", _SCRIPT, empty, cwd=empty, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+        except OSError as exc:
+            log.warning("pytest caches of %s not written: %s", exe, exc)
+            return False
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            log.warning("pytest caches of %s not written: no answer in %g s", exe, timeout_s)
+            return False
+    if proc.returncode not in _COLLECTED:
+        log.warning("pytest caches of %s not written: its collection exited %s: %s", exe, proc.returncode,
+                    out.decode(errors="replace")[-500:])  # fmt: skip
+        return False
+    return True
