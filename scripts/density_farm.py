@@ -265,6 +265,8 @@ async def prepared_trees(cfg: FarmConfig, args: argparse.Namespace, url: str) ->
     await parts.start()
     try:
         tasks = pick_tasks(cfg, args)
+        for t in tasks:  # the interpreter as a farm sandbox gets it, bare's too (pytest's plugin caches
+            await parts.runtime.sandbox_spec(t, SandboxSpec())  # written: farm.tasks.pycache), whichever runs first
         trees = {t.id: await parts.runtime.envs.view_for(t) for t in tasks}
         prefixes = {t.id: parts.runtime.path_prefix_for(t) or "" for t in tasks}
     finally:
