@@ -56,9 +56,11 @@ async def warm_once(exe: str) -> None:
     if run is None or run.get_loop() is not asyncio.get_running_loop():  # (another loop's, never finished)
         run = _warming[exe] = asyncio.ensure_future(warm_pytest_plugins(exe))
 
-        def ran(_: asyncio.Future[bool]) -> None:
-            _warmed.add(exe)
-            _warming.pop(exe, None)
+        def ran(done: asyncio.Future[bool]) -> None:
+            if _warming.get(exe) is done:
+                del _warming[exe]
+            if not done.cancelled():  # (its loop closed under it: the next asker runs it again)
+                _warmed.add(exe)
 
         run.add_done_callback(ran)
     await asyncio.shield(run)
