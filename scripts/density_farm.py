@@ -253,6 +253,7 @@ def cpu_report(led: Any, rollouts: int, turns: int) -> dict:
                                          sorted(led.farm_commands.items(), key=lambda kv: -kv[1])[:12]},
         "jailed_commands_per_rollout": round(led.jailed_commands / max(1, rollouts), 1),
         "overlapped_commands": led.overlapped,
+        "unsampled_commands": led.unsampled,
         "uncounted_sandboxes": led.uncounted_sandboxes,
         "ledger_cpu_s": round(led.ledger_overhead_s, 2),  # the accounting's own, left out of farm's
     }

@@ -330,6 +330,7 @@ class Ledger:
     farm_commands: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its jailed commands, by name
     jailed_commands: int = 0
     overlapped: int = 0  # commands that ran beside another of their sandbox (their split is shared)
+    unsampled: int = 0  # CLI / test commands no sampling caught running (their jail counted as theirs)
     uncounted_sandboxes: int = 0  # no CPU count (no cgroup here)
     ledger_overhead_s: float = 0.0  # the accounting's own CPU in farm's process, left out of farm's
 
@@ -419,7 +420,12 @@ class NodeLedger:
             led.overlapped += 0 if cmd.alone else 1
             kind = self._kind(cmd.describe)
             long = self._long.pop((id(sb), cmd.key), None) if kind != "other" else None
-            if kind == "other" or long is None:
+            if kind != "other" and long is None:
+                # ended before a sampling read it (a test run shorter than ``period``): still the
+                # CLI's or the test's, its jail's part unknown (counted with it: a few ms)
+                led.unsampled += 1
+                long = _Long()
+            if kind == "other":
                 led.owners[own] += cmd.cpu_s
                 led.farm_commands[f"{purpose}:{_command_name(cmd.describe)}"] += cmd.cpu_s
             elif kind == "cli":

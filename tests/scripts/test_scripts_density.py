@@ -49,14 +49,19 @@ def test_bench_density_quick_prints_its_figures(tmp_path: Path, tokenizer_dir: P
         assert f"'{owner}': " in owners, owners
 
 
-def _density_slots():  # noqa: ANN202 - the script's module
+def _script_module(name: str):  # noqa: ANN202 - the script's module
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("density_slots", ROOT / "scripts" / "density_slots.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
-    slots = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(slots)
-    return slots
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)  # (its dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _density_slots():  # noqa: ANN202 - the script's module
+    return _script_module("density_slots")
 
 
 def test_rollouts_per_min_counts_each_rollout_by_its_share_in_the_window() -> None:
@@ -125,3 +130,29 @@ def test_staggered_slots_start_spread_over_a_rollout_and_the_window_opens_after(
     firsts, t0, t1 = asyncio.run(run(0.0))
     assert max(firsts[i]["start"] for i in range(4)) < min(firsts[i]["end"] for i in range(4))
     assert t0 <= firsts[0]["start"]  # the window opens with the first start
+
+
+def test_a_test_run_no_sampling_caught_is_still_the_tests_not_farms() -> None:
+    """A graded test run shorter than the ledger's sampling period ends before any read of its
+    jail: its CPU stays the test's (jail unknown), never farm's own commands; what farm itself
+    ran in the sandbox stays farm's."""
+    from types import SimpleNamespace
+
+    from farm.sandboxes.usage import CommandCPU
+
+    density_ledger = _script_module("density_ledger")
+    ledger = density_ledger.NodeLedger(0, test_commands=["python -m pytest -rA tests/test_romans.py"])
+    witnessed = 'export PATH=/v/bin:"$PATH"\nif [ -e /tmp/.farm-probe-ab12/report ]; then rm -f ...'
+    book = SimpleNamespace(total_s=lambda: 0.5, commands=[
+        CommandCPU(key=1, describe="__B=farm-step-1 ...", cpu_s=0.02, alone=True),
+        CommandCPU(key=2, describe=witnessed, cpu_s=0.4, alone=True),  # never sampled
+        CommandCPU(key=3, describe=witnessed, cpu_s=0.05, alone=True),  # sampled: jail 0.01
+    ])
+    ledger._long[(id(sb := SimpleNamespace(cpu=book, labels={"purpose": "grading"})), 3)] = density_ledger._Long(jail_s=0.01)
+    ledger._account(sb)
+    owners = ledger.ledger.owners
+    assert owners["grading.test"] == pytest.approx(0.44)
+    assert owners["grading.jail"] == pytest.approx(0.01)
+    assert owners["grading.own_cmds"] == pytest.approx(0.02)
+    assert owners["grading.between_commands"] == pytest.approx(0.03)
+    assert ledger.ledger.unsampled == 1
