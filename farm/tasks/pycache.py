@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import tempfile
+
+from farm.tasks.repos import run_host
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,6 @@ _SCRIPT = (
     "    sys.exit(5)\n"
     "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', '--rootdir', sys.argv[1], sys.argv[1]]))\n"
 )
-# what would keep the plugins from loading, or the caches from being written
-_UNSET = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONDONTWRITEBYTECODE",
-          "PYTHONPYCACHEPREFIX", "PYTHONPATH", "PYTHONHOME")
 
 
 async def warm_once(exe: str) -> None:
@@ -68,25 +66,20 @@ async def warm_once(exe: str) -> None:
 
 async def warm_pytest_plugins(exe: str, *, timeout_s: float = 120.0) -> bool:
     """Write pytest's rewritten-module caches of ``exe``'s entry-point plugins (see the
-    module doc). True when nothing is left to do (the collection ran, or no pytest)."""
-    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+    module doc). True when nothing is left to do (the collection ran, or no pytest). Run in
+    ``run_host``'s minimal environment: nothing of farm's process (PYTHONDONTWRITEBYTECODE,
+    PYTEST_ADDOPTS, PYTEST_DISABLE_PLUGIN_AUTOLOAD, PYTHONPATH) keeps a plugin unloaded or
+    its cache unwritten."""
     with tempfile.TemporaryDirectory(prefix="farm-pytest-warm-") as empty:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                exe, "-c", _SCRIPT, empty, cwd=empty, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+            code, out = await run_host([exe, "-c", _SCRIPT, empty], cwd=empty, timeout=timeout_s, tail=500)
         except OSError as exc:
             log.warning("pytest caches of %s not written: %s", exe, exc)
             return False
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
             log.warning("pytest caches of %s not written: no answer in %g s", exe, timeout_s)
             return False
-    if proc.returncode not in _COLLECTED:
-        log.warning("pytest caches of %s not written: its collection exited %s: %s", exe, proc.returncode,
-                    out.decode(errors="replace")[-500:])  # fmt: skip
+    if code not in _COLLECTED:
+        log.warning("pytest caches of %s not written: its collection exited %s: %s", exe, code, out)
         return False
     return True

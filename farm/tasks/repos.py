@@ -64,12 +64,13 @@ GIT_IDENTITY = {
 }
 
 
-async def _run(
+async def run_host(
     argv: Sequence[str], *, cwd: str | Path | None = None, timeout: float, stdin: bytes | None = None,
     tail: int | None = 2000,
 ) -> tuple[int, str]:
-    """Run a host command (git, mostly); returns (exit code, stderr + stdout: its last
-    ``tail`` characters, or all of stdout alone with ``tail=None``)."""
+    """Run a host command (git, mostly) in a minimal environment (none of farm's own variables);
+    returns (exit code, stderr + stdout: its last ``tail`` characters, or all of stdout alone
+    with ``tail=None``). A timeout or a cancellation kills its process group."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/"),
@@ -193,7 +194,7 @@ class RepoCache:
             tmp = cached.parent / f".tmp-{uuid.uuid4().hex}"
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
-                code, out = await _run(["git", "clone", "--quiet", "--mirror", url, str(tmp)], timeout=self.git_timeout_s)
+                code, out = await run_host(["git", "clone", "--quiet", "--mirror", url, str(tmp)], timeout=self.git_timeout_s)
             except TimeoutError:
                 code, out = -1, f"timed out after {self.git_timeout_s:g} s"
             if code != 0:
@@ -208,7 +209,7 @@ class RepoCache:
     async def resolve_commit(self, repo: Path, commit: str, what: str) -> str:
         if (repo, commit) in self._resolved:  # a full commit id that was there stays there
             return commit
-        code, out = await _run(
+        code, out = await run_host(
             ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=repo, timeout=60
         )
         sha = out.strip().splitlines()[-1] if out.strip() else ""
@@ -257,7 +258,7 @@ class RepoCache:
 
         async def git(*args: str, stdin: bytes | None = None) -> str:
             try:
-                code, out = await _run(["git", *args], cwd=ws, timeout=t, stdin=stdin)
+                code, out = await run_host(["git", *args], cwd=ws, timeout=t, stdin=stdin)
             except TimeoutError:
                 raise _GitTimeout(f"repository {what}: 'git {args[0]}' timed out after {t:g} s") from None
             if code != 0 and says_disk_full(out):  # not the mirror's fault: no "cannot pack its history" either
@@ -302,16 +303,16 @@ class RepoCache:
 
     async def _promisor_remote(self, repo: Path) -> str | None:
         """The remote a partial clone fetches its missing objects from (None: not one)."""
-        code, out = await _run(["git", "config", "--get", "extensions.partialClone"], cwd=repo, timeout=60)
+        code, out = await run_host(["git", "config", "--get", "extensions.partialClone"], cwd=repo, timeout=60)
         if code == 0 and out.strip():
             return out.strip()
-        code, out = await _run(["git", "config", "--bool", "--get-regexp", r"^remote\..*\.promisor$"], cwd=repo, timeout=60)
+        code, out = await run_host(["git", "config", "--bool", "--get-regexp", r"^remote\..*\.promisor$"], cwd=repo, timeout=60)
         promisors = [ln.split()[0][len("remote.") : -len(".promisor")] for ln in out.splitlines() if ln.endswith(" true")]
         return promisors[0] if code == 0 and promisors else None
 
     async def _missing_in_tree(self, repo: Path, sha: str) -> dict[str, list[str]]:
         """Objects of ``sha``'s tree the repository lacks: {object id: [paths]} (never fetched lazily)."""
-        code, out = await _run(
+        code, out = await run_host(
             ["git", "rev-list", "--objects", "--missing=print", f"{sha}^{{tree}}"], cwd=repo, timeout=self.git_timeout_s,
             tail=None,
         )
@@ -319,7 +320,7 @@ class RepoCache:
             raise TaskError(f"cannot list the tree of {sha[:12]} in {repo}: {out[-500:]}")
         missing = missing_ids(out)
         if missing:
-            _, listing = await _run(["git", "ls-tree", "-r", "-t", "-z", sha], cwd=repo, timeout=self.git_timeout_s, tail=None)
+            _, listing = await run_host(["git", "ls-tree", "-r", "-t", "-z", sha], cwd=repo, timeout=self.git_timeout_s, tail=None)
             name_paths(missing, listing)
         return missing
 
@@ -329,7 +330,7 @@ class RepoCache:
         missing = await self._missing_in_tree(repo, sha)
         asked = ""
         if missing and promisor:
-            code, out = await _run(
+            code, out = await run_host(
                 ["git", "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
                  "--recurse-submodules=no", "--filter=blob:none", "--stdin", promisor],
                 cwd=repo, timeout=self.git_timeout_s, stdin="".join(f"{oid}\n" for oid in missing).encode(),

@@ -177,14 +177,14 @@ class TaskRuntime:
             raise RequirementUnmet(f"task {task.id} runs in the image {task.workspace.image}: local sandboxes run images from "
                             f"the environment store, which is off here ({self.no_images})")  # fmt: skip
         python = self.python_for(task)
-        await self._warmed(python)
+        await self._warm(python)
         if python.ro_bind and python.ro_bind not in spec.ro_binds:
             update["ro_binds"] = [*spec.ro_binds, python.ro_bind]
         if self.envs is not None and spec.view is None:
             update["view"] = await self.envs.view_for(task)
         return spec.model_copy(update=update) if update else spec
 
-    async def _warmed(self, python: PythonChoice) -> None:
+    async def _warm(self, python: PythonChoice) -> None:
         """pytest's plugin caches of a host interpreter written, once (``farm.tasks.pycache``):
         the sandboxes that show it read-only would rewrite every plugin at every run."""
         host = python.spec in HOST or python.ro_bind is not None  # not a path inside an image

@@ -193,14 +193,14 @@ async def test_a_failed_clone_is_tried_once_for_the_tasks_waiting_on_it(tmp_path
     import farm.tasks.repos as repos
 
     clones = []
-    real_run = repos._run
+    real_run = repos.run_host
 
     async def counted(argv, **kw):  # the real git, counted
         if "clone" in argv:
             clones.append(argv)
         return await real_run(argv, **kw)
 
-    monkeypatch.setattr(repos, "_run", counted)
+    monkeypatch.setattr(repos, "run_host", counted)
     cache = RepoCache(cache_dir=tmp_path / "c", fetch=True)
     source = GitSource(repo="getmoto/moto", url="http://127.0.0.1:9/moto.git", base_commit="a" * 40)
     errors = await asyncio.gather(*(cache.locate(source) for _ in range(3)), return_exceptions=True)
