@@ -266,9 +266,9 @@ async def prepared_trees(cfg: FarmConfig, args: argparse.Namespace, url: str) ->
     await parts.start()
     try:
         tasks = pick_tasks(cfg, args)
-        for t in tasks:  # the interpreter as a farm sandbox gets it, bare's too (pytest's plugin caches
-            await parts.runtime.sandbox_spec(t, SandboxSpec())  # written: farm.tasks.pycache), whichever runs first
-        trees = {t.id: await parts.runtime.envs.view_for(t) for t in tasks}
+        # each environment's view and interpreter as a farm sandbox gets them: bare's too (the
+        # interpreter's pytest plugin caches written, farm.tasks.pycache), whichever runs first
+        trees = {t.id: (await parts.runtime.sandbox_spec(t, SandboxSpec())).view for t in tasks}
         prefixes = {t.id: parts.runtime.path_prefix_for(t) or "" for t in tasks}
     finally:
         await parts.stop()

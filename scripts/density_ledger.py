@@ -419,16 +419,16 @@ class NodeLedger:
             led.jailed_commands += 1
             led.overlapped += 0 if cmd.alone else 1
             kind = self._kind(cmd.describe)
-            long = self._long.pop((id(sb), cmd.key), None) if kind != "other" else None
-            if kind != "other" and long is None:
-                # ended before a sampling read it (a test run shorter than ``period``): still the
-                # CLI's or the test's, its jail's part unknown (counted with it: a few ms)
-                led.unsampled += 1
-                long = _Long()
             if kind == "other":
                 led.owners[own] += cmd.cpu_s
                 led.farm_commands[f"{purpose}:{_command_name(cmd.describe)}"] += cmd.cpu_s
-            elif kind == "cli":
+                counted += cmd.cpu_s
+                continue
+            long = self._long.pop((id(sb), cmd.key), None)
+            if long is None:  # ended before a sampling read it (a test run shorter than ``period``):
+                led.unsampled += 1  # still the test's (or the CLI's), its jail's part not known apart
+                long = _Long()
+            if kind == "cli":
                 led.owners["agent.jail"] += long.jail_s
                 led.owners["agent.cli"] += long.main_s
                 led.owners["agent.tools"] += max(0.0, cmd.cpu_s - long.jail_s - long.main_s)

@@ -147,9 +147,10 @@ def test_a_test_run_no_sampling_caught_is_still_the_tests_not_farms() -> None:
         CommandCPU(key=1, describe="__B=farm-step-1 ...", cpu_s=0.02, alone=True),
         CommandCPU(key=2, describe=witnessed, cpu_s=0.4, alone=True),  # never sampled
         CommandCPU(key=3, describe=witnessed, cpu_s=0.05, alone=True),  # sampled: jail 0.01
-    ])
-    ledger._long[(id(sb := SimpleNamespace(cpu=book, labels={"purpose": "grading"})), 3)] = density_ledger._Long(jail_s=0.01)
-    ledger._account(sb)
+    ])  # fmt: skip
+    sandbox = SimpleNamespace(cpu=book, labels={"purpose": "grading"})
+    ledger._long[(id(sandbox), 3)] = density_ledger._Long(jail_s=0.01)
+    ledger._account(sandbox)
     owners = ledger.ledger.owners
     assert owners["grading.test"] == pytest.approx(0.44)
     assert owners["grading.jail"] == pytest.approx(0.01)
