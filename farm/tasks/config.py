@@ -71,9 +71,10 @@ class TasksConfig(BaseModel):
     warm_pytest_caches: bool = Field(
         default=True,
         description="before the first sandbox of a host interpreter (tasks.python 'auto'/'host' or a version), write "
-        "pytest's caches of its installed plugins there (farm.tasks.pycache): a sandbox shows the interpreter "
-        "read-only, so without them every test run and every pytest an agent calls rewrites every plugin again "
-        "(hypothesis: ~0.6 s CPU a run); False: leave the interpreter's directories untouched",
+        "pytest's caches of its installed plugins there, and at an environment's build, its venvs' bytecode and "
+        "plugin caches into the snapshot (farm.tasks.pycache): no sandbox keeps what it writes there, so without "
+        "them every test run and every pytest an agent calls compiles and rewrites them all again (hypothesis: "
+        "~0.6 s CPU a run); False: leave the interpreter's directories and the snapshot as setup left them",
     )
     max_diff_bytes: int = Field(
         default=4 << 20, ge=1024, description="largest model diff captured; a larger one is graded as patch_failed"

@@ -30,6 +30,7 @@ ever holds the venv.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import posixpath
 import shlex
@@ -41,9 +42,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError, TaskSourceError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
+from farm.tasks.pycache import SNAPSHOT_WARM_LABEL, snapshot_warm_script
 from farm.tasks.runtime import TaskRuntime
 from farm.tasks.venvs import left_out
 from farm.workspace.shell import CommandReport, git_script, run_step, stage_script
+
+log = logging.getLogger(__name__)
 
 SCRATCH = ".farm/tasks"  # under the sandbox root; never inside the workdir
 BASELINE_REF = "refs/farm/baseline"
@@ -189,8 +193,24 @@ async def run_setup(
             reason = f"{what} {i + 1}/{len(commands)} {step.describe()}"
             return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0,
                                left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
+    view = sandbox.view
+    if commands and view is not None and view.building and runtime.config.warm_pytest_caches:
+        await _warm_snapshot(sandbox, task, workdir)
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0,
                        left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
+
+
+async def _warm_snapshot(sandbox: Sandbox, task: Task, workdir: str) -> None:
+    """An environment's build: what each later sandbox on it would compile (its venvs'
+    bytecode, pytest's plugin caches) written once, into the snapshot. farm's step, not one of
+    the task's (not in its setup report); best effort: a timeout is logged, never an error."""
+    step = await run_step(sandbox, snapshot_warm_script(), cwd=workdir, timeout=task.timeouts.setup_s,
+                          env=task_env(task), label=SNAPSHOT_WARM_LABEL)  # fmt: skip
+    if step.ok:
+        log.info("task %s: bytecode and pytest caches written for %s in %.1f s", task.id,
+                 " ".join(step.stdout_tail.split()) or "no venv", step.duration_s)  # fmt: skip
+    else:
+        log.warning("task %s: %s", task.id, step.describe())
 
 
 def commit_script(index: str, ref: str = BASELINE_REF) -> str:

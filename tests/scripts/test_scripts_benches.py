@@ -41,6 +41,7 @@ QUICK = [
     pytest.param("bench_envs.py", False, True, id="envs", marks=own_ray),  # real package installs, Claude Code
     pytest.param("bench_nodes.py", False, True, id="nodes", marks=own_ray),  # a 4-node Ray cluster, Claude Code
     pytest.param("bench_images.py", False, False, id="images", marks=slow),  # a real registry, image sandboxes
+    pytest.param("bench_snapshot_caches.py", False, False, id="snapshot_caches", marks=slow),  # real uv installs
 ]
 # benchmarks no test runs yet: their quick size is being reworked with them; once a test runs
 # one (names it and "--quick"), the last test fails until it leaves this set
