@@ -15,8 +15,9 @@ each in a fresh sandbox on the snapshot; a grading's CPU is its sandbox's cgroup
 (the test command, grading's own steps, the jail), its ``test_s`` the test command's wall time.
 
 Last line: ``bench_snapshot_caches: cold_grade_cpu_s=… warm_grade_cpu_s=… saved_cpu_s=…
-cold_test_s=… warm_test_s=… cold_build_s=… warm_build_s=… resolved=…`` (medians; ``resolved``:
-the gradings that resolved, of both modes). ``--quick``: one grading a mode (the suite's
+cold_test_s=… warm_test_s=… cold_build_s=… warm_build_s=… cold_snapshot_mb=… warm_snapshot_mb=…
+resolved=…`` (medians; ``*_snapshot_mb``: the environment's layers on disk; ``resolved``: the
+gradings that resolved, of both modes). ``--quick``: one grading a mode (the suite's
 size: a check that it runs).
 """
 
@@ -49,7 +50,10 @@ async def one_mode(made: dict, work: Path, *, warm: bool, n: int) -> dict:
         f"tasks.path={made['tasks']}", f"tasks.mirror_dir={made['mirrors']}", f"tasks.warm_pytest_caches={warm}",
         f"tasks.cache_dir={work / 'tasks'}", f"envs.cache_dir={work / 'envs'}", f"sandbox.local.base_dir={work / 'sb'}",
     ])  # fmt: skip
-    (task,) = load_task_file(cfg).tasks
+    loaded = load_task_file(cfg)
+    if len(loaded.tasks) != 1:
+        raise SystemExit(f"bench_snapshot_caches: the row did not load: {'; '.join(map(str, loaded.errors))}")
+    (task,) = loaded.tasks
     runtime = await asyncio.to_thread(TaskRuntime.from_config, cfg.tasks)
     sandboxes = []
 
@@ -63,6 +67,9 @@ async def one_mode(made: dict, work: Path, *, warm: bool, n: int) -> dict:
         t0 = time.monotonic()
         await runtime.sandbox_spec(task, grading_spec(task, labels))  # the build
         build_s = time.monotonic() - t0
+        ident = runtime.envs._ids[task.id]
+        size_mb = sum(runtime.envs.store.record(k).size_bytes for k in {ident.key, *([ident.base.key] if ident.base else [])}
+                      if runtime.envs.store.record(k) is not None) / 2**20  # fmt: skip
         sandboxes.clear()
         cpu, test, resolved = [], [], 0
         for _ in range(n):
@@ -79,7 +86,8 @@ async def one_mode(made: dict, work: Path, *, warm: bool, n: int) -> dict:
                   f"test_s={test[-1]:.3f}", flush=True)  # fmt: skip
     finally:
         await runtime.envs.close()
-    return {"build_s": build_s, "cpu_s": statistics.median(cpu), "test_s": statistics.median(test), "resolved": resolved}
+    return {"build_s": build_s, "snapshot_mb": size_mb, "cpu_s": statistics.median(cpu), "test_s": statistics.median(test),
+            "resolved": resolved}  # fmt: skip
 
 
 async def main() -> None:
@@ -102,7 +110,8 @@ async def main() -> None:
     c, w = out["cold"], out["warm"]
     print(f"bench_snapshot_caches: cold_grade_cpu_s={c['cpu_s']:.3f} warm_grade_cpu_s={w['cpu_s']:.3f} "
           f"saved_cpu_s={c['cpu_s'] - w['cpu_s']:.3f} cold_test_s={c['test_s']:.3f} warm_test_s={w['test_s']:.3f} "
-          f"cold_build_s={c['build_s']:.1f} warm_build_s={w['build_s']:.1f} resolved={c['resolved'] + w['resolved']}")
+          f"cold_build_s={c['build_s']:.1f} warm_build_s={w['build_s']:.1f} cold_snapshot_mb={c['snapshot_mb']:.1f} "
+          f"warm_snapshot_mb={w['snapshot_mb']:.1f} resolved={c['resolved'] + w['resolved']}")
 
 
 if __name__ == "__main__":

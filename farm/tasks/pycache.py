@@ -103,14 +103,16 @@ async def warm_pytest_plugins(exe: str, *, timeout_s: float = 120.0) -> bool:
 SNAPSHOT_WARM_LABEL = "farm: the venvs' bytecode and pytest caches"
 
 
+_VENVS = "shopt -s dotglob  # .venv\nset -- ./pyvenv.cfg ./*/pyvenv.cfg ./*/*/pyvenv.cfg\n"
+
+
 def snapshot_warm_script() -> str:
     """Bash, run in the workdir: each venv's bytecode and pytest plugin caches written; prints
     each venv it warmed."""
     return (
         "unset SOURCE_DATE_EPOCH PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX PYTHONPATH PYTEST_ADDOPTS "
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD PYTEST_PLUGINS\n"
-        "shopt -s dotglob  # .venv\n"
-        "for cfg in ./pyvenv.cfg ./*/pyvenv.cfg ./*/*/pyvenv.cfg; do\n"
+        f"{_VENVS}for cfg; do\n"
         '  v=${cfg%/pyvenv.cfg}; py="$v/bin/python"\n'
         '  [ -f "$cfg" ] && [ -x "$py" ] || continue\n'
         '  "$py" -m compileall -q -j 0 "$v/lib" >/dev/null 2>&1\n'
@@ -121,3 +123,32 @@ def snapshot_warm_script() -> str:
         "exit 0\n"
     )
 
+
+
+# The repository's own modules are most of what a big project's test run imports (Django's
+# runtests.py: its own ~300 modules), compiled again in every sandbox. The build compiles them
+# too, AFTER the workspace's baseline commit (never part of it: untracked, and the diff's
+# capture leaves __pycache__ out), with the interpreter the tests run (the workdir's first venv,
+# else `python3` on the task's PATH). A file the agent or the patch changes gets a new mtime:
+# its cache is stale and Python compiles it again, as for any edit. Where the repository's own
+# ignore rules do not hide __pycache__ (most do; a repository made from a release's sdist has
+# no .gitignore), `git status` would show the agent directories it did not make: they go in
+# .git/info/exclude, as the environment's own paths do (``farm.workspace.prepare.exclude``).
+REPO_COMPILE_LABEL = "farm: the repository's bytecode"
+
+
+def repo_compile_script() -> str:
+    """Bash, run in the workdir: its modules compiled (not .git's) by the tests' interpreter."""
+    return (
+        "unset SOURCE_DATE_EPOCH PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX\n"
+        "g() { git -c 'safe.directory=*' \"$@\"; }\n"
+        "if ! g check-ignore -q __pycache__/farm.cpython-3.pyc 2>/dev/null; then\n"
+        "  x=$(g rev-parse --git-path info/exclude) && mkdir -p \"$(dirname \"$x\")\" && echo __pycache__/ >> \"$x\" || exit 0\n"
+        "fi\n"
+        f"{_VENVS}py=\n"
+        'for cfg; do v=${cfg%/pyvenv.cfg}; [ -f "$cfg" ] && [ -x "$v/bin/python" ] && { py=$v/bin/python; break; }; done\n'
+        '[ -n "$py" ] || py=$(command -v python3 || command -v python) || exit 0\n'
+        "\"$py\" -m compileall -q -j 0 -x '/[.]git/' . >/dev/null 2>&1\n"
+        'echo "$py"\n'
+        "exit 0\n"
+    )

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from farm.errors import SandboxTimeout, SetupCommandFailed, TaskError, TaskSourceError
 from farm.sandboxes.base import Sandbox
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
-from farm.tasks.pycache import SNAPSHOT_WARM_LABEL, snapshot_warm_script
+from farm.tasks.pycache import REPO_COMPILE_LABEL, SNAPSHOT_WARM_LABEL, repo_compile_script, snapshot_warm_script
 from farm.tasks.runtime import TaskRuntime
 from farm.tasks.venvs import left_out
 from farm.workspace.shell import CommandReport, git_script, run_step, stage_script
@@ -195,20 +195,22 @@ async def run_setup(
                                left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
     view = sandbox.view
     if commands and view is not None and view.building and runtime.config.warm_pytest_caches:
-        await _warm_snapshot(sandbox, task, workdir)
+        await _warm_snapshot(sandbox, task, workdir, snapshot_warm_script(), SNAPSHOT_WARM_LABEL, runtime)
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0,
                        left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
 
 
-async def _warm_snapshot(sandbox: Sandbox, task: Task, workdir: str) -> None:
+async def _warm_snapshot(sandbox: Sandbox, task: Task, workdir: str, script_text: str, label: str,
+                         runtime: TaskRuntime) -> None:  # fmt: skip
     """An environment's build: what each later sandbox on it would compile (its venvs'
-    bytecode, pytest's plugin caches) written once, into the snapshot. farm's step, not one of
-    the task's (not in its setup report); best effort: a timeout is logged, never an error."""
-    step = await run_step(sandbox, snapshot_warm_script(), cwd=workdir, timeout=task.timeouts.setup_s,
-                          env=task_env(task), label=SNAPSHOT_WARM_LABEL)  # fmt: skip
+    bytecode and pytest's plugin caches, the repository's bytecode: ``farm.tasks.pycache``)
+    written once, into the snapshot. farm's step, not one of the task's (not in its setup
+    report); best effort: a timeout is logged, never an error."""
+    step = await run_step(sandbox, script_text, cwd=workdir, timeout=task.timeouts.setup_s, env=task_env(task),
+                          path_prefix=runtime.path_prefix_for(task), label=label)  # fmt: skip
     if step.ok:
-        log.info("task %s: bytecode and pytest caches written for %s in %.1f s", task.id,
-                 " ".join(step.stdout_tail.split()) or "no venv", step.duration_s)  # fmt: skip
+        log.info("task %s: %s (%s) in %.1f s", task.id, label, " ".join(step.stdout_tail.split()) or "none",
+                 step.duration_s)  # fmt: skip
     else:
         log.warning("task %s: %s", task.id, step.describe())
 
@@ -308,6 +310,9 @@ async def prepare_workspace(
         return ws
     baseline = await snapshot(sandbox, workdir, scratch)
     timings = {"materialize_s": t1 - t0, "setup_s": t2 - t1, "snapshot_s": time.monotonic() - t2}
+    if view is not None and view.building and runtime.config.warm_pytest_caches:
+        # after the baseline commit: the repository's own bytecode in the snapshot, never in a diff
+        await _warm_snapshot(sandbox, task, workdir, repo_compile_script(), REPO_COMPILE_LABEL, runtime)
     return Workspace(
         task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base, baseline_commit=baseline,
         setup=setup, timings=timings,

@@ -35,7 +35,9 @@ SETUP = [
     f" && printf 'Metadata-Version: 2.1\\nName: {PLUGIN}\\nVersion: 0.1\\n' > $p/{PLUGIN}-0.1.dist-info/METADATA"
     f" && printf '[pytest11]\\nfarmsnap = {PLUGIN}\\n' > $p/{PLUGIN}-0.1.dist-info/entry_points.txt"
     f" && printf '{PLUGIN}.py,,\\n' > $p/{PLUGIN}-0.1.dist-info/RECORD",  # pytest rewrites what RECORD lists
-    "mkdir -p tests && printf 'def test_one():\\n    assert 1\\n' > tests/test_one.py",
+    # a repository that does not ignore its caches (a release's sdist has no .gitignore)
+    "echo 'VALUE = 2' > farmsnap_repo.py && mkdir -p tests"
+    " && printf 'import farmsnap_repo\\ndef test_one():\\n    assert farmsnap_repo.VALUE\\n' > tests/test_one.py",
 ]
 
 
@@ -64,9 +66,10 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
     tree = p.store.tree(record.key)
     built = _caches(tree)
     steps = [s.command for s in record.setup.steps]
-    if warm:  # the venv's own module compiled, the plugin rewritten by pytest: in the snapshot
+    if warm:  # the venv's own module compiled, the plugin rewritten by pytest, the repository compiled
         assert any(c.endswith(f"{MODULE}.cpython-311.pyc") for c in built), built
         assert any(f"{PLUGIN}.cpython-311-pytest-" in c for c in built), built
+        assert "__pycache__/farmsnap_repo.cpython-311.pyc" in built, built
     else:
         assert built == []
     assert steps == SETUP  # farm's step is not one of the task's
@@ -75,6 +78,12 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
         ws = await prepare_workspace(sb, t, p.runtime)
         res = await sb.exec(".venv/bin/python -m pytest -q -p no:cacheprovider tests", cwd=ws.workdir, timeout=120)
         assert res.exit_code == 0 and "1 passed" in res.stdout, res
+        # the repository's bytecode is no part of the workspace's baseline commit (compiled after it)
+        listed = await sb.exec(f"git ls-tree -r --name-only {ws.baseline_commit}", cwd=ws.workdir)
+        assert listed.ok and "farmsnap_repo.py" in listed.stdout.split() and ".pyc" not in listed.stdout, listed
+        # and `git status` shows the agent none of them: __pycache__ excluded, as the venv is
+        status = await sb.exec("git status --porcelain", cwd=ws.workdir)
+        assert status.ok and ("__pycache__" in status.stdout) is (not warm), status
         # what the rollout's pytest wrote beside the venv's modules: its sandbox's own layer
         written = _caches(Path(sb.dir) / "view" / "upper")
     finally:
@@ -83,3 +92,4 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
         assert written == [], written
     else:  # without the build's caches, each sandbox compiles and rewrites them again
         assert any(f"{PLUGIN}.cpython-311-pytest-" in c for c in written), written
+        assert "__pycache__/farmsnap_repo.cpython-311.pyc" in written, written
