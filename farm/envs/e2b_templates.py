@@ -34,6 +34,7 @@ from farm.envs.identity import EnvIdentity, setup_commit
 from farm.envs.store import EnvRecord, EnvStore
 from farm.errors import TaskError, TaskSourceError
 from farm.tasks.model import GitSource, ImageSource, TarballSource, Task
+from farm.tasks.pycache import repo_compile_script, snapshot_warm_script
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.shell import CommandReport, git_env
 from farm.workspace.prepare import SetupReport, commit_script
@@ -132,9 +133,19 @@ async def template_for(
         commands = [*task.base_setup_commands, *task.setup_commands]
     for command in commands:
         builder = builder.run_cmd(command)
+    warm = runtime.config.warm_pytest_caches  # what every sandbox from the template would compile (tasks.pycache)
+    if warm and commands:
+        builder = builder.run_cmd(_in_bash(snapshot_warm_script()))
     if ident.is_base:
         return builder.run_cmd(_STRIP_TRACKED)
-    return builder.run_cmd(f"export {git}; {commit_script('/tmp/farm-baseline.index')}")
+    builder = builder.run_cmd(f"export {git}; {commit_script('/tmp/farm-baseline.index')}")
+    return builder.run_cmd(_in_bash(repo_compile_script())) if warm else builder
+
+
+def _in_bash(script: str) -> str:
+    """A build step running ``script`` in bash where the image has one (best effort: a step
+    that fails would fail the template)."""
+    return f"if command -v bash >/dev/null 2>&1; then bash -c {shlex.quote(script)}; fi; true"
 
 
 async def build_e2b_env(

@@ -141,7 +141,11 @@ async def test_one_template_per_environment_built_with_the_sdk(fake_api, tmp_pat
     runs = [s["args"][0] for s in start["steps"] if s["type"] == "RUN"]
     assert runs[0].startswith("mkdir -p /workspace/repo && tar -xf /tmp/farm-workspace.tar")
     assert runs[1:1 + len(task.setup_commands)] == task.setup_commands  # each setup command, in order
-    assert "refs/farm/baseline" in runs[-1]
+    # then what each sandbox would compile (farm.tasks.pycache): the venvs' before the baseline
+    # commit, the repository's after it (never in it)
+    warm, commit, compiled = runs[-3:]
+    assert "compileall" in warm and "pyvenv.cfg" in warm and "refs/farm/baseline" in commit
+    assert "compileall" in compiled and "info/exclude" in compiled
     assert [s["args"][0] for s in start["steps"] if s["type"] == "WORKDIR"] == ["/workspace/repo"]
     # the upload is the workspace tarball: the repository at its base commit
     (blob,) = fake_api.uploads.values()
@@ -200,12 +204,13 @@ async def test_layered_templates_an_instance_from_its_base(fake_api, tmp_path, s
     assert base_start["fromImage"] == task.metadata["docker_image"]
     base_runs = [s["args"][0] for s in base_start["steps"] if s["type"] == "RUN"]
     assert base_runs[1] == "uv venv -q .venv" and "rm -rf .git" in base_runs[-1] and "git ls-files -z" in base_runs[-1]
+    assert "pyvenv.cfg" in base_runs[-2]  # the venv's bytecode before the checkout goes; no repository compiled
     owns = []  # the two instance builds run at once: either may start first
     for start in starts:
         assert start.get("fromTemplate") == base_name and "fromImage" not in start  # built from the base
         runs = [s["args"][0] for s in start["steps"] if s["type"] == "RUN"]
         assert runs[0].startswith("mkdir -p /workspace/repo && tar -xf") and ".git/info/exclude" in runs[1]
-        assert "uv venv -q .venv" not in runs and "refs/farm/baseline" in runs[-1]
+        assert "uv venv -q .venv" not in runs and "refs/farm/baseline" in runs[-2] and "compileall" in runs[-1]
         owns += [r for r in runs if r in ("echo inst", "echo other")]
     assert sorted(owns) == ["echo inst", "echo other"]
     kinds = sorted(e.record.kind for e in provider.store.entries())
