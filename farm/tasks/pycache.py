@@ -124,7 +124,6 @@ def snapshot_warm_script() -> str:
     )
 
 
-
 # The repository's own modules are most of what a big project's test run imports (Django's
 # runtests.py: its own ~300 modules), compiled again in every sandbox. The build compiles them
 # too, AFTER the workspace's baseline commit (never part of it: untracked, and the diff's
