@@ -104,6 +104,11 @@ SNAPSHOT_WARM_LABEL = "farm: the venvs' bytecode and pytest caches"
 
 
 _VENVS = "shopt -s dotglob  # .venv\nset -- ./pyvenv.cfg ./*/pyvenv.cfg ./*/*/pyvenv.cfg\n"
+# Python and pytest trust a cache whose source has the mtime it recorded, in whole seconds, and
+# its size: a same-size edit (a `*` made a `/`) in the second the source was written would run
+# the stale code. The build ends a second after its last write, so no later edit can be in that
+# second (validate-tasks grades a gold patch right after the build: it was).
+_NEXT_SECOND = "sleep 1\n"
 
 
 def snapshot_warm_script() -> str:
@@ -118,8 +123,9 @@ def snapshot_warm_script() -> str:
         '  "$py" -m compileall -q -j 0 "$v/lib" >/dev/null 2>&1\n'
         '  d=$(mktemp -d) || continue\n'
         f'  (cd "$d" && "$OLDPWD/$py" -c {shlex.quote(_SCRIPT)} "$d" >/dev/null 2>&1)\n'
-        '  rm -rf "$d"; echo "$v"\n'
+        '  rm -rf "$d"; echo "$v"; warmed=1\n'
         "done\n"
+        f"[ -z \"${{warmed:-}}\" ] || {_NEXT_SECOND}"
         "exit 0\n"
     )
 
@@ -148,6 +154,6 @@ def repo_compile_script() -> str:
         'for cfg; do v=${cfg%/pyvenv.cfg}; [ -f "$cfg" ] && [ -x "$v/bin/python" ] && { py=$v/bin/python; break; }; done\n'
         '[ -n "$py" ] || py=$(command -v python3 || command -v python) || exit 0\n'
         "\"$py\" -m compileall -q -j 0 -x '/[.]git/' . >/dev/null 2>&1\n"
-        'echo "$py"\n'
+        f'echo "$py"; {_NEXT_SECOND}'
         "exit 0\n"
     )

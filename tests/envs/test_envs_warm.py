@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
     p, sb_cfg = _provider(tmp_path, warm=warm)
     t = Task(id="snap", instruction="x", setup_commands=SETUP, verify_commands=["true"])
     spec = await p.runtime.sandbox_spec(t, SandboxSpec(labels={"run_id": "warmtest"}))
+    built_at = time.time()
     record = p.store.record(p._ids[t.id].key)
     tree = p.store.tree(record.key)
     built = _caches(tree)
@@ -70,6 +72,10 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
         assert any(c.endswith(f"{MODULE}.cpython-311.pyc") for c in built), built
         assert any(f"{PLUGIN}.cpython-311-pytest-" in c for c in built), built
         assert "__pycache__/farmsnap_repo.cpython-311.pyc" in built, built
+        # a cache is trusted by its source's mtime in whole seconds (and size): the build ends a
+        # second after its last write, so no later same-size edit shares a source's second
+        newest = max(f.lstat().st_mtime for f in tree.rglob("*"))
+        assert built_at - newest >= 1.0, built_at - newest
     else:
         assert built == []
     assert steps == SETUP  # farm's step is not one of the task's
