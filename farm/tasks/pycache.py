@@ -153,7 +153,9 @@ def repo_compile_script() -> str:
         f"{_VENVS}py=\n"
         'for cfg; do v=${cfg%/pyvenv.cfg}; [ -f "$cfg" ] && [ -x "$v/bin/python" ] && { py=$v/bin/python; break; }; done\n'
         '[ -n "$py" ] || py=$(command -v python3 || command -v python) || exit 0\n'
-        "\"$py\" -m compileall -q -j 0 -x '/[.]git/' . >/dev/null 2>&1\n"
+        # the workdir's entries but its venvs (their caches are the other step's) and .git
+        "t=(); for e in ./*; do [ \"$e\" = ./.git ] || [ -f \"$e/pyvenv.cfg\" ] || t+=(\"$e\"); done\n"
+        "[ ${#t[@]} -eq 0 ] || \"$py\" -m compileall -q -j 0 -x '/[.]git/' \"${t[@]}\" >/dev/null 2>&1\n"
         f'echo "$py"; {_NEXT_SECOND}'
         "exit 0\n"
     )

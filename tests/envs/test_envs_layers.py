@@ -9,6 +9,7 @@ removes a file of the base (a deletion the layer must carry)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import stat
@@ -30,6 +31,7 @@ from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.views import ViewLayer, mount_view, mounts_under, unmount_under
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import GitSource, Task
+from farm.tasks.pycache import REPO_COMPILE_LABEL, SNAPSHOT_WARM_LABEL
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.prepare import prepare_workspace
 
@@ -104,10 +106,11 @@ SWESMITH_BUG = "--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n@@ -1 +1 @@\n-VERS
 
 
 @pytest.mark.slow
-async def test_two_instances_share_one_base(world, repo):
+async def test_two_instances_share_one_base(world, repo, caplog):
     """A SWE-bench-shaped instance (base commit c1, environment_setup_commit c3) and a
     SWE-smith-shaped one (the repository's head, c3, with its bug as a pre-patch) share
     the base built at c3; each sees its own commit and no later history."""
+    caplog.set_level(logging.INFO, logger="farm.workspace.prepare")
     p = world["provider"]()
     t1 = instance(repo, "c1", "i1")
     t2 = Task(id="i2", instruction="fix it", workspace=GitSource(repo="o/pkg", base_commit="HEAD"),
@@ -116,6 +119,9 @@ async def test_two_instances_share_one_base(world, repo):
     assert id1.base.key == id2.base.key and id1.key != id2.key
     await asyncio.gather(p.view_for(t1), p.view_for(t2))
     assert sorted(p.built) == sorted([id1.base.key, id1.key, id2.key])  # the base once, an instance each
+    # the venv's caches written by the base's build only, the repository's by each instance's
+    warmed = [r.getMessage() for r in caplog.records if "farm: the" in r.getMessage()]
+    assert sum(SNAPSHOT_WARM_LABEL in m for m in warmed) == 1 and sum(REPO_COMPILE_LABEL in m for m in warmed) == 2, warmed
     assert p.store.record(id1.key).deleted == [".venv/stale.txt"]
     base_tree = p.store.tree(id1.base.key)
     base = p.store.record(id1.base.key)
