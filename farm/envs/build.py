@@ -116,11 +116,8 @@ async def build_env(
         try:
             mode = getattr(sandbox, "view_mode", "") or "copy"
             try:
-                # an instance on a base: the base's build warmed its venvs (an instance's setup installs
-                # the checkout, compiling nothing there: walking them again cost each instance seconds)
                 ws = await prepare_workspace(sandbox, task, runtime, raise_on_setup_failure=False, commands=commands,
-                                             excludes=base.paths if base else (),
-                                             warm_venvs=base is None or base.kind != "base")  # fmt: skip
+                                             excludes=base.paths if base else ())  # fmt: skip
             except TaskError as exc:
                 record = _failed(common, str(exc), t0)
             else:

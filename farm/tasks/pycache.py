@@ -100,7 +100,12 @@ async def warm_pytest_plugins(exe: str, *, timeout_s: float = 120.0) -> bool:
 # Python 2 test fixture), an interpreter without pytest or without ``compileall -j``:
 # nothing is written for it, nothing fails. The variables that would keep a cache unwritten
 # or a plugin unloaded are unset (a checked-hash pyc for SOURCE_DATE_EPOCH: a hash a read).
+# A venv warmed once holds a marker (``WARMED_MARKER``): a later build on it (an instance on
+# its base, whose setup may install the checkout and its dependencies) compiles only the
+# sources created or changed since (their ctime, which no installer sets back), and collects
+# again only then: walking a numpy/pandas/scipy venv file by file cost each instance seconds.
 SNAPSHOT_WARM_LABEL = "farm: the venvs' bytecode and pytest caches"
+WARMED_MARKER = ".farm-caches-written"
 
 
 _VENVS = "shopt -s dotglob  # .venv\nset -- ./pyvenv.cfg ./*/pyvenv.cfg ./*/*/pyvenv.cfg\n"
@@ -118,12 +123,19 @@ def snapshot_warm_script() -> str:
         "unset SOURCE_DATE_EPOCH PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX PYTHONPATH PYTEST_ADDOPTS "
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD PYTEST_PLUGINS\n"
         f"{_VENVS}for cfg; do\n"
-        '  v=${cfg%/pyvenv.cfg}; py="$v/bin/python"\n'
+        f'  v=${{cfg%/pyvenv.cfg}}; py="$v/bin/python"; m="$v/{WARMED_MARKER}"\n'
         '  [ -f "$cfg" ] && [ -x "$py" ] || continue\n'
-        '  "$py" -m compileall -q -j 0 "$v/lib" >/dev/null 2>&1\n'
+        '  if [ -e "$m" ]; then\n'
+        '    new=$(mktemp) || continue\n'
+        '    find "$v/lib" -name "*.py" -cnewer "$m" > "$new" 2>/dev/null\n'
+        '    [ -s "$new" ] && "$py" -m compileall -q -i "$new" >/dev/null 2>&1; n=$(wc -l < "$new"); rm -f "$new"\n'
+        '    [ "$n" -gt 0 ] || continue\n'
+        "  else\n"
+        '    "$py" -m compileall -q -j 0 "$v/lib" >/dev/null 2>&1\n'
+        "  fi\n"
         '  d=$(mktemp -d) || continue\n'
         f'  (cd "$d" && "$OLDPWD/$py" -c {shlex.quote(_SCRIPT)} "$d" >/dev/null 2>&1)\n'
-        '  rm -rf "$d"; echo "$v"; warmed=1\n'
+        '  rm -rf "$d"; touch "$m"; echo "$v"; warmed=1\n'
         "done\n"
         f"[ -z \"${{warmed:-}}\" ] || {_NEXT_SECOND}"
         "exit 0\n"

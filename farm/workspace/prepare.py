@@ -171,11 +171,10 @@ async def _upload(sandbox: Sandbox, local: str, workdir: str, budget: float) -> 
 
 async def run_setup(
     sandbox: Sandbox, task: Task, runtime: TaskRuntime, workdir: str, commands: Sequence[str] | None = None,
-    *, what: str = "setup command", warm_venvs: bool = True,
+    *, what: str = "setup command",
 ) -> SetupReport:
     """Run ``commands`` (default: the task's base setup, then its setup) in order,
-    stopping at the first failure. In an environment's build, then the venvs' caches
-    (``warm_venvs`` False: an instance on a base, whose build warmed them)."""
+    stopping at the first failure; in an environment's build, then its venvs' caches."""
     t0 = time.monotonic()
     steps: list[CommandReport] = []
     commands = [*task.base_setup_commands, *task.setup_commands] if commands is None else list(commands)
@@ -195,7 +194,7 @@ async def run_setup(
             return SetupReport(ok=False, steps=steps, reason=reason, duration_s=time.monotonic() - t0,
                                left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
     view = sandbox.view
-    if warm_venvs and commands and view is not None and view.building and runtime.config.warm_pytest_caches:
+    if commands and view is not None and view.building and runtime.config.warm_pytest_caches:
         await _warm_snapshot(sandbox, task, workdir, snapshot_warm_script(), SNAPSHOT_WARM_LABEL, runtime)
     return SetupReport(ok=True, steps=steps, duration_s=time.monotonic() - t0,
                        left_out=left_out(s.stdout_tail for s in steps))  # fmt: skip
@@ -264,7 +263,6 @@ async def snapshot(sandbox: Sandbox, workdir: str, scratch: str, *, ref: str = B
 async def prepare_workspace(
     sandbox: Sandbox, task: Task, runtime: TaskRuntime, *, raise_on_setup_failure: bool = True,
     commands: Sequence[str] | None = None, excludes: Sequence[str] = (), make_scratch: bool = True,
-    warm_venvs: bool = True,
 ) -> Workspace:
     """Materialize the task's workspace in ``sandbox`` and run its setup (see module doc):
     ``commands`` (default: base setup, then setup), after ``excludes`` (workdir paths a
@@ -274,9 +272,6 @@ async def prepare_workspace(
     setup command failed or timed out; ``.report`` is the SetupReport) unless
     ``raise_on_setup_failure`` is False (then ``workspace.setup.ok`` is False), and
     ``SandboxError`` from the backend.
-
-    ``warm_venvs`` False: an environment's build leaves its venvs' caches to the base it
-    stacks on (``run_setup``).
 
     ``make_scratch`` False: on a snapshot view (where nothing here runs a command) the
     scratch directory is left to the caller's first command (the grader's one script: a
@@ -306,7 +301,7 @@ async def prepare_workspace(
     base = await materialize(sandbox, task, runtime, workdir)
     await exclude(sandbox, workdir, excludes)
     t1 = time.monotonic()
-    setup = await run_setup(sandbox, task, runtime, workdir, commands, warm_venvs=warm_venvs)
+    setup = await run_setup(sandbox, task, runtime, workdir, commands)
     t2 = time.monotonic()
     if not setup.ok:
         ws = Workspace(task_id=task.id, workdir=workdir, scratch=scratch, base_commit=base, baseline_commit=base, setup=setup)

@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ from farm.sandboxes.factory import create_sandbox
 from farm.sandboxes.views import ViewLayer, mount_view, mounts_under, unmount_under
 from farm.tasks.config import TasksConfig
 from farm.tasks.model import GitSource, Task
-from farm.tasks.pycache import REPO_COMPILE_LABEL, SNAPSHOT_WARM_LABEL
+from farm.tasks.pycache import REPO_COMPILE_LABEL, SNAPSHOT_WARM_LABEL, WARMED_MARKER
 from farm.tasks.runtime import TaskRuntime
 from farm.workspace.prepare import prepare_workspace
 
@@ -105,6 +106,23 @@ def listing(tree: Path) -> dict[str, tuple[int, int]]:
 SWESMITH_BUG = "--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n@@ -1 +1 @@\n-VERSION = 3\n+VERSION = 30\n"
 
 
+
+async def test_an_instance_compiles_what_its_setup_added_to_the_bases_venv(world, repo):
+    """The base's build compiled its venv (and marked it); an instance whose setup installs
+    into that venv gets the bytecode of what it added in its own layer, not the base's again."""
+    p = world["provider"]()
+    site = '"$(echo .venv/lib/python*/site-packages)"'
+    t = instance(repo, "c1", "i1", base_setup=[*BASE_SETUP, f"echo 'B = 1' > {site}/base_mod.py"])
+    t = t.model_copy(update={"setup_commands": [*SETUP, f"echo 'Z = 1' > {site}/inst_mod.py"]})
+    ident = await p.identity(t)
+    await p.view_for(t)
+    base_tree, tree = p.store.tree(ident.base.key), p.store.tree(ident.key)
+    assert (base_tree / ".venv" / WARMED_MARKER).exists()
+    assert list(base_tree.glob(".venv/lib/python*/site-packages/__pycache__/base_mod.*.pyc"))  # the base's own
+    layer = sorted(str(f.relative_to(tree)) for f in tree.rglob("*.pyc"))
+    assert [f for f in layer if "/site-packages/" in f] == [
+        next(f for f in layer if f.endswith(f"inst_mod.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc"))], layer
+
 @pytest.mark.slow
 async def test_two_instances_share_one_base(world, repo, caplog):
     """A SWE-bench-shaped instance (base commit c1, environment_setup_commit c3) and a
@@ -120,8 +138,10 @@ async def test_two_instances_share_one_base(world, repo, caplog):
     await asyncio.gather(p.view_for(t1), p.view_for(t2))
     assert sorted(p.built) == sorted([id1.base.key, id1.key, id2.key])  # the base once, an instance each
     # the venv's caches written by the base's build only, the repository's by each instance's
+    # (an instance's setup added no source to it: nothing compiled again, no collection)
     warmed = [r.getMessage() for r in caplog.records if "farm: the" in r.getMessage()]
-    assert sum(SNAPSHOT_WARM_LABEL in m for m in warmed) == 1 and sum(REPO_COMPILE_LABEL in m for m in warmed) == 2, warmed
+    assert sum(SNAPSHOT_WARM_LABEL in m and "./.venv" in m for m in warmed) == 1, warmed
+    assert sum(REPO_COMPILE_LABEL in m for m in warmed) == 2, warmed
     assert p.store.record(id1.key).deleted == [".venv/stale.txt"]
     base_tree = p.store.tree(id1.base.key)
     base = p.store.record(id1.base.key)
