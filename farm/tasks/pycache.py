@@ -160,10 +160,13 @@ def repo_compile_script() -> str:
         "unset SOURCE_DATE_EPOCH PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX\n"
         "g() { git -c 'safe.directory=*' \"$@\"; }\n"
         "if ! g check-ignore -q __pycache__/farm.cpython-3.pyc 2>/dev/null; then\n"
-        "  x=$(g rev-parse --git-path info/exclude) && mkdir -p \"$(dirname \"$x\")\" && echo __pycache__/ >> \"$x\" || exit 0\n"
+        "  x=$(g rev-parse --git-path info/exclude) && mkdir -p \"$(dirname \"$x\")\" &&\n"
+        "    echo __pycache__/ >> \"$x\" || exit 0\n"
         "fi\n"
         f"{_VENVS}py=\n"
-        'for cfg; do v=${cfg%/pyvenv.cfg}; [ -f "$cfg" ] && [ -x "$v/bin/python" ] && { py=$v/bin/python; break; }; done\n'
+        'for cfg; do\n'
+        '  v=${cfg%/pyvenv.cfg}; [ -f "$cfg" ] && [ -x "$v/bin/python" ] && { py=$v/bin/python; break; }\n'
+        "done\n"
         '[ -n "$py" ] || py=$(command -v python3 || command -v python) || exit 0\n'
         # the workdir's entries but its venvs (their caches are the other step's) and .git
         "t=(); for e in ./*; do [ \"$e\" = ./.git ] || [ -f \"$e/pyvenv.cfg\" ] || t+=(\"$e\"); done\n"
