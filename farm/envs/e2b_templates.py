@@ -143,8 +143,8 @@ async def template_for(
 
 
 def _in_bash(script: str) -> str:
-    """A build step running ``script`` in bash where the image has one (best effort: a step
-    that fails would fail the template)."""
+    """A build step running ``script`` in bash where the image has one; it never fails (a
+    failing step fails the template, and these are best effort)."""
     return f"if command -v bash >/dev/null 2>&1; then bash -c {shlex.quote(script)}; fi; true"
 
 

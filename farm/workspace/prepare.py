@@ -17,7 +17,9 @@
 
 A sandbox started from an environment snapshot (``farm.envs``: the result of these three
 steps, built once) skips all three: its workspace is the snapshot's, at the path it was
-built at, and the build's record gives the commits and the setup report.
+built at, and the build's record gives the commits and the setup report. The build also
+writes what each of those sandboxes would compile again (``farm.tasks.pycache``): the
+venvs' bytecode and pytest caches after step 2, the repository's bytecode after step 3.
 
 Setup is ``base_setup_commands`` then ``setup_commands``. A layered environment's build
 splits them: the base's commands run once in a checkout of the repository-version
