@@ -127,9 +127,9 @@ def snapshot_warm_script() -> str:
         '  [ -f "$cfg" ] && [ -x "$py" ] || continue\n'
         '  if [ -e "$m" ]; then\n'
         '    new=$(mktemp) || continue\n'
-        '    find "$v/lib" -name "*.py" -cnewer "$m" > "$new" 2>/dev/null\n'
-        '    [ -s "$new" ] && "$py" -m compileall -q -i "$new" >/dev/null 2>&1; n=$(wc -l < "$new"); rm -f "$new"\n'
-        '    [ "$n" -gt 0 ] || continue\n'
+        '    find "$v/lib" -name "*.py" -cnewer "$m" > "$new" 2>/dev/null; n=$(wc -l < "$new")\n'
+        '    [ "$n" -eq 0 ] || "$py" -m compileall -q -i "$new" >/dev/null 2>&1\n'
+        '    rm -f "$new"; [ "$n" -gt 0 ] || continue  # nothing new: no collection either\n'
         "  else\n"
         '    "$py" -m compileall -q -j 0 "$v/lib" >/dev/null 2>&1\n'
         "  fi\n"

@@ -64,7 +64,7 @@ async def test_a_build_writes_what_its_sandboxes_would_compile(tmp_path: Path, w
     t = Task(id="snap", instruction="x", setup_commands=SETUP, verify_commands=["true"])
     spec = await p.runtime.sandbox_spec(t, SandboxSpec(labels={"run_id": "warmtest"}))
     built_at = time.time()
-    record = p.store.record(p._ids[t.id].key)
+    record = p.store.record((await p.identity(t)).key)
     tree = p.store.tree(record.key)
     built = _caches(tree)
     steps = [s.command for s in record.setup.steps]
