@@ -68,8 +68,8 @@ async def one_mode(made: dict, work: Path, *, warm: bool, n: int) -> dict:
         await runtime.sandbox_spec(task, grading_spec(task, labels))  # the build
         build_s = time.monotonic() - t0
         ident = await runtime.envs.identity(task)
-        size_mb = sum(runtime.envs.store.record(k).size_bytes for k in {ident.key, *([ident.base.key] if ident.base else [])}
-                      if runtime.envs.store.record(k) is not None) / 2**20  # fmt: skip
+        layers = [runtime.envs.store.record(k) for k in {ident.key, *([ident.base.key] if ident.base else [])}]
+        size_mb = sum(r.size_bytes for r in layers if r is not None) / 2**20
         sandboxes.clear()
         cpu, test, resolved = [], [], 0
         for _ in range(n):

@@ -265,9 +265,9 @@ def test_sigkill_mid_run_then_rerun_loses_nothing_duplicates_nothing(tmp_path):
     # runs exactly what neither the manifests nor an adopted shard held. (A group commit takes
     # every row buffered when it runs, so a shard may hold more than shard_max_rows.)
     todo = int(out.stdout.split("\n", 1)[0].removeprefix("todo "))
-    adopted = {rid for name in ("manifest.jsonl", "rollouts.manifest.jsonl")
-               for line in (tmp_path / name).read_text().splitlines() if line.strip()
-               for rid in json.loads(line)["rollout_ids"] if json.loads(line).get("adopted")}  # fmt: skip
+    lines = [json.loads(line) for name in ("manifest.jsonl", "rollouts.manifest.jsonl")
+             for line in (tmp_path / name).read_text().splitlines() if line.strip()]  # fmt: skip
+    adopted = {rid for entry in lines if entry.get("adopted") for rid in entry["rollout_ids"]}
     assert bool(adopted) == ("adopted" in out.stderr), out.stderr
     assert todo == 200 - len(durable_before | adopted), (todo, len(durable_before), out.stderr)
     rows_ids = _manifest_ids(tmp_path / "rollouts.manifest.jsonl")

@@ -106,7 +106,6 @@ def listing(tree: Path) -> dict[str, tuple[int, int]]:
 SWESMITH_BUG = "--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n@@ -1 +1 @@\n-VERSION = 3\n+VERSION = 30\n"
 
 
-
 async def test_an_instance_compiles_what_its_setup_added_to_the_bases_venv(world, repo):
     """The base's build compiled its venv (and marked it); an instance whose setup installs
     into that venv gets the bytecode of what it added in its own layer, not the base's again."""
@@ -122,6 +121,7 @@ async def test_an_instance_compiles_what_its_setup_added_to_the_bases_venv(world
     layer = sorted(str(f.relative_to(tree)) for f in tree.rglob("*.pyc"))
     assert [f for f in layer if "/site-packages/" in f] == [
         next(f for f in layer if f.endswith(f"inst_mod.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc"))], layer
+
 
 @pytest.mark.slow
 async def test_two_instances_share_one_base(world, repo, caplog):
